@@ -1,0 +1,23 @@
+"""formats: what a binary floating-point format is, and rounding reals into it.
+
+Public names (shared/ARCHITECTURE.md): ``BinaryFormat``, ``CATALOG``, ``get``, ``round_to``
+(fast, float64 arrays), ``round_exact`` (any real, any width), ``encode``, ``decode``,
+``next_up``, ``next_down``, ``ulp``, ``ordinal``, ``from_ordinal``, ``values``, the rounding
+``MODES`` and the IEEE flag bits.
+"""
+
+from .catalog import ALIASES, CATALOG, get, load_formats_file
+from .codec import decode, encode, from_ordinal, next_down, next_up, ordinal, ulp, values
+from .exact import Rounded, read_real, round_exact
+from .fast import round_to
+from .format import ENCODINGS, BinaryFormat, FormatError
+from .modes import (DIVIDE_BY_ZERO, FLAG_NAMES, IEEE_MODES, INEXACT, INVALID, MODES, OVERFLOW,
+                    UNDERFLOW, flag_names, mode_code)
+
+__all__ = [
+    "ALIASES", "CATALOG", "get", "load_formats_file", "decode", "encode", "from_ordinal",
+    "next_down", "next_up", "ordinal", "ulp", "values", "Rounded", "read_real", "round_exact",
+    "round_to", "ENCODINGS", "BinaryFormat", "FormatError", "DIVIDE_BY_ZERO", "FLAG_NAMES",
+    "IEEE_MODES", "INEXACT", "INVALID", "MODES", "OVERFLOW", "UNDERFLOW", "flag_names",
+    "mode_code",
+]

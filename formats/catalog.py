@@ -1,0 +1,204 @@
+"""The named formats, and ``get``: a format from a name, a compact spec or keywords.
+
+Names follow ml_dtypes where a name exists (bfloat16, float8_e4m3fn, ...) and IEEE 754 for
+the interchange formats (binary16 ...).  Note ml_dtypes' "fn" means two things: float8_e4m3fn
+keeps one NaN pattern (encoding ``fn``) while float6/float4 "fn" have no NaN at all (encoding
+``finite``); the catalog records which.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+
+from .format import ENCODINGS, BinaryFormat, FormatError
+
+
+def _fmt(name, e, m, bias=None, encoding="ieee"):
+    return name, BinaryFormat(e, m, bias, encoding, name=name)
+
+
+CATALOG: dict[str, BinaryFormat] = dict([
+    _fmt("binary16", 5, 10),                   # max (2 - 2**-10) * 2**15 = 65504
+    _fmt("bfloat16", 8, 7),                    # binary32's exponent, 8-bit significand
+    _fmt("tf32", 8, 10),                       # 19 bits: tensor-core multiplier input
+    _fmt("binary32", 8, 23),
+    _fmt("binary64", 11, 52),
+    _fmt("binary128", 15, 112),
+    _fmt("binary256", 19, 236),
+    _fmt("float8_e5m2", 5, 2),                 # IEEE-like, has inf; max 1.75 * 2**15 = 57344
+    _fmt("float8_e4m3", 4, 3),                 # IEEE-like e4m3 (ml_dtypes); max 1.875 * 2**7 = 240
+    _fmt("float8_e3m4", 3, 4),                 # IEEE-like e3m4 (ml_dtypes); max 1.9375 * 2**3 = 15.5
+    # e4m3fn: top exponent code finite but for mantissa 111 (NaN): max 1.75 * 2**8 = 448.
+    _fmt("float8_e4m3fn", 4, 3, 7, "fn"),
+    # fnuz: bias one above IEEE, NaN = 0x80: e4m3 max 1.875 * 2**7 = 240, e5m2 1.75 * 2**15 = 57344.
+    _fmt("float8_e4m3fnuz", 4, 3, 8, "fnuz"),
+    _fmt("float8_e5m2fnuz", 5, 2, 16, "fnuz"),
+    _fmt("float8_e4m3b11fnuz", 4, 3, 11, "fnuz"),   # bias 11: max 1.875 * 2**4 = 30
+    # OCP MX: no inf, no NaN.  e2m3: max 1.875 * 2**2 = 7.5; e3m2: 1.75 * 2**4 = 28;
+    # e2m1: values 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+    _fmt("float6_e2m3fn", 2, 3, 1, "finite"),
+    _fmt("float6_e3m2fn", 3, 2, 3, "finite"),
+    _fmt("float4_e2m1fn", 2, 1, 1, "finite"),
+])
+
+ALIASES = {
+    "float16": "binary16", "half": "binary16", "fp16": "binary16",
+    "float32": "binary32", "single": "binary32", "fp32": "binary32",
+    "float64": "binary64", "double": "binary64", "fp64": "binary64",
+    "quad": "binary128", "float128": "binary128", "bf16": "bfloat16",
+}
+
+_COMPACT = re.compile(r"^e(\d+)m(\d+)(?:b(-?\d+))?(fnuz|fn|finite)?((?:-sat|-ftz)*)$")
+_KEYS = {"exp_bits", "man_bits", "bias", "encoding", "saturate", "flush_subnormals"}
+
+
+def get(spec, known: dict | None = None) -> BinaryFormat:
+    """A format from a BinaryFormat, a catalog name or alias, a name in ``known`` (formats
+    loaded from a file), a compact spec (``e5m10``, ``e4m3fn``, ``e4m3b11fnuz``, suffixes
+    ``-sat`` and ``-ftz``) or keywords (``exp_bits=5,man_bits=2,encoding=fnuz``).
+
+    A compact spec that is a catalog name without its ``floatN_`` prefix is that catalog
+    format (``e2m1fn`` is float4_e2m1fn); otherwise the suffix is the encoding.
+    """
+    if isinstance(spec, BinaryFormat):
+        return spec
+    if not isinstance(spec, str):
+        raise FormatError(f"format: expected a format name or spec, got {type(spec).__name__}")
+    text = spec.strip()
+    key = text.lower()
+    if known and text in known:
+        return known[text]
+    if key in CATALOG:
+        return CATALOG[key]
+    if key in ALIASES:
+        return CATALOG[ALIASES[key]]
+    if "=" in text:
+        return _from_keywords(text)
+    m = _COMPACT.match(key)
+    if m:
+        return _from_compact(m, key)
+    raise FormatError(f"unknown format {spec!r}{_suggest(key, known)}")
+
+
+def _suggest(key, known=None) -> str:
+    names = list(CATALOG) + list(ALIASES) + list(known or ())
+    close = difflib.get_close_matches(key, names, n=4, cutoff=0.5)
+    hint = f"; close: {', '.join(close)}" if close else ""
+    return hint + "; or give a spec like e5m10, e4m3fn, or exp_bits=5,man_bits=2,encoding=fnuz"
+
+
+def _from_compact(m, key) -> BinaryFormat:
+    e, w, bias, enc, opts = m.groups()
+    e, w = int(e), int(w)
+    if bias is None and not opts:
+        named = f"float{1 + e + w}_{key}"
+        if named in CATALOG:
+            return CATALOG[named]
+    fmt = BinaryFormat(e, w, None if bias is None else int(bias),
+                       {None: "ieee"}.get(enc, enc),
+                       saturate="-sat" in opts, flush_subnormals="-ftz" in opts)
+    return _named_if_catalog(fmt)
+
+
+def _named_if_catalog(fmt: BinaryFormat) -> BinaryFormat:
+    """A spec equal to a catalog format gets that format's name (e5m10 is binary16)."""
+    if fmt.saturate or fmt.flush_subnormals:
+        return fmt
+    for named in CATALOG.values():
+        if named == fmt:
+            return named
+    return fmt
+
+
+def _from_keywords(text: str) -> BinaryFormat:
+    fields = {}
+    for part in text.split(","):
+        if "=" not in part:
+            raise FormatError(f"format spec {text!r}: expected key=value pairs separated by commas")
+        k, v = (s.strip() for s in part.split("=", 1))
+        if k not in _KEYS:
+            raise FormatError(f"format spec {text!r}: unknown key {k!r}; keys are "
+                              f"{', '.join(sorted(_KEYS))}")
+        fields[k] = v
+    return _named_if_catalog(from_mapping(fields, text))
+
+
+def from_mapping(fields: dict, where: str, name: str | None = None) -> BinaryFormat:
+    """A format from a mapping of field names to values (strings or typed, as in TOML)."""
+    missing = {"exp_bits", "man_bits"} - fields.keys()
+    if missing:
+        raise FormatError(f"format {where!r}: missing {', '.join(sorted(missing))}")
+    unknown = fields.keys() - _KEYS
+    if unknown:
+        raise FormatError(f"format {where!r}: unknown key {sorted(unknown)[0]!r}; keys are "
+                          f"{', '.join(sorted(_KEYS))}")
+    kw = {}
+    for k, v in fields.items():
+        if k in ("exp_bits", "man_bits", "bias"):
+            kw[k] = _integer(v, k, where)
+        elif k in ("saturate", "flush_subnormals"):
+            kw[k] = _boolean(v, k, where)
+        else:
+            if v not in ENCODINGS:
+                raise FormatError(f"format {where!r}: encoding must be one of "
+                                  f"{', '.join(ENCODINGS)} (got {v!r})")
+            kw[k] = v
+    try:
+        return BinaryFormat(name=name, **kw)
+    except FormatError as exc:
+        raise FormatError(f"format {where!r}: {str(exc).removeprefix('format: ')}") from None
+
+
+def _integer(v, key, where):
+    if isinstance(v, bool):
+        raise FormatError(f"format {where!r}: {key} must be an integer (got {v!r})")
+    if isinstance(v, int):
+        return v
+    try:
+        return int(str(v))
+    except ValueError:
+        raise FormatError(f"format {where!r}: {key} must be an integer (got {v!r})") from None
+
+
+def _boolean(v, key, where):
+    if isinstance(v, bool):
+        return v
+    text = str(v).lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise FormatError(f"format {where!r}: {key} must be true or false (got {v!r})")
+
+
+def load_formats_file(path) -> dict[str, BinaryFormat]:
+    """User formats from a TOML file, one table per format under ``[formats]``:
+
+        [formats.e3m4_sat]
+        exp_bits = 3
+        man_bits = 4
+        encoding = "ieee"      # optional: ieee, fn, fnuz, finite
+        bias = 3               # optional
+        saturate = true        # optional
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise FormatError(f"formats file {str(path)!r}: cannot read it ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise FormatError(f"formats file {str(path)!r}: not valid TOML ({exc})") from None
+    table = data.get("formats")
+    if not isinstance(table, dict) or not table:
+        raise FormatError(f"formats file {str(path)!r}: expected tables [formats.NAME] with "
+                          f"exp_bits and man_bits")
+    out = {}
+    for name, fields in table.items():
+        if not isinstance(fields, dict):
+            raise FormatError(f"formats file {str(path)!r}: [formats.{name}] must be a table")
+        if name.lower() in CATALOG or name.lower() in ALIASES:
+            raise FormatError(f"formats file {str(path)!r}: {name!r} is already a catalog name")
+        out[name] = from_mapping(fields, name, name=name)
+    return out

@@ -1,0 +1,251 @@
+"""What a binary floating-point format is, and every constant derived from its fields.
+
+A format has a sign bit, ``exp_bits`` exponent bits and ``man_bits`` fraction bits.  A finite
+nonzero value is ``M * 2**q`` with an integer significand ``0 < M < 2**p`` (p = man_bits + 1)
+and a quantum exponent ``q >= qmin``; normal values have ``M >= 2**(p-1)``.
+
+Encodings (which bit patterns are special):
+
+- ``ieee``:   top exponent code is inf (fraction 0) or NaN (fraction != 0);
+- ``fn``:     no inf; only the all-ones pattern S.1..1.1..1 is NaN (float8_e4m3fn);
+- ``fnuz``:   no inf, no negative zero; the negative-zero pattern 1.0..0.0..0 is NaN;
+- ``finite``: every pattern is a finite number: no inf, no NaN (float6/float4 of OCP MX).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+ENCODINGS = ("ieee", "fn", "fnuz", "finite")
+
+
+class FormatError(ValueError):
+    """A format spec that names no format or describes an inconsistent one."""
+
+
+@dataclass(frozen=True)
+class BinaryFormat:
+    """A binary format from its fields; every other constant is derived in ``__post_init__``.
+
+    ``bias`` defaults to the IEEE bias 2**(exp_bits-1) - 1.  ``saturate``: finite overflow and
+    infinite inputs give +-max_finite instead of inf/NaN.  ``flush_subnormals``: a result that
+    would be subnormal becomes a zero of the same sign.  ``name`` is a label only: two formats
+    with equal fields are equal whatever they are called.
+    """
+
+    exp_bits: int
+    man_bits: int
+    bias: int | None = None
+    encoding: str = "ieee"
+    saturate: bool = False
+    flush_subnormals: bool = False
+    name: str | None = field(default=None, compare=False)
+
+    # Derived (init=False): set once in __post_init__.
+    precision: int = field(init=False, compare=False)
+    emin: int = field(init=False, compare=False)
+    emax: int = field(init=False, compare=False)
+    qmin: int = field(init=False, compare=False)
+    top_significand: int = field(init=False, compare=False)
+    bits: int = field(init=False, compare=False)
+
+    def __post_init__(self):
+        for key in ("exp_bits", "man_bits"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise FormatError(f"format: {key} must be an integer (got {value!r})")
+        if self.exp_bits < 1:
+            raise FormatError(f"format: exp_bits must be >= 1 (got {self.exp_bits})")
+        if self.man_bits < 0:
+            raise FormatError(f"format: man_bits must be >= 0 (got {self.man_bits})")
+        if self.encoding not in ENCODINGS:
+            raise FormatError(f"format: encoding must be one of {', '.join(ENCODINGS)} "
+                              f"(got {self.encoding!r})")
+        if self.encoding == "ieee" and self.man_bits == 0:
+            raise FormatError("format: an ieee encoding needs man_bits >= 1 to hold a NaN "
+                              "(got man_bits=0; use encoding=finite)")
+        bias = (1 << (self.exp_bits - 1)) - 1 if self.bias is None else self.bias
+        if isinstance(bias, bool) or not isinstance(bias, int):
+            raise FormatError(f"format: bias must be an integer (got {bias!r})")
+        object.__setattr__(self, "bias", bias)
+
+        p = self.man_bits + 1
+        top_code = (1 << self.exp_bits) - 1          # all-ones exponent field
+        full = (1 << p) - 1                          # significand 1.11..1 as an integer
+        if self.encoding == "ieee":
+            # The all-ones exponent code is reserved for inf and NaN.
+            top_code, top_m = top_code - 1, full
+        elif self.encoding == "fn":
+            # The all-ones code is finite except its all-ones fraction (NaN): the top
+            # binade loses its last value, e.g. e4m3fn max = 1.110b * 2**8 = 448.  With no
+            # fraction bits the whole top code is NaN and the binade below is the top.
+            if self.man_bits == 0:
+                top_code, top_m = top_code - 1, full
+            else:
+                top_m = full - 1
+        else:
+            # fnuz and finite: every code with a nonzero magnitude is finite.
+            top_m = full
+        emin = 1 - bias                               # exponent field 1 is the first normal
+        emax = top_code - bias
+        if emax < emin:
+            raise FormatError(
+                f"format: e{self.exp_bits}m{self.man_bits} {self.encoding} has no normal "
+                f"binade (emax={emax} < emin={emin}); use more exponent bits")
+        object.__setattr__(self, "precision", p)
+        object.__setattr__(self, "emin", emin)
+        object.__setattr__(self, "emax", emax)
+        # The subnormal quantum: the ulp of the lowest binade, 2**(emin - man_bits).
+        object.__setattr__(self, "qmin", emin - self.man_bits)
+        object.__setattr__(self, "top_significand", top_m)
+        object.__setattr__(self, "bits", 1 + self.exp_bits + self.man_bits)
+
+    # ----- encoding properties -------------------------------------------------------------
+    @property
+    def has_inf(self) -> bool:
+        return self.encoding == "ieee"
+
+    @property
+    def has_nan(self) -> bool:
+        return self.encoding != "finite"
+
+    @property
+    def has_negative_zero(self) -> bool:
+        return self.encoding != "fnuz"
+
+    # ----- derived constants (exact, as Fractions) -------------------------------------------
+    @property
+    def max_finite_exact(self) -> Fraction:
+        """Largest finite value: top significand at the top binade, M_top * 2**(emax - p + 1)."""
+        return Fraction(self.top_significand) * Fraction(2) ** (self.emax - self.precision + 1)
+
+    @property
+    def min_normal_exact(self) -> Fraction:
+        """2**emin: exponent field 1, fraction 0."""
+        return Fraction(2) ** self.emin
+
+    @property
+    def min_subnormal_exact(self) -> Fraction:
+        """2**(emin - man_bits): exponent field 0, fraction 0..01."""
+        return Fraction(2) ** self.qmin
+
+    @property
+    def unit_roundoff_exact(self) -> Fraction:
+        """u = 2**-p: the relative error bound of round-to-nearest in the normal range."""
+        return Fraction(1, 1 << self.precision)
+
+    @property
+    def eta_exact(self) -> Fraction:
+        """eta = 2**(emin - man_bits - 1): half the subnormal spacing, the absolute error bound
+        of round-to-nearest below the normal range (standard model with gradual underflow)."""
+        return Fraction(2) ** (self.qmin - 1)
+
+    @property
+    def max_finite(self) -> float:
+        return _as_float(self.max_finite_exact)
+
+    @property
+    def min_normal(self) -> float:
+        return _as_float(self.min_normal_exact)
+
+    @property
+    def min_subnormal(self) -> float:
+        return _as_float(self.min_subnormal_exact)
+
+    @property
+    def unit_roundoff(self) -> float:
+        return _as_float(self.unit_roundoff_exact)
+
+    @property
+    def eta(self) -> float:
+        return _as_float(self.eta_exact)
+
+    @property
+    def finite_count(self) -> int:
+        """Number of bit patterns that encode finite values (both zeros counted where they
+        exist)."""
+        total = 1 << self.bits
+        if self.encoding == "ieee":
+            return total - 2 * (1 << self.man_bits)     # both signs of the top exponent code
+        if self.encoding == "fn":
+            return total - 2                              # S.1..1.1..1 for each sign
+        if self.encoding == "fnuz":
+            return total - 1                              # the single NaN pattern
+        return total
+
+    @property
+    def fits_binary64(self) -> bool:
+        """Every value of the format is a binary64 value (so float64 arrays can hold them)."""
+        return self.precision <= 53 and self.qmin >= -1074 and self.max_finite_exact <= _F64_MAX
+
+    @property
+    def contains_binary64(self) -> bool:
+        """Every finite binary64 value is a value of this format (binary128, binary256...)."""
+        return self.precision >= 53 and self.qmin <= -1074 and self.max_finite_exact >= _F64_MAX
+
+    @property
+    def spec(self) -> str:
+        """The compact spec that ``formats.get`` parses back into an equal format."""
+        s = f"e{self.exp_bits}m{self.man_bits}"
+        if self.bias != (1 << (self.exp_bits - 1)) - 1:
+            s += f"b{self.bias}"
+        if self.encoding != "ieee":
+            s += {"fn": "fn", "fnuz": "fnuz", "finite": "finite"}[self.encoding]
+        if self.saturate:
+            s += "-sat"
+        if self.flush_subnormals:
+            s += "-ftz"
+        return s
+
+    @property
+    def label(self) -> str:
+        return self.name or self.spec
+
+    def __repr__(self) -> str:
+        extra = "".join((", saturate=True" if self.saturate else "",
+                         ", flush_subnormals=True" if self.flush_subnormals else ""))
+        return (f"BinaryFormat({self.label}: exp_bits={self.exp_bits}, man_bits={self.man_bits}, "
+                f"bias={self.bias}, encoding={self.encoding!r}{extra})")
+
+    def constants(self) -> dict:
+        """Every derived constant with the formula that gives it (for the CLI and docs)."""
+        p, wf = self.precision, self.man_bits
+        return {
+            "bits": (self.bits, "1 + exp_bits + man_bits"),
+            "bias": (self.bias, "2**(exp_bits-1) - 1 unless given"),
+            "precision": (p, "p = man_bits + 1"),
+            "emin": (self.emin, "1 - bias"),
+            "emax": (self.emax, _EMAX_DERIVATION[self.encoding]),
+            "max_finite": (self.max_finite_exact,
+                           f"{self.top_significand} * 2**(emax - {p - 1})"),
+            "min_normal": (self.min_normal_exact, "2**emin"),
+            "min_subnormal": (self.min_subnormal_exact, f"2**(emin - {wf})"),
+            "unit_roundoff": (self.unit_roundoff_exact, "u = 2**-p"),
+            "eta": (self.eta_exact, f"2**(emin - {wf} - 1), half the subnormal spacing"),
+            "finite_count": (self.finite_count, _COUNT_DERIVATION[self.encoding]),
+        }
+
+
+_EMAX_DERIVATION = {
+    "ieee": "2**exp_bits - 2 - bias (top code is inf/NaN)",
+    "fn": "2**exp_bits - 1 - bias (top code finite but for S.1..1.1..1)",
+    "fnuz": "2**exp_bits - 1 - bias (NaN is the negative-zero pattern)",
+    "finite": "2**exp_bits - 1 - bias (no special codes)",
+}
+_COUNT_DERIVATION = {
+    "ieee": "2**bits - 2 * 2**man_bits",
+    "fn": "2**bits - 2",
+    "fnuz": "2**bits - 1",
+    "finite": "2**bits",
+}
+
+_F64_MAX = Fraction((1 << 53) - 1) * Fraction(2) ** 971
+
+
+def _as_float(value: Fraction) -> float:
+    """A derived constant as a float64; inf when it lies beyond binary64's range."""
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf")

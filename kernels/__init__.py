@@ -1,0 +1,1 @@
+"""kernels: numba kernels keyed by operator, their contracts, device selection."""

@@ -1,0 +1,1 @@
+"""numerics: arithmetic backends that route rules run on (reference, exact, emulated, native)."""

@@ -1,0 +1,1 @@
+"""reports: the coverage runner, result records, HTML reports, the gate and the CLI."""

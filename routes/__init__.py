@@ -1,0 +1,1 @@
+"""routes: the operator table (ports, operators, rules, checks, graph, codec)."""
