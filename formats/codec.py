@@ -89,9 +89,10 @@ def decode_int(bits: int, fmt: BinaryFormat, kind=float):
         return -math.ldexp(m, q) if sign else math.ldexp(m, q)
     if m == 0:
         return gmpy2.mpfr("-0" if sign else "0")
-    value = gmpy2.mpfr(gmpy2.mpq(m << q, 1) if q >= 0 else gmpy2.mpq(m, 1 << -q),
-                       max(fmt.precision, 2))
-    return -value if sign else value
+    m = -m if sign else m
+    # One rounding at p bits of an exact p-bit value: exact (no context arithmetic after).
+    return gmpy2.mpfr(gmpy2.mpq(m << q, 1) if q >= 0 else gmpy2.mpq(m, 1 << -q),
+                      max(fmt.precision, 2))
 
 
 # ----- vectorized, formats that fit binary64 ---------------------------------------------
