@@ -9,7 +9,7 @@ Public names (shared/ARCHITECTURE.md): ``BinaryFormat``, ``CATALOG``, ``get``, `
 from .catalog import ALIASES, CATALOG, get, load_formats_file
 from .codec import decode, encode, from_ordinal, next_down, next_up, ordinal, ulp, values
 from .exact import Rounded, read_real, round_exact
-from .fast import round_to
+from .fast import round_encode, round_to
 from .format import ENCODINGS, BinaryFormat, FormatError
 from .modes import (DIVIDE_BY_ZERO, FLAG_NAMES, IEEE_MODES, INEXACT, INVALID, MODES, OVERFLOW,
                     UNDERFLOW, flag_names, mode_code)
@@ -17,7 +17,7 @@ from .modes import (DIVIDE_BY_ZERO, FLAG_NAMES, IEEE_MODES, INEXACT, INVALID, MO
 __all__ = [
     "ALIASES", "CATALOG", "get", "load_formats_file", "decode", "encode", "from_ordinal",
     "next_down", "next_up", "ordinal", "ulp", "values", "Rounded", "read_real", "round_exact",
-    "round_to", "ENCODINGS", "BinaryFormat", "FormatError", "DIVIDE_BY_ZERO", "FLAG_NAMES",
+    "round_to", "round_encode", "ENCODINGS", "BinaryFormat", "FormatError", "DIVIDE_BY_ZERO", "FLAG_NAMES",
     "IEEE_MODES", "INEXACT", "INVALID", "MODES", "OVERFLOW", "UNDERFLOW", "flag_names",
     "mode_code",
 ]

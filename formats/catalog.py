@@ -190,6 +190,9 @@ def load_formats_file(path) -> dict[str, BinaryFormat]:
         raise FormatError(f"formats file {str(path)!r}: cannot read it ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise FormatError(f"formats file {str(path)!r}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:           # tomllib decodes before it parses
+        raise FormatError(f"formats file {str(path)!r}: not valid TOML (not UTF-8 text at byte "
+                          f"{exc.start})") from None
     table = data.get("formats")
     if not isinstance(table, dict) or not table:
         raise FormatError(f"formats file {str(path)!r}: expected tables [formats.NAME] with "

@@ -213,7 +213,7 @@ def ordinal(x, fmt) -> np.ndarray:
     """int64 rank of each format value: consecutive values differ by 1, both zeros are 0."""
     fmt = get(fmt)
     b = encode(x, fmt).astype(np.int64)
-    mag = b & ((np.int64(1) << (fmt.bits - 1)) - 1)
+    mag = b & np.int64((1 << (fmt.bits - 1)) - 1)
     neg = (b >> (fmt.bits - 1)) & 1
     if fmt.encoding == "fnuz":
         neg = np.where(mag == 0, 0, neg)

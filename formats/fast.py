@@ -17,16 +17,60 @@ from .kernel import (P_FLUSH, P_HAS_NAN, P_INF_IS_INF, P_INF_IS_NAN, P_OVF_INF, 
                      P_SIGNED_ZERO, make_rounder)
 from .modes import mode_code
 
-_round_bits, _ = make_rounder(numba.njit(cache=True))
+# The scalar routines compiled for the CPU; other compiled code (numerics) calls them inline.
+round_bits, round_in_range, _, encode_bits = make_rounder(numba.njit(cache=True))
 
 
-@numba.njit(parallel=True, cache=True)
-def _round_array(xb, out, flags, want_flags, p, qmin, emax, mtop, params, mode, seed, offset):
-    for i in numba.prange(xb.size):
-        r, f = _round_bits(xb[i], p, qmin, emax, mtop, params, mode, seed, offset + i)
-        out[i] = r
-        if want_flags:
-            flags[i] = f
+@numba.njit(cache=True)
+def round_one(b, p, qmin, emax, mtop, params, mode, seed, index):
+    """round_bits, through the in-range shortcut when 2**emin <= |x| < 2**emax (binary64
+    exponent field in [emin + 1023, emax + 1022]) and the significand has a fraction bit;
+    the same bits either way."""
+    e = (b >> 52) & 0x7FF
+    if p >= 2 and e >= qmin + p + 1022 and e <= emax + 1022:
+        return round_in_range(b, 53 - p, mode, seed, index)
+    return round_bits(b, p, qmin, emax, mtop, params, mode, seed, index)
+
+
+def _make_loop(mode, storage):
+    """The array loop for one mode: the mode is a compile-time constant, so the shortcut
+    compiles to a handful of branch-free integer operations per element.  ``storage``: write
+    the format's own bit patterns (enc = encoding code) instead of binary64 ones."""
+
+    @numba.njit(parallel=True, cache=True)
+    def loop(xb, out, flags, want_flags, p, qmin, emax, mtop, params, seed, offset, bias,
+             nbits, enc):
+        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
+        if p < 2:
+            hi = -1       # one-bit significands: the kept "last bit" would be an exponent bit
+        sbit = np.int64(1) << (nbits - 1)
+        rebias = (bias - 1023) << (p - 1)
+        for i in numba.prange(xb.size):
+            b = xb[i]
+            e = (b >> 52) & 0x7FF
+            if e >= lo and e <= hi:
+                r, f = round_in_range(b, shift, mode, seed, offset + i)
+                if storage:
+                    # A normal result: the exponent field re-biased, the fraction's top bits.
+                    out[i] = (sbit if b < 0 else 0) | ((((r >> 52) & 0x7FF) << (p - 1))
+                                                       + rebias) | ((r & 0xFFFFFFFFFFFFF) >> shift)
+                else:
+                    out[i] = r
+            else:
+                r, f = round_bits(b, p, qmin, emax, mtop, params, mode, seed, offset + i)
+                if storage:
+                    out[i] = encode_bits(r, p, qmin, bias, nbits, enc)
+                else:
+                    out[i] = r
+            if want_flags:
+                flags[i] = f
+
+    return loop
+
+
+_LOOPS = tuple(_make_loop(mode, False) for mode in range(7))
+_STORAGE_LOOPS = tuple(_make_loop(mode, True) for mode in range(7))
+_ENCODING_CODES = {"ieee": 0, "fn": 1, "fnuz": 2, "finite": 3}
 
 
 def round_params(fmt: BinaryFormat) -> tuple[int, int, int, int, int]:
@@ -47,14 +91,15 @@ def round_params(fmt: BinaryFormat) -> tuple[int, int, int, int, int]:
 
 
 def round_to(x, fmt, mode: str = "nearest_even", *, with_flags: bool = False, seed: int = 0,
-             offset: int = 0):
+             offset: int = 0, out=None):
     """Round float64 values once into ``fmt`` under ``mode``; float64 array of the results.
 
     ``fmt`` is a BinaryFormat or anything ``formats.get`` takes.  With ``with_flags`` also a
     uint8 array of IEEE flags per element (inexact 1, underflow 2, overflow 4, invalid 16).
     ``stochastic`` mode draws its bits from (seed, offset + flat index), so rounding an array
     in chunks with the right offsets gives the same result as rounding it whole.
-    Every NaN result is the canonical quiet NaN.
+    Every NaN result is the canonical quiet NaN.  ``out``: a C-contiguous float64 array of
+    x's shape to write the results into (``x`` itself rounds in place); saves allocating.
     """
     fmt = get(fmt)
     code = mode_code(mode)
@@ -67,15 +112,48 @@ def round_to(x, fmt, mode: str = "nearest_even", *, with_flags: bool = False, se
         raise FormatError(f"round_to: {fmt.label} values do not all fit binary64 and it does not "
                           f"contain binary64; use formats.round_exact")
     xb = np.ascontiguousarray(x).reshape(-1).view(np.int64)
-    out = np.empty(xb.size, dtype=np.int64)
+    if out is None:
+        bits = np.empty(xb.size, dtype=np.int64)
+    elif (not isinstance(out, np.ndarray) or out.dtype != np.float64 or out.shape != x.shape
+          or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"round_to: out must be a writeable C-contiguous float64 array of "
+                         f"shape {x.shape}")
+    else:
+        bits = out.reshape(-1).view(np.int64)
     flags = np.empty(xb.size if with_flags else 1, dtype=np.uint8)
     p, qmin, emax, mtop, params = round_params(fmt)
     seed = seed - (1 << 64) if seed >= 1 << 63 else seed      # as an int64, same bits
-    _round_array(xb, out, flags, with_flags, p, qmin, emax, mtop, params, code, seed, offset)
-    result = out.view(np.float64).reshape(x.shape)
+    _LOOPS[code](xb, bits, flags, with_flags, p, qmin, emax, mtop, params, seed, offset, 0, 64, 0)
+    result = bits.view(np.float64).reshape(x.shape)
     if with_flags:
         return result, flags.reshape(x.shape)
     return result
+
+
+def round_encode(x, fmt, mode: str = "nearest_even", *, with_flags: bool = False, seed: int = 0,
+                 offset: int = 0):
+    """Round float64 values into ``fmt`` and return the format's own bit patterns, in one
+    pass: the smallest of uint8/16/32/64 that holds ``fmt.bits`` (view a bfloat16 or float8
+    result as the ml_dtypes type to get a storage array).  Same rounding as ``round_to``."""
+    fmt = get(fmt)
+    code = mode_code(mode)
+    if fmt.bits > 64 or not fmt.fits_binary64:
+        raise FormatError(f"round_encode: {fmt.label} needs more than binary64 or 64 bits; use "
+                          f"formats.round_exact and its bits")
+    if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 1 << 64:
+        raise ValueError(f"round_encode: seed must be an integer in [0, 2**64) (got {seed!r})")
+    x = np.asarray(x, dtype=np.float64)
+    xb = np.ascontiguousarray(x).reshape(-1).view(np.int64)
+    dtype = next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64)
+                 if np.dtype(d).itemsize * 8 >= fmt.bits)
+    out = np.empty(xb.size, dtype=dtype)
+    flags = np.empty(xb.size if with_flags else 1, dtype=np.uint8)
+    p, qmin, emax, mtop, params = round_params(fmt)
+    seed = seed - (1 << 64) if seed >= 1 << 63 else seed
+    _STORAGE_LOOPS[code](xb, out, flags, with_flags, p, qmin, emax, mtop, params, seed, offset,
+                         fmt.bias, fmt.bits, _ENCODING_CODES[fmt.encoding])
+    out = out.reshape(x.shape)
+    return (out, flags.reshape(x.shape)) if with_flags else out
 
 
 def _round_wide(x, fmt, with_flags):

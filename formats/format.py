@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 ENCODINGS = ("ieee", "fn", "fnuz", "finite")
+MAX_EXP_BITS, MAX_MAN_BITS = 24, 4096
 
 
 class FormatError(ValueError):
@@ -55,10 +56,14 @@ class BinaryFormat:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise FormatError(f"format: {key} must be an integer (got {value!r})")
-        if self.exp_bits < 1:
-            raise FormatError(f"format: exp_bits must be >= 1 (got {self.exp_bits})")
-        if self.man_bits < 0:
-            raise FormatError(f"format: man_bits must be >= 0 (got {self.man_bits})")
+        # Upper limits keep every derived constant computable (binary256 has 19 and 236; MPFR
+        # exponents stop near 2**30).
+        if not 1 <= self.exp_bits <= MAX_EXP_BITS:
+            raise FormatError(f"format: exp_bits must be in [1, {MAX_EXP_BITS}] "
+                              f"(got {self.exp_bits})")
+        if not 0 <= self.man_bits <= MAX_MAN_BITS:
+            raise FormatError(f"format: man_bits must be in [0, {MAX_MAN_BITS}] "
+                              f"(got {self.man_bits})")
         if self.encoding not in ENCODINGS:
             raise FormatError(f"format: encoding must be one of {', '.join(ENCODINGS)} "
                               f"(got {self.encoding!r})")
@@ -66,8 +71,9 @@ class BinaryFormat:
             raise FormatError("format: an ieee encoding needs man_bits >= 1 to hold a NaN "
                               "(got man_bits=0; use encoding=finite)")
         bias = (1 << (self.exp_bits - 1)) - 1 if self.bias is None else self.bias
-        if isinstance(bias, bool) or not isinstance(bias, int):
-            raise FormatError(f"format: bias must be an integer (got {bias!r})")
+        if isinstance(bias, bool) or not isinstance(bias, int) or abs(bias) >= 1 << 26:
+            raise FormatError(f"format: bias must be an integer of magnitude below 2**26 "
+                              f"(got {bias!r})")
         object.__setattr__(self, "bias", bias)
 
         p = self.man_bits + 1
@@ -186,12 +192,15 @@ class BinaryFormat:
 
     @property
     def spec(self) -> str:
-        """The compact spec that ``formats.get`` parses back into an equal format."""
-        s = f"e{self.exp_bits}m{self.man_bits}"
-        if self.bias != (1 << (self.exp_bits - 1)) - 1:
-            s += f"b{self.bias}"
-        if self.encoding != "ieee":
-            s += {"fn": "fn", "fnuz": "fnuz", "finite": "finite"}[self.encoding]
+        """The compact spec that ``formats.get`` parses back into an equal format.  The bias
+        is written when the spec without it would mean another bias (``e5m2fnuz`` is
+        float8_e5m2fnuz, bias 16, so bias 15 is ``e5m2b15fnuz``)."""
+        from .catalog import get      # the catalog reads specs; imported late (it imports us)
+
+        enc = "" if self.encoding == "ieee" else self.encoding
+        s = f"e{self.exp_bits}m{self.man_bits}{enc}"
+        if get(s) != BinaryFormat(self.exp_bits, self.man_bits, self.bias, self.encoding):
+            s = f"e{self.exp_bits}m{self.man_bits}b{self.bias}{enc}"
         if self.saturate:
             s += "-sat"
         if self.flush_subnormals:
@@ -218,7 +227,7 @@ class BinaryFormat:
             "emin": (self.emin, "1 - bias"),
             "emax": (self.emax, _EMAX_DERIVATION[self.encoding]),
             "max_finite": (self.max_finite_exact,
-                           f"{self.top_significand} * 2**(emax - {p - 1})"),
+                           f"(2**{p} - {(1 << p) - self.top_significand}) * 2**(emax - {p - 1})"),
             "min_normal": (self.min_normal_exact, "2**emin"),
             "min_subnormal": (self.min_subnormal_exact, f"2**(emin - {wf})"),
             "unit_roundoff": (self.unit_roundoff_exact, "u = 2**-p"),
@@ -229,7 +238,8 @@ class BinaryFormat:
 
 _EMAX_DERIVATION = {
     "ieee": "2**exp_bits - 2 - bias (top code is inf/NaN)",
-    "fn": "2**exp_bits - 1 - bias (top code finite but for S.1..1.1..1)",
+    "fn": "2**exp_bits - 1 - bias (top code finite but for S.1..1.1..1; "
+          "2**exp_bits - 2 - bias when man_bits = 0: the whole top code is NaN)",
     "fnuz": "2**exp_bits - 1 - bias (NaN is the negative-zero pattern)",
     "finite": "2**exp_bits - 1 - bias (no special codes)",
 }

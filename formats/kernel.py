@@ -4,7 +4,9 @@
 ``numba.cuda.jit(device=True)``, or the identity for plain Python) and returns the routine
 ``round_bits(b, p, qmin, emax, mtop, params, mode, seed, index) -> (bits, flags)`` that rounds
 one binary64 value, given as its int64 bit pattern, into a format and returns the binary64
-bit pattern of the result.  Only int64 arithmetic is used (no float ops, no bit casts), which
+bit pattern of the result; ``round_in_range``, its shortcut for inputs whose result is a
+normal number (a few integer operations); ``stochastic_bits``; and ``encode_bits``, which
+turns a result into the format's own bit pattern (storage).  Only int64 arithmetic is used (no float ops, no bit casts), which
 is what lets one source run unchanged on all three targets.
 
 The algorithm: a finite nonzero x = M * 2**k (M < 2**53).  With e = floor(log2|x|) the
@@ -96,6 +98,34 @@ def make_rounder(jit):
         # m < 2**53 <= 2**(shift-1): the whole of m is a remainder below half the quantum.
         t = m >> (shift - 63) if shift < 116 else 0
         return 0, -1, t, m != 0
+
+    @jit
+    def round_in_range(b, shift, mode, seed, index):
+        """round_bits for an x with 2**emin <= |x| < 2**emax, whose result is a normal
+        finite value, for p >= 2: drop the ``shift`` = 53 - p low bits of the pattern, adding first what
+        makes the mode's carry (a carry out of the fraction steps the exponent, which is
+        the right result at a binade's top).  (bits, inexact flag)."""
+        low = b & ((1 << shift) - 1)
+        if low == 0:
+            return b, 0
+        keep = b - low
+        if mode == 0:                                   # carry iff low > half, or = half & odd
+            add = (1 << (shift - 1)) - 1 + ((b >> shift) & 1)
+        elif mode == 1:                                 # carry iff low >= half
+            add = 1 << (shift - 1)
+        elif mode == 2:
+            return keep, _INEXACT
+        elif mode == 3:                                 # away from zero when positive
+            add = (1 << shift) - 1 if b >= 0 else 0
+        elif mode == 4:                                 # away from zero when negative
+            add = (1 << shift) - 1 if b < 0 else 0
+        elif mode == 5:                                 # the neighbour with the odd last bit
+            return keep | (1 << shift), _INEXACT
+        else:
+            # Stochastic: up iff rand < floor(2**63 * low / 2**shift), i.e. iff the top
+            # `shift` random bits R < low; adding 2**shift - 1 - R carries exactly then.
+            add = (1 << shift) - 1 - (stochastic_bits(seed, index) >> (63 - shift))
+        return (b + add) - ((b + add) & ((1 << shift) - 1)), _INEXACT
 
     @jit
     def round_bits(b, p, qmin, emax, mtop, params, mode, seed, index):
@@ -196,7 +226,39 @@ def make_rounder(jit):
     def max_bits(sign, p, emax, mtop):
         return (sign << 63) | compose(mtop, emax - p + 1, p - 1)
 
-    return round_bits, stochastic_bits
+    @jit
+    def encode_bits(r, p, qmin, bias, nbits, enc):
+        """The format's own bit pattern of the binary64 pattern ``r`` that round_bits
+        returned (a value of the format, or inf / NaN where the format has them).
+        enc: 0 ieee, 1 fn, 2 fnuz, 3 finite."""
+        wf = p - 1
+        sbit = 1 << (nbits - 1)
+        sign = (r >> 63) & 1
+        ex = (r >> 52) & 0x7FF
+        frac = r & _FRAC_MASK
+        top = (1 << (nbits - 1 - wf)) - 1               # the all-ones exponent field
+        if ex == 0x7FF:
+            if frac != 0:                               # NaN
+                if enc == 0:
+                    return (top << wf) | (1 << (wf - 1))
+                if enc == 1:
+                    return sbit - 1
+                return sbit                             # fnuz: the negative-zero pattern
+            return (sbit if sign == 1 else 0) | (top << wf)
+        if ex == 0 and frac == 0:
+            return sbit if sign == 1 and enc != 2 else 0
+        s = sbit if sign == 1 else 0
+        if ex == 0:                                     # binary64 subnormal
+            m = frac
+            k = -1074
+        else:
+            m = frac | _HIDDEN
+            k = ex - 1075
+        if ex - 1023 >= qmin + wf:                      # normal in the format
+            return s | ((ex - 1023 + bias) << wf) | (frac >> (52 - wf))
+        return s | (m >> (qmin - k))                    # subnormal: m * 2**k = M * 2**qmin
+
+    return round_bits, round_in_range, stochastic_bits, encode_bits
 
 
 def _identity(fn):
@@ -204,4 +266,4 @@ def _identity(fn):
 
 
 # The plain-Python build: the exact path shares its random bits, tests compare against it.
-py_round_bits, py_stochastic_bits = make_rounder(_identity)
+py_round_bits, py_round_in_range, py_stochastic_bits, py_encode_bits = make_rounder(_identity)

@@ -16,6 +16,7 @@ import gmpy2
 INEXACT, UNDERFLOW, OVERFLOW, INVALID = 1, 2, 4, 16
 MODES7 = ("nearest_even", "nearest_away", "toward_zero", "upward", "downward", "odd")
 _HUGE = gmpy2.get_emax_max()
+_MPFR = type(gmpy2.mpfr(0))
 _WIDE = gmpy2.context(precision=2048, emin=gmpy2.get_emin_min(), emax=_HUGE)
 
 
@@ -86,8 +87,16 @@ class FormatOracle:
         return rz if self._odd_significand(rz, unbounded) else ra
 
     # -- the oracle ----------------------------------------------------------------------------
-    def round(self, xf: float, mode: str):
-        """(value as float, flags) of rounding the float64 ``xf`` under ``mode``."""
+    def round(self, xf, mode: str):
+        """(value as float, flags) of rounding ``xf`` under ``mode``: a float64, or an mpfr
+        (an exact value, or one rounded to odd far beyond the format's precision)."""
+        if isinstance(xf, _MPFR):
+            if gmpy2.is_nan(xf):
+                xf = math.nan
+            elif gmpy2.is_infinite(xf) or gmpy2.is_zero(xf):
+                xf = float(xf)
+            else:
+                return self._round_finite(xf, xf < 0, math.copysign(1.0, float(xf)), mode)
         if math.isnan(xf):
             return (math.nan, 0) if self.encoding != "finite" else (0.0, INVALID)
         if math.isinf(xf):
@@ -98,8 +107,10 @@ class FormatOracle:
             return math.copysign(float(self.max), xf), INVALID
         if xf == 0:
             return (0.0 if self.encoding == "fnuz" else xf), 0
-        x = gmpy2.mpfr(xf, 53)
-        negative = xf < 0
+        return self._round_finite(gmpy2.mpfr(xf, 53), xf < 0, xf, mode)
+
+    def _round_finite(self, x, negative, xf, mode):
+        """x: a finite nonzero mpfr; xf: a float with x's sign."""
         r = self._mode_value(x, mode)
         if abs(r) > self.max_mpfr:
             away = mode in ("nearest_even", "nearest_away") or \

@@ -67,7 +67,9 @@ def test_spec_forms_and_aliases():
 @pytest.mark.parametrize("spec, message", [
     ("bfloat61", "close: bfloat16"),
     ("binary17", "close: binary16"),
-    ("e0m3", "exp_bits must be >= 1"),
+    ("e0m3", "exp_bits must be in [1, 24]"),
+    ("e30m3", "exp_bits must be in [1, 24]"),
+    ("e5m5000", "man_bits must be in [0, 4096]"),
     ("e1m3", "no normal binade"),
     ("e5m0", "ieee encoding needs man_bits >= 1"),
     ("exp_bits=5", "missing man_bits"),
@@ -235,13 +237,18 @@ def test_same_source_compiles_for_the_cuda_simulator():
         import formats
         from formats.kernel import make_rounder
         from formats.fast import round_params
-        round_bits, _ = make_rounder(cuda.jit(device=True))
+        round_bits, round_in_range = make_rounder(cuda.jit(device=True))[:2]
 
         @cuda.jit
         def kernel(xb, out, fl, p, qmin, emax, mtop, params, mode, seed):
             i = cuda.grid(1)
             if i < xb.size:
-                r, f = round_bits(xb[i], p, qmin, emax, mtop, params, mode, seed, i)
+                b = xb[i]
+                e = (b >> 52) & 0x7FF
+                if p >= 2 and e >= qmin + p + 1022 and e <= emax + 1022:
+                    r, f = round_in_range(b, 53 - p, mode, seed, i)
+                else:
+                    r, f = round_bits(b, p, qmin, emax, mtop, params, mode, seed, i)
                 out[i] = r
                 fl[i] = f
 

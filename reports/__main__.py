@@ -1,0 +1,7 @@
+"""``python -m reports``: the roundoff-coverage command line."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
