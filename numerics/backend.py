@@ -1,0 +1,263 @@
+"""The backend protocol: what a route rule may call, written once against ``xp``.
+
+A backend's numbers live in numpy arrays (float64, or object arrays of mpmath / gmpy2 /
+Fraction numbers), so data movement (reshape, transpose, indexing, concatenate) is plain
+numpy for every backend.  Arithmetic goes through the backend's primitives only:
+
+- elementwise (``ELEMENTWISE``): Array-API spellings, arrays in, arrays out, broadcasting;
+- ``constant(literal, shape)``: a literal rounded once into the backend's numbers;
+- reductions ``sum``, ``prod``, ``max``, ``min`` over axes, ``dot``, ``matmul``, with the
+  accumulation order and format of the backend's policy (``numerics.policy``);
+- ``cast(a, fmt)``: one rounding into another format.
+
+Each backend declares the capabilities it supplies (the spec's Rounding, Erf, InverseTrig,
+Cbrt, NextAfter, Bits); a primitive that needs a missing one raises ``CapabilityError``
+naming both, never an approximation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .policy import Policy, block_size
+
+CAPABILITIES = ("Rounding", "Erf", "InverseTrig", "Cbrt", "NextAfter", "Bits")
+
+UNARY = ("negative", "abs", "square", "sqrt", "rsqrt", "cbrt", "reciprocal", "exp", "exp2",
+         "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
+         "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round",
+         "trunc")
+BINARY = ("add", "subtract", "multiply", "divide", "atan2", "pow", "hypot", "fmod", "remainder",
+          "copysign", "nextafter", "maximum", "minimum", "fmax", "fmin")
+TERNARY = ("fma",)
+COMPARISONS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
+PREDICATES = ("isnan", "isinf", "isfinite")
+ELEMENTWISE = UNARY + BINARY + TERNARY
+
+# The capability each primitive reads (spec: "Scalar Capabilities").  round is ties-to-even
+# (torch.round); fmod truncates (C fmod), remainder is IEEE's (quotient rounded to nearest).
+NEEDS = {"floor": "Rounding", "ceil": "Rounding", "round": "Rounding", "trunc": "Rounding",
+         "fmod": "Rounding", "remainder": "Rounding", "erf": "Erf", "asin": "InverseTrig",
+         "acos": "InverseTrig", "atan": "InverseTrig", "atan2": "InverseTrig", "cbrt": "Cbrt",
+         "nextafter": "NextAfter"}
+
+# Primitives that are exact in any backend whose numbers are closed under them.
+EXACT_PRIMITIVES = ("negative", "abs", "copysign", "maximum", "minimum", "fmax", "fmin",
+                    "floor", "ceil", "round", "trunc", "fmod", "remainder")
+
+
+class CapabilityError(LookupError):
+    """A primitive the backend does not supply; the message names both."""
+
+
+class Backend:
+    """Base of every backend.  Subclasses set ``name``, ``capabilities`` and ``policy`` and
+    implement ``_apply(name, *arrays)`` for the elementwise primitives, ``asarray``,
+    ``constant``, ``to_float64``, ``_compare``, ``_predicate`` and ``cast``.  Reductions, dot
+    and matmul are built here from the primitives and the policy's order."""
+
+    name = "backend"
+    capabilities: frozenset = frozenset()
+    policy: Policy | None = None
+
+    # ----- capability gate -----------------------------------------------------------------
+    def supports(self, primitive: str) -> bool:
+        need = NEEDS.get(primitive)
+        return need is None or need in self.capabilities
+
+    def _require(self, primitive: str):
+        need = NEEDS.get(primitive)
+        if need is not None and need not in self.capabilities:
+            raise CapabilityError(f"{self.name}: {primitive} needs capability {need}, which this "
+                                  f"backend does not supply")
+
+    def _apply(self, name, *arrays):
+        raise NotImplementedError(f"{type(self).__name__} must implement _apply")
+
+    # ----- conversion ---------------------------------------------------------------------
+    def asarray(self, x):
+        """Numbers (float64 arrays, ints, Fractions...) as this backend's numbers, each
+        rounded once where the backend rounds."""
+        raise NotImplementedError
+
+    def constant(self, literal, shape=()):
+        """An array of ``shape`` filled with ``literal`` (int, Fraction, decimal string or
+        float) rounded once into this backend's numbers."""
+        raise NotImplementedError
+
+    def to_float64(self, a) -> np.ndarray:
+        raise NotImplementedError
+
+    def zeros_like(self, a):
+        return self.constant(0, np.shape(a))
+
+    def ones_like(self, a):
+        return self.constant(1, np.shape(a))
+
+    def full_like(self, a, literal):
+        return self.constant(literal, np.shape(a))
+
+    def where(self, cond, a, b):
+        return np.where(cond, a, b)
+
+    # ----- comparisons and predicates (numpy bool arrays) ------------------------------------
+    def _compare(self, name, a, b):
+        raise NotImplementedError
+
+    def _predicate(self, name, a):
+        raise NotImplementedError
+
+    # ----- reductions ------------------------------------------------------------------------
+    def accumulator(self) -> "Backend":
+        """The backend that holds running sums (the policy's accumulation format)."""
+        return self
+
+    def to_storage(self, a, source: "Backend"):
+        """Values of ``source`` (e.g. the accumulator) rounded once into this backend."""
+        return a
+
+    def sum(self, a, axis=None, keepdims=False):
+        return self._reduce("add", a, axis, keepdims)
+
+    def prod(self, a, axis=None, keepdims=False):
+        return self._reduce("multiply", a, axis, keepdims)
+
+    def max(self, a, axis=None, keepdims=False):
+        return self._reduce("maximum", a, axis, keepdims, exact=True)
+
+    def min(self, a, axis=None, keepdims=False):
+        return self._reduce("minimum", a, axis, keepdims, exact=True)
+
+    def _reduce(self, op, a, axis, keepdims, exact=False):
+        a = np.asarray(a)
+        axes = tuple(range(a.ndim)) if axis is None else \
+            tuple(ax % a.ndim for ax in np.atleast_1d(axis))
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"{self.name}: reduction axes must be distinct (got {axis})")
+        keep = [ax for ax in range(a.ndim) if ax not in axes]
+        moved = np.transpose(a, keep + list(axes))
+        lead = moved.shape[:len(keep)]
+        flat = moved.reshape(lead + (-1,))
+        if flat.shape[-1] == 0:
+            raise ValueError(f"{self.name}: reduction over an empty axis")
+        if exact:
+            out = self._fold(op, flat, self)
+        else:
+            acc = self.accumulator()
+            out = self.to_storage(self._fold(op, acc.to_storage(flat, self), acc), acc)
+        if keepdims:
+            shape = [1 if ax in axes else n for ax, n in enumerate(a.shape)]
+            out = np.reshape(out, shape)
+        return out
+
+    def _fold(self, op, x, bk: "Backend"):
+        """Combine x along its last axis with bk's primitive ``op`` in the policy's order."""
+        f = getattr(bk, op)
+        order = self.policy.order if self.policy is not None else "sequential"
+        k = block_size(order)
+        if order == "pairwise":
+            # Level by level: adjacent pairs (0,1), (2,3), ...; an odd last element moves up
+            # unchanged.  Depth ceil(log2 n), the exponent of the pairwise bound.
+            while x.shape[-1] > 1:
+                n = x.shape[-1]
+                paired = f(x[..., 0:n - 1:2], x[..., 1:n:2])
+                x = np.concatenate([paired, x[..., n - 1:]], axis=-1) if n % 2 else paired
+            return x[..., 0]
+        if k is not None and x.shape[-1] > k:
+            n = x.shape[-1]
+            blocks = [self._sequential(f, x[..., i:min(i + k, n)]) for i in range(0, n, k)]
+            return self._sequential(f, np.stack(blocks, axis=-1))
+        return self._sequential(f, x)
+
+    @staticmethod
+    def _sequential(f, x):
+        acc = x[..., 0]
+        for i in range(1, x.shape[-1]):
+            acc = f(acc, x[..., i])
+        return acc
+
+    def dot(self, a, b):
+        """sum_i a[..., i] * b[..., i] (broadcast leading axes), products and sums under the
+        policy: fma=True folds each product into the running sum with one rounding."""
+        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        return self._contract(a, b)
+
+    def matmul(self, a, b):
+        """a @ b with numpy's matmul shape rules (batch axes broadcast)."""
+        a, b = np.asarray(a), np.asarray(b)
+        squeeze_a, squeeze_b = a.ndim == 1, b.ndim == 1
+        if squeeze_a:
+            a = a[None, :]
+        if squeeze_b:
+            b = b[:, None]
+        if a.shape[-1] != b.shape[-2]:
+            raise ValueError(f"{self.name}: matmul inner dimensions differ "
+                             f"({a.shape[-1]} and {b.shape[-2]})")
+        # (..., m, 1, k) against (..., 1, n, k): a dot product per output element.
+        left = a[..., :, None, :]
+        right = np.swapaxes(b, -1, -2)[..., None, :, :]
+        left, right = np.broadcast_arrays(left, right)
+        out = self._contract(left, right)
+        if squeeze_a:
+            out = out[..., 0, :]
+        if squeeze_b:
+            out = out[..., 0]
+        return out
+
+    def _contract(self, a, b):
+        acc = self.accumulator()
+        a, b = acc.to_storage(a, self), acc.to_storage(b, self)
+        fused = self.policy is not None and self.policy.fma
+        order = self.policy.order if self.policy is not None else "sequential"
+        if fused and order != "pairwise":
+            k = block_size(order) or a.shape[-1]
+            chunks = []
+            for i in range(0, a.shape[-1], k):
+                run = acc.multiply(a[..., i], b[..., i])
+                for j in range(i + 1, min(i + k, a.shape[-1])):
+                    run = acc.fma(a[..., j], b[..., j], run)
+                chunks.append(run)
+            total = self._sequential(acc.add, np.stack(chunks, axis=-1))
+        else:
+            total = self._fold("add", acc.multiply(a, b), acc)
+        return self.to_storage(total, acc)
+
+    # ----- casts ---------------------------------------------------------------------------
+    def cast(self, a, fmt, mode=None, with_flags=False):
+        raise NotImplementedError
+
+
+def _elementwise(name, arity):
+    def method(self, *args, **kwargs):
+        if len(args) != arity:
+            raise TypeError(f"{name} takes {arity} arrays ({len(args)} given)")
+        self._require(name)
+        return self._apply(name, *args, **kwargs)
+    method.__name__ = name
+    method.__doc__ = f"Elementwise {name} ({arity} arrays, broadcasting)."
+    return method
+
+
+def _comparison(name):
+    def method(self, a, b):
+        return self._compare(name, a, b)
+    method.__name__ = name
+    return method
+
+
+def _predicate(name):
+    def method(self, a):
+        return self._predicate(name, a)
+    method.__name__ = name
+    return method
+
+
+for _n in UNARY:
+    setattr(Backend, _n, _elementwise(_n, 1))
+for _n in BINARY:
+    setattr(Backend, _n, _elementwise(_n, 2))
+setattr(Backend, "fma", _elementwise("fma", 3))
+for _n in COMPARISONS:
+    setattr(Backend, _n, _comparison(_n))
+for _n in PREDICATES:
+    setattr(Backend, _n, _predicate(_n))

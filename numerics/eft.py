@@ -1,0 +1,154 @@
+"""Compiled + - * / sqrt fma for the emulated backend: exact results, rounded once.
+
+For a target of p <= 26 bits (binary32, tf32, bfloat16, binary16, float8/6/4) every
+operation is evaluated in binary64 together with its error-free transformation, and the
+exact result is compressed into one binary64 number by *rounding to odd*: keep the binary64
+result if it is exact or its last bit is odd, else step one binary64 ulp toward the exact
+value.  Rounding a value rounded to odd at p + 2 or more bits into p bits gives the correct
+rounding in every nearest and directed mode (Boldo & Melquiond, "Emulation of FMA and
+correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 2008), and also
+keeps exactness, overflow and tininess decisions, so the scalar routine of formats.kernel
+then rounds it into the format with the right flags.
+
+The transformations (all exact in binary64 barring overflow, which these formats' ranges
+exclude):
+- a * b: exact itself (two significands of <= 26 bits make <= 52).
+- a + b: TwoSum (Knuth): s = RN(a + b), err = (a - (s - bb)) + (b - bb), bb = s - a.
+- fma(a, b, c): the exact product, then TwoSum with c.
+- a / b: q = RN(a / b); the sign of a - q b says where a / b lies; q b = ph + pl exactly
+  by Dekker's product (Veltkamp splitting), a - ph is exact (Sterbenz), and RN keeps the sign
+  of (a - ph) - pl.
+- sqrt(a): s = RN(sqrt(a)); the sign of a - s*s, by the same product.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from formats.fast import round_one
+
+ADD, SUBTRACT, MULTIPLY, DIVIDE, SQRT, FMA = range(6)
+_INVALID, _DIVZERO = 16, 8
+_CHUNK = 4096
+_SPLIT = 134217729.0          # 2**27 + 1: Veltkamp's splitter for binary64
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _two_product(a, b):
+    """(ph, pl) with ph + pl = a * b exactly (Dekker 1971), ph = RN(a * b)."""
+    ph = a * b
+    t = _SPLIT * a
+    ah = t - (t - a)
+    al = a - ah
+    t = _SPLIT * b
+    bh = t - (t - b)
+    bl = b - bh
+    pl = ((ah * bh - ph) + ah * bl + al * bh) + al * bl
+    return ph, pl
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _zero_sum(x, y, downward):
+    """The sign of an exact zero sum x + y: IEEE 754 6.3 gives -0 under downward rounding
+    unless both are +0, and +0 in every other mode unless both are -0."""
+    both_pos = math.copysign(1.0, x) > 0 and math.copysign(1.0, y) > 0
+    both_neg = math.copysign(1.0, x) < 0 and math.copysign(1.0, y) < 0
+    if downward:
+        return 0.0 if both_pos else -0.0
+    return -0.0 if both_neg else 0.0
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _exact_odd(op, a, b, c, downward):
+    """(v, d, flags): the binary64 result v of the operation, the direction d (-1, 0, 1) of
+    the exact result from v, and the invalid / divide-by-zero flags of the operation."""
+    flags = 0
+    if op == ADD or op == SUBTRACT:
+        if op == SUBTRACT:
+            b = -b
+        s = a + b
+        if math.isinf(a) and math.isinf(b) and a != b:
+            return s, 0, _INVALID
+        if not math.isfinite(s):
+            return s, 0, 0
+        if s == 0.0:
+            return _zero_sum(a, b, downward), 0, 0
+        bb = s - a
+        err = (a - (s - bb)) + (b - bb)
+        return s, (1 if err > 0 else (-1 if err < 0 else 0)), 0
+    if op == MULTIPLY:
+        s = a * b
+        if s != s and a == a and b == b:
+            flags = _INVALID                               # 0 * inf
+        return s, 0, flags
+    if op == FMA:
+        prod = a * b
+        s = prod + c
+        if s != s:
+            if a == a and b == b and c == c:
+                flags = _INVALID                           # 0 * inf, or inf - inf
+            return s, 0, flags
+        if not math.isfinite(s):
+            return s, 0, 0
+        if s == 0.0:
+            return _zero_sum(prod, c, downward), 0, 0
+        bb = s - prod
+        err = (prod - (s - bb)) + (c - bb)
+        return s, (1 if err > 0 else (-1 if err < 0 else 0)), 0
+    if op == DIVIDE:
+        q = a / b
+        if q != q:
+            if a == a and b == b:
+                flags = _INVALID                           # 0/0, inf/inf
+            return q, 0, flags
+        if b == 0.0:
+            return q, 0, (_DIVZERO if a != 0.0 and math.isfinite(a) else 0)
+        if not math.isfinite(q) or q == 0.0 or math.isinf(b):
+            return q, 0, 0
+        ph, pl = _two_product(q, b)
+        r = (a - ph) - pl
+        d = 0
+        if r != 0.0:
+            d = 1 if (r > 0) == (b > 0) else -1
+        return q, d, 0
+    # SQRT
+    if a < 0.0:
+        return np.nan, 0, _INVALID
+    s = math.sqrt(a)
+    if s == 0.0 or not math.isfinite(s):
+        return s, 0, 0
+    ph, pl = _two_product(s, s)
+    r = (a - ph) - pl
+    return s, (1 if r > 0 else (-1 if r < 0 else 0)), 0
+
+
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def apply_rounded(op, a, b, c, out, flags, want_flags, p, qmin, emax, mtop, params, mode,
+                  seed, offset):
+    """out[i] (int64 bits) = the exact op(a[i], b[i], c[i]) rounded once into the format."""
+    n = out.size
+    chunks = (n + _CHUNK - 1) // _CHUNK
+    for k in numba.prange(chunks):
+        tmp = np.empty(1, np.float64)
+        bits = tmp.view(np.int64)                          # the binary64 pattern of tmp[0]
+        for i in range(k * _CHUNK, min(n, (k + 1) * _CHUNK)):
+            v, d, f = _exact_odd(op, a[i], b[i], c[i], mode == 4)
+            tmp[0] = v
+            if d != 0 and (bits[0] & 1) == 0:
+                # Round to odd: step one binary64 ulp toward the exact value (v != 0 here,
+                # so the step keeps the sign; +1 on the pattern grows the magnitude).
+                bits[0] += 1 if (d > 0) == (v > 0) else -1
+            r, g = round_one(bits[0], p, qmin, emax, mtop, params, mode, seed, offset + i)
+            out[i] = r
+            if want_flags:
+                flags[i] = f | g
+
+
+def supported(fmt) -> bool:
+    """Whether this compiled path is exact for ``fmt``: p + 2 <= 53 with exact products
+    (2p <= 53), and products and quotients of format values stay normal in binary64."""
+    return (fmt.fits_binary64 and fmt.precision <= 26 and fmt.emax <= 500
+            and fmt.qmin >= -500)

@@ -1,0 +1,338 @@
+"""``emulated(fmt, mode, policy)``: every primitive is the exact result rounded once into the
+format (transcendental ones included), with IEEE flags per element on request.
+
+Numbers are float64 arrays when the format fits binary64, object arrays of gmpy2 mpfr
+otherwise (binary128, binary256).  Three paths give the same bits; the cheapest one that is
+provably exact is taken:
+
+- compiled error-free transformations (numerics.eft) for + - * / sqrt fma when p <= 26;
+- binary64 itself under round-to-nearest-even: the hardware's + - * / sqrt are the correctly
+  rounded operations (IEEE 754), so numpy's float64 arithmetic is exact-then-rounded;
+- transcendental primitives in formats of at most 26 bits: a binary64 evaluation y whose
+  error is far below 2**-40 |y|, accepted where y - d and y + d (d = 2**-40 |y|) round to the
+  same value and flags; the rest go to MPFR (the ambiguous ones: results near a rounding
+  boundary, exact results, zeros, infinities, NaNs);
+- everything else, element by element through MPFR (numerics.mpfr_path).
+
+Stochastic rounding draws its bits from (seed, call number, element index): the same
+sequence of calls gives the same results.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+import formats
+from formats.fast import round_params
+
+from . import eft
+from .backend import CAPABILITIES, Backend
+from .mpfr_path import MpfrPath
+from .policy import Policy, preset
+
+_EFT_OPS = {"add": eft.ADD, "subtract": eft.SUBTRACT, "multiply": eft.MULTIPLY,
+            "divide": eft.DIVIDE, "sqrt": eft.SQRT, "fma": eft.FMA}
+_NUMPY_ARITH = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+                "divide": np.divide, "sqrt": np.sqrt}
+
+
+@numba.vectorize(["float64(float64)"], cache=True)
+def _erf64(x):
+    return math.erf(x)
+
+
+# binary64 evaluations for the screened path: (function, arity).
+_FLOAT64 = {
+    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
+    "log10": np.log10, "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
+    "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "erf": _erf64, "cbrt": np.cbrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "atan2": np.arctan2, "pow": np.power, "hypot": np.hypot,
+}
+# Relative error allowed for numpy's binary64 results: libm functions are within a few
+# binary64 ulps (2**-52); 2**-40 leaves a margin of 4096 ulps.
+_SCREEN = 2.0 ** -40
+
+
+def emulated(fmt, mode: str = "nearest_even", policy=None, seed: int = 0) -> "EmulatedBackend":
+    """The emulated backend of storage format ``fmt`` under ``mode``; ``policy`` is a Policy,
+    a preset name (numerics.policy.PRESETS) or None (strict)."""
+    return EmulatedBackend(fmt, mode, policy, seed)
+
+
+class EmulatedBackend(Backend):
+    capabilities = frozenset(CAPABILITIES)
+
+    def __init__(self, fmt, mode="nearest_even", policy=None, seed=0):
+        self.fmt = formats.get(fmt)
+        formats.mode_code(mode)
+        self.mode = mode
+        if policy is None:
+            policy = preset("strict", self.fmt)
+        elif isinstance(policy, str):
+            policy = preset(policy, self.fmt)
+        if not isinstance(policy, Policy) or policy.storage != self.fmt:
+            raise ValueError(f"emulated: the policy's storage format must be {self.fmt.label} "
+                             f"(got {getattr(policy, 'label', policy)!r})")
+        self.policy = policy
+        self.seed = seed
+        self.calls = 0
+        self.name = f"emulated({self.fmt.label},{mode},{policy.label})"
+        self._wide = not self.fmt.fits_binary64
+        self._mpfr = MpfrPath(self.fmt, mode)
+        self._acc = None
+        self._compute = None
+
+    # ----- helpers -------------------------------------------------------------------------
+    def _next_seed(self):
+        """A seed per call for stochastic rounding (a 64-bit mix of seed and call number)."""
+        self.calls += 1
+        if self.mode != "stochastic":
+            return 0
+        z = (self.seed * 0x9E3779B97F4A7C15 + self.calls * 0xBF58476D1CE4E5B9) % (1 << 64)
+        return z
+
+    def _rounder(self):
+        """The backend whose format results are first rounded into (the compute format)."""
+        if self.policy.compute == self.fmt:
+            return self
+        if self._compute is None:
+            self._compute = EmulatedBackend(self.policy.compute, self.mode, None, self.seed)
+        return self._compute
+
+    # ----- conversion ----------------------------------------------------------------------
+    def asarray(self, x):
+        if self._wide:
+            x = np.asarray(x, dtype=object)
+            out = np.empty(x.shape, dtype=object)
+            for idx, v in np.ndenumerate(x):
+                out[idx] = formats.round_exact(v, self.fmt, self.mode).to_mpfr()
+            return out
+        x = np.asarray(x)
+        if x.dtype == object:
+            return np.vectorize(lambda v: formats.round_exact(v, self.fmt, self.mode).to_float(),
+                                otypes=[np.float64])(x)
+        return formats.round_to(x.astype(np.float64), self.fmt, self.mode, seed=self._next_seed())
+
+    def constant(self, literal, shape=()):
+        r = formats.round_exact(literal, self.fmt, self.mode)
+        if self._wide:
+            out = np.empty(shape, dtype=object)
+            out.fill(r.to_mpfr())
+            return out
+        return np.full(shape, r.to_float())
+
+    def to_float64(self, a):
+        if self._wide:
+            return np.vectorize(float, otypes=[np.float64])(a)
+        return np.asarray(a, dtype=np.float64)
+
+    def cast(self, a, fmt, mode=None, with_flags=False):
+        """Values of this backend rounded once into ``fmt`` (float64 results)."""
+        target = formats.get(fmt)
+        mode = mode or self.mode
+        if self._wide or not target.fits_binary64:
+            path = MpfrPath(target, mode)
+            vals, flags = path.apply("plus", [a])
+        else:
+            vals, flags = formats.round_to(np.asarray(a, dtype=np.float64), target, mode,
+                                           with_flags=True, seed=self._next_seed())
+        return (vals, flags) if with_flags else vals
+
+    def accumulator(self):
+        acc = self.policy.accumulate
+        if acc == self.fmt:
+            return self
+        if self._acc is None:
+            self._acc = EmulatedBackend(acc, self.mode, None, self.seed)
+        return self._acc
+
+    def to_storage(self, a, source):
+        if source is self or (source.fmt == self.fmt):
+            return a
+        if self._wide or source._wide:
+            return self.cast(a, self.fmt)
+        return formats.round_to(np.asarray(a, dtype=np.float64), self.fmt, self.mode,
+                                seed=self._next_seed())
+
+    # ----- comparisons -----------------------------------------------------------------------
+    def _compare(self, name, a, b):
+        return getattr(np, name)(a, b)
+
+    def _predicate(self, name, a):
+        if self._wide:
+            test = {"isnan": lambda v: bool(v != v), "isinf": lambda v: bool(abs(v) == math.inf),
+                    "isfinite": lambda v: bool(v == v and abs(v) != math.inf)}[name]
+            return np.vectorize(test, otypes=[bool])(a)
+        return getattr(np, name)(a)
+
+    # ----- primitives ------------------------------------------------------------------------
+    def _apply(self, name, *arrays, with_flags=False):
+        rounder = self._rounder()
+        vals, flags = rounder._primitive(name, arrays, with_flags)
+        if rounder is not self:
+            vals, more = self.cast(vals, self.fmt, with_flags=True)
+            flags = flags | more if flags is not None else None
+        return (vals, flags) if with_flags else vals
+
+    def _primitive(self, name, arrays, with_flags):
+        seed = self._next_seed()
+        if name in ("negative", "abs", "copysign", "floor", "ceil", "round", "trunc",
+                    "maximum", "minimum", "fmax", "fmin", "nextafter", "fmod", "remainder"):
+            return self._exact_op(name, arrays, with_flags)
+        if name == "square":
+            return self._primitive("multiply", (arrays[0], arrays[0]), with_flags)
+        if name == "reciprocal":
+            return self._primitive("divide", (self.ones_like(arrays[0]), arrays[0]), with_flags)
+        if not self._wide:
+            # Rounding to odd keeps every deterministic mode's decision, not the stochastic
+            # threshold: stochastic rounding takes the MPFR path.
+            if name in _EFT_OPS and eft.supported(self.fmt) and self.mode != "stochastic":
+                return self._eft(name, arrays, with_flags, seed)
+            if name in _NUMPY_ARITH and self.fmt == formats.CATALOG["binary64"] \
+                    and self.mode == "nearest_even" and not with_flags:
+                with np.errstate(all="ignore"):
+                    return _NUMPY_ARITH[name](*arrays), None
+            if name in _FLOAT64 and self.fmt.precision <= 26 and self.mode != "stochastic" \
+                    and self.fmt.fits_binary64:
+                return self._screened(name, arrays, with_flags, seed)
+        vals, flags = self._mpfr.apply(name, arrays, seed)
+        return vals, (flags if with_flags else None)
+
+    def _eft(self, name, arrays, with_flags, seed):
+        arrays = np.broadcast_arrays(*[np.asarray(a, dtype=np.float64) for a in arrays])
+        shape = arrays[0].shape
+        flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
+        while len(flat) < 3:
+            flat.append(flat[0])
+        out = np.empty(flat[0].size, dtype=np.int64)
+        flags = np.empty(out.size if with_flags else 1, dtype=np.uint8)
+        p, qmin, emax, mtop, params = round_params(self.fmt)
+        s = seed - (1 << 64) if seed >= 1 << 63 else seed
+        eft.apply_rounded(_EFT_OPS[name], flat[0], flat[1], flat[2], out, flags, with_flags,
+                          p, qmin, emax, mtop, params, formats.mode_code(self.mode), s, 0)
+        vals = out.view(np.float64).reshape(shape)
+        return vals, (flags.reshape(shape) if with_flags else None)
+
+    def _screened(self, name, arrays, with_flags, seed):
+        """binary64 evaluation accepted where provably rounding like the exact value."""
+        arrays = np.broadcast_arrays(*[np.asarray(a, dtype=np.float64) for a in arrays])
+        with np.errstate(all="ignore"):
+            y = np.asarray(_FLOAT64[name](*arrays), dtype=np.float64)
+            d = np.abs(y) * _SCREEN
+            lo, lof = formats.round_to(y - d, self.fmt, self.mode, with_flags=True)
+            hi, hif = formats.round_to(y + d, self.fmt, self.mode, with_flags=True)
+        ok = np.isfinite(y) & (y != 0) & (lo.view(np.int64) == hi.view(np.int64)) & (lof == hif)
+        if with_flags:
+            # An exact result would be flagged inexact: send values on the grid to MPFR.
+            ok &= formats.round_to(y, self.fmt, "toward_zero") != y
+        vals = lo
+        flags = lof
+        bad = np.flatnonzero(~ok.reshape(-1))
+        if bad.size:
+            sub = [a.reshape(-1)[bad] for a in arrays]
+            fixed, fixed_flags = self._mpfr.apply(name, sub, seed)
+            vals = vals.reshape(-1).copy()
+            flags = flags.reshape(-1).copy()
+            vals[bad] = fixed
+            flags[bad] = fixed_flags
+            vals, flags = vals.reshape(y.shape), flags.reshape(y.shape)
+        return vals, (flags if with_flags else None)
+
+    def _exact_op(self, name, arrays, with_flags):
+        """Primitives whose exact result is a value of the format (or a plain neighbour)."""
+        if self._wide or name in ("fmod", "remainder"):
+            if name in ("fmod", "remainder"):
+                vals, flags = self._mpfr.apply(name, arrays)
+                return vals, (flags if with_flags else None)
+            return self._exact_wide(name, arrays, with_flags)
+        a = [np.asarray(x, dtype=np.float64) for x in arrays]
+        flags = None
+        if name == "negative":
+            v = -a[0]
+        elif name == "abs":
+            v = np.abs(a[0])
+        elif name == "copysign":
+            v = np.copysign(a[0], a[1])
+        elif name in ("floor", "ceil", "trunc"):
+            v = getattr(np, name)(a[0])
+        elif name == "round":
+            v = np.rint(a[0])                          # ties to even, as torch.round
+        elif name in ("maximum", "minimum"):
+            v = _ieee_extremum(a[0], a[1], name == "maximum", propagate_nan=True)
+        elif name in ("fmax", "fmin"):
+            v = _ieee_extremum(a[0], a[1], name == "fmax", propagate_nan=False)
+        else:                                          # nextafter in the format
+            v, flags = _next_after(a[0], a[1], self.fmt)
+        # fnuz has no -0 and NaN canonicalisation: one exact rounding pass keeps the format.
+        v, f2 = formats.round_to(v, self.fmt, self.mode, with_flags=True)
+        if with_flags:
+            flags = f2 if flags is None else flags | f2
+        return v, flags
+
+    def _exact_wide(self, name, arrays, with_flags):
+        import gmpy2
+        a = np.broadcast_arrays(*[np.asarray(x, dtype=object) for x in arrays])
+        fn = {
+            "negative": lambda x: -x, "abs": abs,
+            "copysign": lambda x, y: gmpy2.copy_sign(x, y),
+            "floor": gmpy2.floor, "ceil": gmpy2.ceil, "trunc": gmpy2.trunc,
+            "round": gmpy2.rint,
+            "maximum": lambda x, y: _wide_extremum(x, y, True, True),
+            "minimum": lambda x, y: _wide_extremum(x, y, False, True),
+            "fmax": lambda x, y: _wide_extremum(x, y, True, False),
+            "fmin": lambda x, y: _wide_extremum(x, y, False, False),
+            "nextafter": lambda x, y: x if x == y or x != x else
+            (gmpy2.next_above(x) if y > x else gmpy2.next_below(x)),
+        }[name]
+        with gmpy2.context(precision=self.fmt.precision, round=gmpy2.RoundToNearest):
+            v = np.vectorize(fn, otypes=[object])(*a)
+        flags = np.zeros(v.shape, dtype=np.uint8) if with_flags else None
+        return v, flags
+
+
+def _ieee_extremum(a, b, is_max, propagate_nan):
+    """IEEE 754-2019 maximum/minimum (NaN-propagating) or maximumNumber/minimumNumber
+    (NaN-ignoring, fmax/fmin); -0 < +0 in both."""
+    a, b = np.broadcast_arrays(a, b)
+    if is_max:
+        pick_a = (a > b) | ((a == b) & ~np.signbit(a))
+    else:
+        pick_a = (a < b) | ((a == b) & np.signbit(a))
+    v = np.where(pick_a, a, b)
+    an, bn = np.isnan(a), np.isnan(b)
+    if propagate_nan:
+        return np.where(an | bn, np.nan, v)
+    return np.where(an, b, np.where(bn, a, v))
+
+
+def _wide_extremum(x, y, is_max, propagate_nan):
+    if x != x or y != y:
+        if propagate_nan:
+            return x if x != x else y
+        return y if x != x else x
+    if x == y:
+        neg_x = str(x).startswith("-")
+        if is_max:
+            return y if neg_x else x
+        return x if neg_x else y
+    return (x if x > y else y) if is_max else (x if x < y else y)
+
+
+def _next_after(x, y, fmt):
+    """C nextafter in the format: the neighbour of x toward y (y itself when x == y), with
+    C's overflow and underflow signals."""
+    x, y = np.broadcast_arrays(x, y)
+    up = formats.next_up(x, fmt)
+    down = formats.next_down(x, fmt)
+    v = np.where(x == y, y, np.where(y > x, up, down))
+    v = np.where(np.isnan(x) | np.isnan(y), np.nan, v)
+    flags = np.zeros(v.shape, dtype=np.uint8)
+    moved = (x != y) & np.isfinite(x) & ~np.isnan(y)
+    flags[moved & np.isinf(v)] = formats.OVERFLOW | formats.INEXACT
+    flags[moved & (np.abs(v) < fmt.min_normal)] = formats.UNDERFLOW | formats.INEXACT
+    return v, flags
