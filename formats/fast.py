@@ -8,6 +8,8 @@ allocates is the output (and the flags when asked for).
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
@@ -18,7 +20,10 @@ from .kernel import (P_FLUSH, P_HAS_NAN, P_INF_IS_INF, P_INF_IS_NAN, P_OVF_INF, 
 from .modes import mode_code
 
 # The scalar routines compiled for the CPU; other compiled code (numerics) calls them inline.
-round_bits, round_in_range, _, encode_bits = make_rounder(numba.njit(cache=True))
+round_bits, _, _, encode_bits = make_rounder(numba.njit(cache=True))
+# The shortcut inlined at the numba-IR level into the loops that call it, so a constant mode
+# folds its branches away.
+round_in_range = make_rounder(functools.partial(numba.njit, cache=True, inline="always"))[1]
 
 
 @numba.njit(cache=True)

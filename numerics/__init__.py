@@ -3,9 +3,11 @@ native), accumulation policies, error metrics and standard-model bounds."""
 
 from .backend import CAPABILITIES, Backend, CapabilityError
 from .emulated import EmulatedBackend, emulated
+from .exact import ExactBackend, ExactnessError, exact
 from .native import NativeBackend, native
 from .policy import PRESETS, Policy, preset
+from .reference import ReferenceBackend, reference, resolve
 
-__all__ = ["CAPABILITIES", "Backend", "CapabilityError", "EmulatedBackend", "emulated", "NativeBackend",
-           "native",
-           "PRESETS", "Policy", "preset"]
+__all__ = ["CAPABILITIES", "Backend", "CapabilityError", "EmulatedBackend", "emulated",
+           "ExactBackend", "ExactnessError", "exact", "NativeBackend", "native", "PRESETS",
+           "Policy", "preset", "ReferenceBackend", "reference", "resolve"]

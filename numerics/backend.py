@@ -5,6 +5,8 @@ Fraction numbers), so data movement (reshape, transpose, indexing, concatenate) 
 numpy for every backend.  Arithmetic goes through the backend's primitives only:
 
 - elementwise (``ELEMENTWISE``): Array-API spellings, arrays in, arrays out, broadcasting;
+  backends that can report IEEE flags take ``with_flags=True`` and then return
+  (values, uint8 flags) (bits in formats.modes);
 - ``constant(literal, shape)``: a literal rounded once into the backend's numbers;
 - reductions ``sum``, ``prod``, ``max``, ``min`` over axes, ``dot``, ``matmul``, with the
   accumulation order and format of the backend's policy (``numerics.policy``);
@@ -176,10 +178,21 @@ class Backend:
             acc = f(acc, x[..., i])
         return acc
 
+    @property
+    def policy_label(self) -> str:
+        """The policy's name for results (``implementation_defined`` where the backend
+        follows its library's own order, as native numpy does)."""
+        label = getattr(self.policy, "label", None)
+        return label if label else "implementation_defined"
+
     def dot(self, a, b):
         """sum_i a[..., i] * b[..., i] (broadcast leading axes), products and sums under the
         policy: fma=True folds each product into the running sum with one rounding."""
-        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape[-1:] != b.shape[-1:]:
+            raise ValueError(f"{self.name}: dot needs equal last dimensions (got {a.shape} and "
+                             f"{b.shape})")
+        a, b = np.broadcast_arrays(a, b)
         return self._contract(a, b)
 
     def matmul(self, a, b):
@@ -209,7 +222,7 @@ class Backend:
         a, b = acc.to_storage(a, self), acc.to_storage(b, self)
         fused = self.policy is not None and self.policy.fma
         order = self.policy.order if self.policy is not None else "sequential"
-        if fused and order != "pairwise":
+        if fused:            # Policy refuses fma with the pairwise order
             k = block_size(order) or a.shape[-1]
             chunks = []
             for i in range(0, a.shape[-1], k):

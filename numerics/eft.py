@@ -28,15 +28,14 @@ import math
 import numba
 import numpy as np
 
-from formats.fast import round_one
+from formats.fast import round_bits, round_in_range
 
 ADD, SUBTRACT, MULTIPLY, DIVIDE, SQRT, FMA = range(6)
 _INVALID, _DIVZERO = 16, 8
-_CHUNK = 4096
 _SPLIT = 134217729.0          # 2**27 + 1: Veltkamp's splitter for binary64
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _two_product(a, b):
     """(ph, pl) with ph + pl = a * b exactly (Dekker 1971), ph = RN(a * b)."""
     ph = a * b
@@ -50,7 +49,7 @@ def _two_product(a, b):
     return ph, pl
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _zero_sum(x, y, downward):
     """The sign of an exact zero sum x + y: IEEE 754 6.3 gives -0 under downward rounding
     unless both are +0, and +0 in every other mode unless both are -0."""
@@ -61,7 +60,7 @@ def _zero_sum(x, y, downward):
     return -0.0 if both_neg else 0.0
 
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _exact_odd(op, a, b, c, downward):
     """(v, d, flags): the binary64 result v of the operation, the direction d (-1, 0, 1) of
     the exact result from v, and the invalid / divide-by-zero flags of the operation."""
@@ -125,26 +124,43 @@ def _exact_odd(op, a, b, c, downward):
     return s, (1 if r > 0 else (-1 if r < 0 else 0)), 0
 
 
-@numba.njit(parallel=True, cache=True, error_model="numpy")
-def apply_rounded(op, a, b, c, out, flags, want_flags, p, qmin, emax, mtop, params, mode,
-                  seed, offset):
-    """out[i] (int64 bits) = the exact op(a[i], b[i], c[i]) rounded once into the format."""
-    n = out.size
-    chunks = (n + _CHUNK - 1) // _CHUNK
-    for k in numba.prange(chunks):
-        tmp = np.empty(1, np.float64)
-        bits = tmp.view(np.int64)                          # the binary64 pattern of tmp[0]
-        for i in range(k * _CHUNK, min(n, (k + 1) * _CHUNK)):
+def _make_loop(op, mode):
+    """The array loop of one operation and mode (compile-time constants, so their branches
+    fold away): the exact result rounded to odd in binary64, then rounded into the format."""
+
+    @numba.njit(parallel=True, cache=True, error_model="numpy")
+    def loop(a, b, c, out, flags, want_flags, p, qmin, emax, mtop, params, seed, offset):
+        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
+        if p < 2:
+            hi = -1
+        for i in numba.prange(out.size):
             v, d, f = _exact_odd(op, a[i], b[i], c[i], mode == 4)
-            tmp[0] = v
-            if d != 0 and (bits[0] & 1) == 0:
+            bits = np.float64(v).view(np.int64)
+            if d != 0 and (bits & 1) == 0:
                 # Round to odd: step one binary64 ulp toward the exact value (v != 0 here,
                 # so the step keeps the sign; +1 on the pattern grows the magnitude).
-                bits[0] += 1 if (d > 0) == (v > 0) else -1
-            r, g = round_one(bits[0], p, qmin, emax, mtop, params, mode, seed, offset + i)
+                bits += 1 if (d > 0) == (v > 0) else -1
+            e = (bits >> 52) & 0x7FF
+            if e >= lo and e <= hi:
+                r, g = round_in_range(bits, shift, mode, seed, offset + i)
+            else:
+                r, g = round_bits(bits, p, qmin, emax, mtop, params, mode, seed, offset + i)
             out[i] = r
             if want_flags:
                 flags[i] = f | g
+
+    return loop
+
+
+# Compiled on first use.  Stochastic rounding is not among the modes: rounding to odd does
+# not keep its threshold (the emulated backend sends it to MPFR).
+_LOOPS = {(op, mode): _make_loop(op, mode) for op in range(6) for mode in range(6)}
+
+
+def apply_rounded(op, a, b, c, out, flags, want_flags, p, qmin, emax, mtop, params, mode,
+                  seed, offset):
+    """out[i] (int64 bits) = the exact op(a[i], b[i], c[i]) rounded once into the format."""
+    _LOOPS[op, mode](a, b, c, out, flags, want_flags, p, qmin, emax, mtop, params, seed, offset)
 
 
 def supported(fmt) -> bool:

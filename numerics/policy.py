@@ -41,6 +41,9 @@ class Policy:
             object.__setattr__(self, key, formats.get(value) if value is not None
                                else self.storage)
         block_size(self.order)      # validates
+        if self.fma and self.order == "pairwise":
+            raise ValueError("policy: fma fuses a product into a running sum; the pairwise "
+                             "order has none (use sequential or blocked:K)")
 
     @property
     def label(self) -> str:
