@@ -73,7 +73,48 @@ def _make_loop(mode, storage):
     return loop
 
 
+def _make_values_loop(mode):
+    """The loop for values without flags, in two passes.  The mere presence of the full
+    routine's call in a loop makes it several times slower, so the first pass rounds the
+    in-range elements only, leaves the others' input patterns in place and counts them;
+    ``finish`` then rounds the patterns still outside the range (none, for most data).
+    A first-pass result that carried to 2**emax is outside the range too; it is a format
+    value, and rounding a format value again returns it."""
+
+    @numba.njit(parallel=True, cache=True)
+    def values(xb, out, p, qmin, emax, seed, offset):
+        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
+        if p < 2:
+            hi = -1
+        outside = 0
+        for i in numba.prange(xb.size):
+            b = xb[i]
+            e = (b >> 52) & 0x7FF
+            if e >= lo and e <= hi:
+                b = round_in_range(b, shift, mode, seed, offset + i)[0]
+            else:
+                outside += 1
+            out[i] = b
+        return outside
+
+    return values
+
+
+@numba.njit(parallel=True, cache=True)
+def finish(out, p, qmin, emax, mtop, params, mode, seed, offset):
+    """Round in place every binary64 pattern of ``out`` outside the in-range shortcut's
+    range (second pass of the values loops here and in numerics.eft)."""
+    lo, hi = qmin + p + 1022, emax + 1022
+    if p < 2:
+        hi = -1
+    for i in numba.prange(out.size):
+        e = (out[i] >> 52) & 0x7FF
+        if e < lo or e > hi:
+            out[i] = round_bits(out[i], p, qmin, emax, mtop, params, mode, seed, offset + i)[0]
+
+
 _LOOPS = tuple(_make_loop(mode, False) for mode in range(7))
+_VALUE_LOOPS = tuple(_make_values_loop(mode) for mode in range(7))
 _STORAGE_LOOPS = tuple(_make_loop(mode, True) for mode in range(7))
 _ENCODING_CODES = {"ieee": 0, "fn": 1, "fnuz": 2, "finite": 3}
 
@@ -128,7 +169,10 @@ def round_to(x, fmt, mode: str = "nearest_even", *, with_flags: bool = False, se
     flags = np.empty(xb.size if with_flags else 1, dtype=np.uint8)
     p, qmin, emax, mtop, params = round_params(fmt)
     seed = seed - (1 << 64) if seed >= 1 << 63 else seed      # as an int64, same bits
-    _LOOPS[code](xb, bits, flags, with_flags, p, qmin, emax, mtop, params, seed, offset, 0, 64, 0)
+    if with_flags:
+        _LOOPS[code](xb, bits, flags, True, p, qmin, emax, mtop, params, seed, offset, 0, 64, 0)
+    elif _VALUE_LOOPS[code](xb, bits, p, qmin, emax, seed, offset):
+        finish(bits, p, qmin, emax, mtop, params, code, seed, offset)
     result = bits.view(np.float64).reshape(x.shape)
     if with_flags:
         return result, flags.reshape(x.shape)

@@ -28,7 +28,7 @@ import math
 import numba
 import numpy as np
 
-from formats.fast import round_bits, round_in_range
+from formats.fast import finish, round_bits, round_in_range
 
 ADD, SUBTRACT, MULTIPLY, DIVIDE, SQRT, FMA = range(6)
 _INVALID, _DIVZERO = 16, 8
@@ -149,7 +149,28 @@ def _make_loop(op, mode):
             if want_flags:
                 flags[i] = f | g
 
-    return loop
+    @numba.njit(parallel=True, cache=True, error_model="numpy")
+    def values(a, b, c, out, p, qmin, emax, seed, offset):
+        # Values without flags in two passes, as formats.fast does: the in-range results
+        # here, the odd-rounded patterns of the others left for formats.fast.finish.
+        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
+        if p < 2:
+            hi = -1
+        outside = 0
+        for i in numba.prange(out.size):
+            v, d, f = _exact_odd(op, a[i], b[i], c[i], mode == 4)
+            bits = np.float64(v).view(np.int64)
+            if d != 0 and (bits & 1) == 0:
+                bits += 1 if (d > 0) == (v > 0) else -1
+            e = (bits >> 52) & 0x7FF
+            if e >= lo and e <= hi:
+                bits = round_in_range(bits, shift, mode, seed, offset + i)[0]
+            else:
+                outside += 1
+            out[i] = bits
+        return outside
+
+    return loop, values
 
 
 # Compiled on first use.  Stochastic rounding is not among the modes: rounding to odd does
@@ -160,7 +181,11 @@ _LOOPS = {(op, mode): _make_loop(op, mode) for op in range(6) for mode in range(
 def apply_rounded(op, a, b, c, out, flags, want_flags, p, qmin, emax, mtop, params, mode,
                   seed, offset):
     """out[i] (int64 bits) = the exact op(a[i], b[i], c[i]) rounded once into the format."""
-    _LOOPS[op, mode](a, b, c, out, flags, want_flags, p, qmin, emax, mtop, params, seed, offset)
+    loop, values = _LOOPS[op, mode]
+    if want_flags:
+        loop(a, b, c, out, flags, True, p, qmin, emax, mtop, params, seed, offset)
+    elif values(a, b, c, out, p, qmin, emax, seed, offset):
+        finish(out, p, qmin, emax, mtop, params, mode, seed, offset)
 
 
 def supported(fmt) -> bool:

@@ -196,7 +196,8 @@ class EmulatedBackend(Backend):
             if name in _NUMPY_ARITH and self.fmt == formats.CATALOG["binary64"] \
                     and self.mode == "nearest_even" and not with_flags:
                 with np.errstate(all="ignore"):
-                    return _NUMPY_ARITH[name](*arrays), None
+                    v = _NUMPY_ARITH[name](*arrays)
+                return np.where(np.isnan(v), np.nan, v), None      # the canonical NaN
             if name in _FLOAT64 and self.fmt.precision <= 26 and self.mode != "stochastic" \
                     and self.fmt.fits_binary64:
                 return self._screened(name, arrays, with_flags, seed)
