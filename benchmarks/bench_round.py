@@ -16,7 +16,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 import tracemalloc
 
 import gmpy2
@@ -26,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import formats  # noqa: E402  (the checkout's formats, installed or not)
+from timing import best_of  # noqa: E402
 
 
 def typical(n: int, seed: int) -> np.ndarray:
@@ -52,14 +52,6 @@ def sample(n: int, seed: int) -> np.ndarray:
     return x
 
 
-def best_of(fn, repeat: int) -> float:
-    """The fastest of ``repeat`` timed calls, in seconds."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def mpfr_rounder(fmt):
@@ -138,12 +130,14 @@ def run(x, args):
         t_ours = best_of(lambda: formats.round_to(x, fmt), args.repeat)
         buf = np.empty_like(x)
         t_out = best_of(lambda: formats.round_to(x, fmt, out=buf), args.repeat)
+        t_enc = best_of(lambda: formats.round_encode(x, fmt), args.repeat)
         t_alt = best_of(alternative, args.repeat)
         mpfr = mpfr_rounder(fmt)
         t_mpfr = best_of(lambda: mpfr(sub), args.repeat) * args.n / sub.size
         rows += [(f"round_to(x, {name!r})", t_ours, t_ours, t_out, ""),
                  (f"round_to(x, {name!r}, out=buf)", t_out, t_ours, t_out, ""),
-                 (label, t_alt, t_ours, t_out, ""),
+                 (f"round_encode(x, {name!r}) (2-byte patterns)", t_enc, t_ours, t_out, ""),
+                 (label, t_alt, t_ours, t_out, f"(= {t_alt / t_enc:.2f} x round_encode)"),
                  (f"gmpy2 per element, {name}", t_mpfr, t_ours, t_out,
                   f"(from {sub.size} elements)")]
         ours = formats.round_to(x, fmt)
@@ -155,10 +149,10 @@ def run(x, args):
         del ours, theirs
 
     print()
-    print(f"{'method':<40} {'seconds for n':>13} {'ns/element':>11} {'speed ratio':>12} "
+    print(f"{'method':<46} {'seconds for n':>13} {'ns/element':>11} {'speed ratio':>12} "
           f"{'ratio, out=':>12}")
     for label, seconds, t_ours, t_out, note in rows:
-        print(f"{label:<40} {seconds:>13.4f} {seconds / args.n * 1e9:>11.2f} "
+        print(f"{label:<46} {seconds:>13.4f} {seconds / args.n * 1e9:>11.2f} "
               f"{seconds / t_ours:>12.2f} {seconds / t_out:>12.2f}  {note}".rstrip())
     print("speed ratio: time of the method / time of round_to allocating its output (> 1: "
           "round_to is faster);\nratio, out=: the same against round_to writing into a reused "

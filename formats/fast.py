@@ -100,6 +100,47 @@ def _make_values_loop(mode):
     return values
 
 
+def _make_storage_values_loop(mode):
+    """Storage patterns without flags in two passes, as ``_make_values_loop``: here the out
+    array cannot hold a binary64 pattern, so the second pass reads the input again."""
+
+    @numba.njit(parallel=True, cache=True)
+    def values(xb, out, p, qmin, emax, seed, offset, bias, nbits):
+        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
+        if p < 2:
+            hi = -1
+        sbit = np.int64(1) << (nbits - 1)
+        rebias = (bias - 1023) << (p - 1)
+        outside = 0
+        for i in numba.prange(xb.size):
+            b = xb[i]
+            e = (b >> 52) & 0x7FF
+            if e >= lo and e <= hi:
+                r = round_in_range(b, shift, mode, seed, offset + i)[0]
+                # A normal result: the exponent field re-biased, the fraction's top bits.
+                out[i] = (sbit if b < 0 else 0) | ((((r >> 52) & 0x7FF) << (p - 1)) + rebias) \
+                    | ((r & 0xFFFFFFFFFFFFF) >> shift)
+            else:
+                outside += 1
+        return outside
+
+    return values
+
+
+@numba.njit(parallel=True, cache=True)
+def _finish_storage(xb, out, p, qmin, emax, mtop, params, mode, seed, offset, bias, nbits,
+                    enc):
+    """The full routine for the inputs outside the shortcut's range, as storage patterns."""
+    lo, hi = qmin + p + 1022, emax + 1022
+    if p < 2:
+        hi = -1
+    for i in numba.prange(xb.size):
+        e = (xb[i] >> 52) & 0x7FF
+        if e < lo or e > hi:
+            r = round_bits(xb[i], p, qmin, emax, mtop, params, mode, seed, offset + i)[0]
+            out[i] = encode_bits(r, p, qmin, bias, nbits, enc)
+
+
 @numba.njit(parallel=True, cache=True)
 def finish(out, p, qmin, emax, mtop, params, mode, seed, offset):
     """Round in place every binary64 pattern of ``out`` outside the in-range shortcut's
@@ -116,6 +157,7 @@ def finish(out, p, qmin, emax, mtop, params, mode, seed, offset):
 _LOOPS = tuple(_make_loop(mode, False) for mode in range(7))
 _VALUE_LOOPS = tuple(_make_values_loop(mode) for mode in range(7))
 _STORAGE_LOOPS = tuple(_make_loop(mode, True) for mode in range(7))
+_STORAGE_VALUE_LOOPS = tuple(_make_storage_values_loop(mode) for mode in range(7))
 _ENCODING_CODES = {"ieee": 0, "fn": 1, "fnuz": 2, "finite": 3}
 
 
@@ -199,8 +241,13 @@ def round_encode(x, fmt, mode: str = "nearest_even", *, with_flags: bool = False
     flags = np.empty(xb.size if with_flags else 1, dtype=np.uint8)
     p, qmin, emax, mtop, params = round_params(fmt)
     seed = seed - (1 << 64) if seed >= 1 << 63 else seed
-    _STORAGE_LOOPS[code](xb, out, flags, with_flags, p, qmin, emax, mtop, params, seed, offset,
-                         fmt.bias, fmt.bits, _ENCODING_CODES[fmt.encoding])
+    enc = _ENCODING_CODES[fmt.encoding]
+    if with_flags:
+        _STORAGE_LOOPS[code](xb, out, flags, True, p, qmin, emax, mtop, params, seed, offset,
+                             fmt.bias, fmt.bits, enc)
+    elif _STORAGE_VALUE_LOOPS[code](xb, out, p, qmin, emax, seed, offset, fmt.bias, fmt.bits):
+        _finish_storage(xb, out, p, qmin, emax, mtop, params, code, seed, offset, fmt.bias,
+                        fmt.bits, enc)
     out = out.reshape(x.shape)
     return (out, flags.reshape(x.shape)) if with_flags else out
 

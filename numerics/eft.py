@@ -61,6 +61,20 @@ def _zero_sum(x, y, downward):
 
 
 @numba.njit(cache=True, error_model="numpy", inline="always")
+def _two_sum(x, y, downward):
+    """(s, d, 0): s = RN(x + y) and the side d of the exact sum from s, by TwoSum (Knuth):
+    err = (x - (s - bb)) + (y - bb), bb = s - x, is exactly x + y - s."""
+    s = x + y
+    if not math.isfinite(s):
+        return s, 0, 0
+    if s == 0.0:
+        return _zero_sum(x, y, downward), 0, 0
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)
+    return s, (1 if err > 0 else (-1 if err < 0 else 0)), 0
+
+
+@numba.njit(cache=True, error_model="numpy", inline="always")
 def _exact_odd(op, a, b, c, downward):
     """(v, d, flags): the binary64 result v of the operation, the direction d (-1, 0, 1) of
     the exact result from v, and the invalid / divide-by-zero flags of the operation."""
@@ -68,16 +82,9 @@ def _exact_odd(op, a, b, c, downward):
     if op == ADD or op == SUBTRACT:
         if op == SUBTRACT:
             b = -b
-        s = a + b
         if math.isinf(a) and math.isinf(b) and a != b:
-            return s, 0, _INVALID
-        if not math.isfinite(s):
-            return s, 0, 0
-        if s == 0.0:
-            return _zero_sum(a, b, downward), 0, 0
-        bb = s - a
-        err = (a - (s - bb)) + (b - bb)
-        return s, (1 if err > 0 else (-1 if err < 0 else 0)), 0
+            return a + b, 0, _INVALID
+        return _two_sum(a, b, downward)
     if op == MULTIPLY:
         s = a * b
         if s != s and a == a and b == b:
@@ -90,13 +97,7 @@ def _exact_odd(op, a, b, c, downward):
             if a == a and b == b and c == c:
                 flags = _INVALID                           # 0 * inf, or inf - inf
             return s, 0, flags
-        if not math.isfinite(s):
-            return s, 0, 0
-        if s == 0.0:
-            return _zero_sum(prod, c, downward), 0, 0
-        bb = s - prod
-        err = (prod - (s - bb)) + (c - bb)
-        return s, (1 if err > 0 else (-1 if err < 0 else 0)), 0
+        return _two_sum(prod, c, downward)
     if op == DIVIDE:
         q = a / b
         if q != q:
@@ -193,3 +194,29 @@ def supported(fmt) -> bool:
     (2p <= 53), and products and quotients of format values stay normal in binary64."""
     return (fmt.fits_binary64 and fmt.precision <= 26 and fmt.emax <= 500
             and fmt.qmin >= -500)
+
+
+@numba.njit(parallel=True, cache=True)
+def screen_in_range(y, out, ok, p, qmin, emax, mode, rel):
+    """Screened rounding of binary64 approximations y of exact values within rel * |y|:
+    where y - d and y + d (d = rel |y|) both lie in the in-range shortcut's range and round
+    to the same value, that value is the exact one's rounding (out, ok = True); elsewhere
+    ok = False and the caller decides (zeros, infinities, NaN, near-boundary values,
+    subnormal or overflowing results)."""
+    lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
+    if p < 2:
+        hi = -1
+    for i in numba.prange(y.size):
+        v = y[i]
+        d = abs(v) * rel
+        bl = np.float64(v - d).view(np.int64)
+        bh = np.float64(v + d).view(np.int64)
+        el = (bl >> 52) & 0x7FF
+        eh = (bh >> 52) & 0x7FF
+        good = False
+        if v != 0.0 and el >= lo and el <= hi and eh >= lo and eh <= hi:
+            rl = round_in_range(bl, shift, mode, 0, 0)[0]
+            if rl == round_in_range(bh, shift, mode, 0, 0)[0]:
+                out[i] = rl
+                good = True
+        ok[i] = good

@@ -53,6 +53,10 @@ _FLOAT64 = {
     "erf": _erf64, "cbrt": np.cbrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "atan2": np.arctan2, "pow": np.power, "hypot": np.hypot,
 }
+# Functions whose binary64 evaluation on finite inputs reaches inf only by overflow, and
+# those whose exact value is never 0 (so a binary64 0 is an underflow).
+_OVERFLOWING = ("exp", "exp2", "expm1", "sinh", "cosh")
+_NEVER_ZERO = ("exp", "exp2", "cosh")
 # Relative error allowed for numpy's binary64 results: libm functions are within a few
 # binary64 ulps (2**-52); 2**-40 leaves a margin of 4096 ulps.
 _SCREEN = 2.0 ** -40
@@ -220,29 +224,53 @@ class EmulatedBackend(Backend):
         return vals, (flags.reshape(shape) if with_flags else None)
 
     def _screened(self, name, arrays, with_flags, seed):
-        """binary64 evaluation accepted where provably rounding like the exact value."""
+        """binary64 evaluation accepted where provably rounding like the exact value: a
+        compiled screen for results in the normal range (values only), then round_to of
+        y -+ d with flags for the rest, then MPFR for what is still undecided."""
         arrays = np.broadcast_arrays(*[np.asarray(a, dtype=np.float64) for a in arrays])
+        shape = arrays[0].shape
+        arrays = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
         with np.errstate(all="ignore"):
-            y = np.asarray(_FLOAT64[name](*arrays), dtype=np.float64)
-            d = np.abs(y) * _SCREEN
-            lo, lof = formats.round_to(y - d, self.fmt, self.mode, with_flags=True)
-            hi, hif = formats.round_to(y + d, self.fmt, self.mode, with_flags=True)
-        ok = np.isfinite(y) & (y != 0) & (lo.view(np.int64) == hi.view(np.int64)) & (lof == hif)
+            y = np.asarray(_FLOAT64[name](*arrays), dtype=np.float64).reshape(-1)
+        vals = np.empty(y.size)
+        flags = np.zeros(y.size, dtype=np.uint8)
         if with_flags:
-            # An exact result would be flagged inexact: send values on the grid to MPFR.
-            ok &= formats.round_to(y, self.fmt, "toward_zero") != y
-        vals = lo
-        flags = lof
-        bad = np.flatnonzero(~ok.reshape(-1))
-        if bad.size:
-            sub = [a.reshape(-1)[bad] for a in arrays]
-            fixed, fixed_flags = self._mpfr.apply(name, sub, seed)
-            vals = vals.reshape(-1).copy()
-            flags = flags.reshape(-1).copy()
-            vals[bad] = fixed
-            flags[bad] = fixed_flags
-            vals, flags = vals.reshape(y.shape), flags.reshape(y.shape)
-        return vals, (flags if with_flags else None)
+            todo = np.arange(y.size)
+        else:
+            ok = np.empty(y.size, dtype=np.bool_)
+            p, qmin, emax, _, _ = round_params(self.fmt)
+            eft.screen_in_range(y, vals.view(np.int64), ok, p, qmin, emax,
+                                formats.mode_code(self.mode), _SCREEN)
+            todo = np.flatnonzero(~ok)
+        if todo.size:
+            t = y[todo]
+            finite_in = np.all([np.isfinite(a[todo]) for a in arrays], axis=0)
+            if name in _OVERFLOWING:
+                # binary64 overflowed on finite inputs: the exact value lies beyond 2**1024,
+                # so any stand-in beyond the format's range rounds the same way.
+                huge = np.ldexp(1.0, self.fmt.emax + 2)
+                t = np.where(finite_in & np.isinf(t), np.copysign(huge, t), t)
+            if name in _NEVER_ZERO:
+                # binary64 underflowed to 0: the exact value is positive and below 2**-1074,
+                # so any stand-in below half the format's smallest subnormal rounds the same.
+                t = np.where(finite_in & (t == 0), np.ldexp(1.0, self.fmt.qmin - 2), t)
+            with np.errstate(all="ignore"):
+                d = np.abs(t) * _SCREEN
+                lo, lof = formats.round_to(t - d, self.fmt, self.mode, with_flags=True)
+                hi, hif = formats.round_to(t + d, self.fmt, self.mode, with_flags=True)
+            good = np.isfinite(t) & (t != 0) & (lo.view(np.int64) == hi.view(np.int64)) \
+                & (lof == hif)
+            if with_flags:
+                # An exact result would be flagged inexact: send values on the grid to MPFR.
+                good &= formats.round_to(t, self.fmt, "toward_zero") != t
+            vals[todo[good]] = lo[good]
+            flags[todo[good]] = lof[good]
+            bad = todo[~good]
+            if bad.size:
+                fixed, fixed_flags = self._mpfr.apply(name, [a[bad] for a in arrays], seed)
+                vals[bad] = fixed
+                flags[bad] = fixed_flags
+        return vals.reshape(shape), (flags.reshape(shape) if with_flags else None)
 
     def _exact_op(self, name, arrays, with_flags):
         """Primitives whose exact result is a value of the format (or a plain neighbour)."""

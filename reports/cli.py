@@ -167,6 +167,92 @@ def _detail(fmt, source) -> list[str]:
     return lines
 
 
+# ----- ops -------------------------------------------------------------------------------------
+
+def _add_ops(sub, common):
+    p = sub.add_parser("ops", help="list the operator table, or show one operator",
+                       description="Without NAME: every registered operator with its family, "
+                                   "the capability its rule needs, its ports at the default "
+                                   "attributes, the spec's CUDA entry and its certificate "
+                                   "kinds.  With NAME: that operator in detail.  With --certs "
+                                   "NAME: its certificates and the checks that back them.")
+    p.add_argument("name", nargs="?", metavar="NAME", help="an operator name (spec spelling)")
+    p.add_argument("--certs", metavar="NAME", help="list the certificates of operator NAME")
+    p.set_defaults(handler=cmd_ops)
+
+
+def _operator(name):
+    """The declaration of ``name``; UsageError (with close matches) for an unknown one."""
+    import routes
+    try:
+        return routes.declaration(name)
+    except routes.RouteError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_ops(args) -> int:
+    """``ops [NAME] [--certs NAME]``: the operator table, one operator, or its certificates."""
+    import routes
+    from routes.vocabulary import VOCABULARY, spec_row
+    if args.certs is not None:
+        decl = _operator(args.certs)
+        certs = routes.certificates(decl.name)
+        print(f"{decl.name}: " + ("no certificates" if not certs else f"{len(certs)} "
+                                  f"certificate{'s' if len(certs) > 1 else ''}"))
+        for c in certs:
+            where = f" (inputs {list(c.inputs)})" if c.inputs is not None else ""
+            print(f"  {c.kind}{where}: {c.statement}")
+            for test in c.evidence:
+                print(f"    evidence: {test}")
+        return EXIT_OK
+    if args.name is not None:
+        print("\n".join(_op_detail(_operator(args.name), spec_row)))
+        return EXIT_OK
+    rows = []
+    for name in routes.names():
+        o = routes.op(name)
+        kinds = sorted({c.kind for c in routes.certificates(name)})
+        row = spec_row(name)
+        rows.append([name, o.family, _need(o), _ports(o.input_names, o.inputs),
+                     _ports(o.output_names, o.outputs), row[3] if row else "-",
+                     ",".join(kinds) or "none"])
+    print(_table(("name", "family", "needs", "inputs", "outputs", "cuda(spec)", "certificates"),
+                 rows))
+    print(f"\n{len(rows)} of the spec's {len(VOCABULARY)} operators are registered; ports at "
+          f"the default attributes; cuda(spec) is the spec's CUDA table (kernels come with the "
+          f"kernels layer)")
+    return EXIT_OK
+
+
+def _need(o) -> str:
+    need = o.need
+    dependent = callable(o.decl.needs)
+    return (need or "-") + (" (at these attributes)" if dependent else "")
+
+
+def _ports(names, ports) -> str:
+    return ",".join(f"{n}:{p}" for n, p in zip(names, ports)) or "-"
+
+
+def _op_detail(decl, spec_row) -> list[str]:
+    """Lines describing one operator at its default attributes."""
+    import routes
+    o = routes.op(decl.name)
+    row = spec_row(decl.name)
+    lines = [f"{decl.name}: family {decl.family}; rule needs {_need(o)}; cuda(spec) "
+             f"{row[3] if row else '-'}", "attributes:"]
+    lines += [f"  {at.name}: {at.wire}, default {at.to_field(at.default)[1]!r}"
+              + (f" ({at.doc})" if at.doc else "") for at in decl.attributes] or ["  none"]
+    lines += ["ports at the default attributes:",
+              f"  inputs:  {_ports(o.input_names, o.inputs)}",
+              f"  outputs: {_ports(o.output_names, o.outputs)}", "notes:"]
+    lines += [f"  - {note}" for note in decl.notes] or ["  none"]
+    kinds = [c.kind for c in routes.certificates(decl.name)]
+    lines.append("certificates: " + (", ".join(kinds) if kinds else "none")
+                 + f" (roundoff-coverage ops --certs {decl.name})")
+    return lines
+
+
 # ----- text helpers ----------------------------------------------------------------------------
 
 def _table(headers, rows, numeric=()) -> str:
@@ -263,4 +349,4 @@ def _exact(value) -> str:
     return f"{sign}{m} * 2**{q}"
 
 
-_SUBCOMMANDS = (_add_formats,)
+_SUBCOMMANDS = (_add_formats, _add_ops)

@@ -1,1 +1,30 @@
-"""routes: the operator table (ports, operators, rules, checks, graph, codec)."""
+"""routes: the operator table (ports, operators, rules, checks, invoke, graph IR and tape,
+wire codec, certificates, sample inputs).
+
+Public names (shared/ARCHITECTURE.md):
+
+- ``names()``: the registered operators; ``op(name, **attributes) -> Op`` (ports computed
+  from the attributes); ``op.check()``; ``op.rule(backend) -> Rule | None`` (None when the
+  backend lacks the capability the operator needs);
+- ``Rule.forward(inputs)``, ``Rule.backward(inputs, cotangents)``, ``Rule.jvp(inputs,
+  tangents)``, ``Rule.validate(inputs)``, ``Rule.prepare(inputs, needs_grad)``;
+- ``invoke(op, inputs, backend)`` (staged checks; ``RouteError`` on failure);
+- ``Graph`` (straight-line IR, tape, forward-mode sweep; usable as a route);
+- ``encode(op) -> dict``, ``decode(record) -> Op``;
+- ``certificates(name)``; ``ports`` (``value``, ``frozen``, ...).
+"""
+
+from . import families  # noqa: F401  (registers every operator)
+from . import ports
+from .certs import Certificate, certificates
+from .codec import VERSION, decode, encode
+from .errors import DecodeError, RouteError
+from .graph import Graph, Ref
+from .invoke import invoke, invoke_prepared
+from .ports import Port
+from .registry import Op, declaration, names, op
+from .rules import Rule
+
+__all__ = ["Certificate", "DecodeError", "Graph", "Op", "Port", "Ref", "RouteError", "Rule",
+           "VERSION", "certificates", "declaration", "decode", "encode", "invoke",
+           "invoke_prepared", "names", "op", "ports"]

@@ -242,3 +242,28 @@ def test_capabilities_and_bad_arguments():
         numerics.emulated("binary16", policy=numerics.Policy("bfloat16"))
     with pytest.raises(ValueError, match="reduction order must be"):
         numerics.Policy("bfloat16", order="random")
+
+
+@pytest.mark.parametrize("fname", ["bfloat16", "binary32"])
+@pytest.mark.parametrize("mode", ["nearest_even", "upward"])
+def test_unary_transcendentals_random_wide_range_binary32_bfloat16(fname, mode):
+    """Inputs over the whole range (so exp, sinh, cosh overflow and underflow binary64 and the
+    format): the screened paths and their stand-ins agree with MPFR."""
+    fmt = formats.get(fname)
+    rng = np.random.default_rng(23)
+    x = formats.round_to(rng.standard_normal(3000) * np.exp2(rng.uniform(-30, 12, 3000)), fmt)
+    x = np.concatenate([x, formats.round_to(np.array([800.0, -800.0, 1e30, -1e30, 88.7, -103.9,
+                                                      0.0, -0.0]), fmt)])
+    rnd = gmpy2.RoundToNearest if mode == "nearest_even" else gmpy2.RoundUp
+    ctx = gmpy2.context(precision=fmt.precision, emin=fmt.qmin + 1, emax=fmt.emax + 1,
+                        subnormalize=True, round=rnd)
+    bk = numerics.emulated(fmt, mode)
+    xs = [gmpy2.mpfr(v, 53) for v in x.tolist()]
+    for name in ["exp", "exp2", "expm1", "sinh", "cosh", "log", "log1p", "sin", "tanh", "erf",
+                 "atan", "asinh", "cbrt", "rsqrt"]:
+        got = getattr(bk, name)(x)
+        fn = getattr(ctx, MPFR_NAME.get(name, name))
+        want = np.array([float(fn(v)) for v in xs])
+        same = ((got == want) & (np.signbit(got) == np.signbit(want))) | \
+            (np.isnan(got) & np.isnan(want))
+        assert same.all(), (name, x[~same][:4], got[~same][:4], want[~same][:4])

@@ -48,3 +48,20 @@ def test_random_and_adversarial_inputs_all_modes(name):
     x = adversarial_inputs(fmt, N, seed=zlib.crc32(name.encode()))
     assert x.size == N
     assert three_way(x, fmt, MODES7 + ("stochastic",)) == []
+
+
+@pytest.mark.parametrize("name", NAMES + ["binary64", "e4m0finite", "e5m2fnuz-ftz"])
+def test_round_encode_is_encode_of_round_to(name):
+    """round_encode (storage patterns in one pass, with and without flags) gives the patterns
+    of round_to's values, in every mode, and the same flags."""
+    fmt = formats.get(name)
+    x = adversarial_inputs(formats.get("bfloat16") if fmt.bits > 32 else fmt, 60_000,
+                           seed=zlib.crc32(name.encode()) + 1)
+    for mode in MODES7 + ("stochastic",):
+        values, flags = formats.round_to(x, fmt, mode, with_flags=True, seed=5)
+        want = formats.encode(values, fmt)
+        got = formats.round_encode(x, fmt, mode, seed=5)
+        got_f, got_flags = formats.round_encode(x, fmt, mode, with_flags=True, seed=5)
+        assert np.array_equal(got.astype(np.uint64), want), mode
+        assert np.array_equal(got_f.astype(np.uint64), want), mode
+        assert np.array_equal(got_flags, flags), mode

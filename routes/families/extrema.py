@@ -1,0 +1,150 @@
+"""Extrema (spec: "Extrema, of which max and min propagate a NaN, fmax and fmin ignore one,
+and clamp reads its bounds at frozen ports"): max and clamp so far."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import formats
+
+from .. import attributes as A
+from .. import words as W
+from ..certs import convention, roundoff
+from ..helpers import binary_elementwise
+from ..ports import frozen, value
+from ..registry import Float64, define
+from ..rules import shown
+from ..samples import Domain, into, special, target, uniform
+
+CONVENTIONS = "tests/test_routes_conventions.py"
+
+
+def _share(xp, x, y, v):
+    """x's share of v in max(x, y): all of v where x > y, none where x < y, half at a tie or
+    a NaN (neither operand larger).  v/2 is exact unless it falls below the normal range."""
+    return xp.where(xp.greater(x, y), v,
+                    xp.where(xp.less(x, y), xp.zeros_like(v),
+                             xp.multiply(v, xp.full_like(v, "0.5"))))
+
+
+def _neighbour(rng, x, fmt):
+    """The next value of the format above or below each x (at random)."""
+    f = target(fmt)
+    return np.where(rng.random(np.shape(x)) < 0.5, formats.next_up(x, f), formats.next_down(x, f))
+
+
+def _ties(rng, fmt, n):
+    """Ties x == y (both zeros, equal values) and neighbours one ulp of the format apart."""
+    x = into(rng.uniform(-4, 4, n), fmt)
+    y = np.where(rng.random(n) < 0.6, x, _neighbour(rng, x, fmt))
+    zeros = rng.random(n) < 0.2
+    return (np.where(zeros, rng.choice([0.0, -0.0], n), x),
+            np.where(zeros, rng.choice([0.0, -0.0], n), y))
+
+
+def _max_f64(x, y, g):
+    """numpy's own reading of the spec's convention, for the float64 comparison."""
+    share = lambda a, b: np.where(a > b, g, np.where(a < b, 0.0, g / 2))
+    return share(x, y), share(y, x)
+
+
+binary_elementwise(
+    "max", "extrema",
+    f=lambda xp, x, y: xp.maximum(x, y),
+    dx=lambda xp, x, y, out, v: _share(xp, x, y, v),
+    dy=lambda xp, x, y, out, v: _share(xp, y, x, v),
+    words=W.maximum, word_oracle=max,
+    oracle=lambda ctx, x, y: ctx.nan if ctx.isnan(x) or ctx.isnan(y) else max(x, y),
+    float64=(np.maximum, _max_f64),
+    domain=Domain(ordinary=uniform(-4, 4, 2), edges=_ties,
+                  special=special(uniform(-4, 4, 2), 2),
+                  kinks=lambda x, y: np.abs(x - y) < 2.0 ** -20),
+    notes=("IEEE 754-2019 maximum: a NaN operand gives NaN (fmax ignores it); -0 < +0.",
+           "Gradient: the larger operand takes the whole cotangent; at a tie or a NaN each "
+           "operand takes half (the spec's rule; PyTorch gives both the whole gradient at a "
+           "NaN).",
+           "element bool: or; element int*/uint*: the larger word; no gradient."),
+    certificates=("derivative", "algebraic", "prepared",
+                  convention(f"{CONVENTIONS}::test_max_splits_a_tie_in_half",
+                             "at x == y each operand receives half of the cotangent"),
+                  convention(f"{CONVENTIONS}::test_max_propagates_nan_and_splits_its_gradient",
+                             "a NaN operand gives a NaN value and half of the cotangent to "
+                             "each operand"),
+                  roundoff(0, statement="exact: the output is one of the operands")),
+)
+
+
+def _inside(xp, x, lo, hi):
+    # Inclusive: a value at a bound keeps its gradient (PyTorch's clamp_backward); NaN fails
+    # both comparisons and gets none.
+    return xp.greater_equal(x, lo) & xp.less_equal(x, hi)
+
+
+def _clamp_validate(xp, a, x, lo, hi):
+    if xp.isnan(lo) or xp.isnan(hi):
+        return f"bounds must not be NaN (got lo {shown(xp, lo)}, hi {shown(xp, hi)})"
+    if xp.greater(lo, hi):
+        return f"lo must not exceed hi (got lo {shown(xp, lo)} > hi {shown(xp, hi)})"
+    return None
+
+
+def _clamp_sampler(kind):
+    """Samples of clamp: ``ordinary`` x away from both bounds, ``edges`` x at or next to a
+    bound (and lo == hi), ``special`` NaN/inf x and infinite bounds (one-sided clamps)."""
+    def sampler(rng, fmt, op):
+        n = int(np.prod(op.attrs.shape, dtype=np.int64))
+        lo, hi = into(rng.uniform(-2, 0), fmt), into(rng.uniform(0.5, 2), fmt)
+        x = into(rng.uniform(-4, 4, n), fmt)
+        if kind == "ordinary":
+            while True:
+                near = (np.abs(x - lo) < 2.0 ** -20) | (np.abs(x - hi) < 2.0 ** -20)
+                if not near.any():
+                    break
+                x = np.where(near, into(rng.uniform(-4, 4, n), fmt), x)
+        elif kind == "edges":
+            hi = lo if rng.random() < 0.25 else hi
+            at = np.where(rng.random(n) < 0.5, lo, hi)
+            x = np.where(rng.random(n) < 0.5, at, _neighbour(rng, at, fmt))
+        else:
+            f = target(fmt)
+            specials = into([np.nan, np.inf, -np.inf, 0.0, -0.0, float(f.max_finite)], fmt)
+            x = np.where(rng.random(n) < 0.6, specials[rng.integers(0, 6, n)], x)
+            far = np.inf if f.has_inf else float(f.max_finite)   # no inf: widest bounds
+            lo = into(-far, fmt) if rng.random() < 0.5 else lo
+            hi = into(far, fmt) if rng.random() < 0.5 else hi
+        return into(x, fmt).reshape(op.attrs.shape), np.asarray(lo), np.asarray(hi)
+    return sampler
+
+
+define(
+    "clamp", "extrema",
+    attributes=(A.shape(),),
+    ports=lambda a: ({"x": value(a.shape), "lo": frozen(), "hi": frozen()},
+                     {"y": value(a.shape)}),
+    forward=lambda xp, a, x, lo, hi: xp.minimum(xp.maximum(x, lo), hi),
+    backward=lambda xp, a, xs, ys, gs, needs: (
+        xp.where(_inside(xp, *xs), gs[0], xp.zeros_like(gs[0])), None, None),
+    jvp=lambda xp, a, xs, ys, ts: xp.where(_inside(xp, *xs), ts[0], xp.zeros_like(ts[0])),
+    validate=_clamp_validate,
+    samples={k: _clamp_sampler(k) for k in ("ordinary", "edges", "special")},
+    oracle=lambda ctx, a, x, lo, hi: (np.asarray(np.frompyfunc(
+        lambda v: v if ctx.isnan(v) else min(max(v, lo[()]), hi[()]), 1, 1)(x), dtype=object),),
+    float64=Float64(lambda a, x, lo, hi: np.clip(x, lo, hi),
+                    lambda a, xs, gs: (np.where((xs[0] >= xs[1]) & (xs[0] <= xs[2]), gs[0], 0.0),
+                                       None, None)),
+    examples={"": {}, "rank0": {"shape": ()}, "2x3": {"shape": (2, 3)}},
+    notes=("clamp(x, lo, hi) = minimum(maximum(x, lo), hi) with IEEE maximum/minimum: NaN x "
+           "gives NaN; the bounds are frozen scalars (no gradient) and may be infinite.",
+           "validate refuses NaN bounds and lo > hi (PyTorch returns hi everywhere then).",
+           "Gradient: the cotangent where lo <= x <= hi (inclusive at the bounds, as PyTorch), "
+           "0 outside and at NaN."),
+    bad_inputs=(({}, ([0.0, 1.0, 2.0], np.nan, 1.0),
+                 "clamp: bounds must not be NaN (got lo nan, hi 1)"),
+                ({}, ([0.0, 1.0, 2.0], 2.0, 1.0),
+                 "clamp: lo must not exceed hi (got lo 2 > hi 1)")),
+    certificates=("derivative", "algebraic", "prepared",
+                  convention(f"{CONVENTIONS}::test_clamp_passes_the_gradient_at_the_bounds",
+                             "x at a bound receives the whole cotangent; NaN x none",
+                             inputs=(0,)),
+                  roundoff(0, statement="exact: the output is x or a bound")),
+)

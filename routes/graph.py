@@ -1,0 +1,232 @@
+"""Graph IR: a straight-line list of registered operators, evaluated forward with the same
+checks as ``invoke``, with a tape for the reverse sweep and a forward-mode sweep (spec:
+``TorchLean.IR.Graph.run`` and the CPU tape).
+
+    g = Graph(x=value((3,)), w1=value((3,)), w2=value((3,)))
+    h = g.apply(op("mul", shape=(3,)), g.input("x"), g.input("w1"))
+    r = g.apply(op("relu", shape=(3,)), h)
+    g.output(g.apply(op("mul", shape=(3,)), r, g.input("w2")))
+    rule = g.rule(backend)            # a route: forward, backward, jvp, prepare, validate
+
+A node's argument is a ``Ref`` to a graph input or to an earlier node's output; a scalar
+source (value, frozen, detached) fits any scalar port of the same shape, other kinds must
+match exactly.  Gradients flow only into value ports: a frozen or detached port reads its
+source without sending it a contribution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import RouteError
+from .invoke import checked_rule, invoke_prepared
+from .ports import Port
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A value in a graph: output ``index`` of node ``node``, or graph input ``index`` when
+    ``node`` is -1."""
+
+    node: int
+    index: int
+
+    def __str__(self):
+        return f"input {self.index}" if self.node < 0 else f"node {self.node} output {self.index}"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator applied to earlier values."""
+
+    op: object
+    args: tuple
+
+
+def _fits(source: Port, target: Port) -> bool:
+    if source.scalar and target.scalar:
+        return source.shape == target.shape
+    return source == target
+
+
+class Graph:
+    """A straight-line program of registered operators over named input ports."""
+
+    name = "graph"
+
+    def __init__(self, **inputs: Port):
+        self.input_names = tuple(inputs)
+        self.inputs = tuple(inputs.values())
+        self.nodes: list[Node] = []
+        self._outputs: tuple = ()
+
+    # ----- building ---------------------------------------------------------------------------
+    def input(self, name: str) -> Ref:
+        """The reference to graph input ``name``."""
+        if name not in self.input_names:
+            raise RouteError(f"graph: no input {name!r} (inputs: {', '.join(self.input_names)})")
+        return Ref(-1, self.input_names.index(name))
+
+    def port(self, ref: Ref) -> Port:
+        """The port of the value ``ref`` names."""
+        if ref.node < 0:
+            return self.inputs[ref.index]
+        return self.nodes[ref.node].op.outputs[ref.index]
+
+    def apply(self, op, *args: Ref):
+        """Append ``op`` applied to ``args``; its output Ref (a tuple of Refs when it has
+        several).  The attributes and each argument's port are checked here already."""
+        k = len(self.nodes)
+        op.check()
+        if len(args) != len(op.inputs):
+            raise RouteError(f"graph node {k} ({op.name}): expects {len(op.inputs)} arguments "
+                             f"({', '.join(op.input_names)}) (got {len(args)})")
+        for name, want, ref in zip(op.input_names, op.inputs, args):
+            if not isinstance(ref, Ref) or ref.node >= k or \
+                    (ref.node < 0 and ref.index >= len(self.inputs)):
+                raise RouteError(f"graph node {k} ({op.name}): argument {name} must name a "
+                                 f"graph input or an earlier node (got {ref!r})")
+            if not _fits(self.port(ref), want):
+                raise RouteError(f"graph node {k} ({op.name}): argument {name} expects {want} "
+                                 f"but {ref} is {self.port(ref)}")
+        self.nodes.append(Node(op, tuple(args)))
+        refs = tuple(Ref(k, j) for j in range(len(op.outputs)))
+        return refs[0] if len(refs) == 1 else refs
+
+    def output(self, *refs: Ref) -> "Graph":
+        """Set the graph's outputs; returns the graph."""
+        for ref in refs:
+            self.port(ref)
+        self._outputs = tuple(refs)
+        return self
+
+    @property
+    def outputs(self) -> tuple:
+        return tuple(self.port(r) for r in self._outputs)
+
+    @property
+    def output_names(self) -> tuple:
+        return tuple(f"out{i}" for i in range(len(self._outputs)))
+
+    def rule(self, backend):
+        """The graph as a route under ``backend``; None when some node has no rule there."""
+        if any(node.op.rule(backend) is None for node in self.nodes):
+            return None
+        return GraphRule(self, backend)
+
+    def run(self, inputs, backend) -> tuple:
+        """The graph's outputs, every node invoked with the staged checks."""
+        return GraphRule(self, backend).forward(inputs)
+
+
+class GraphRule:
+    """A graph under one backend, with the interface of routes.Rule."""
+
+    has_jvp = True
+
+    def __init__(self, graph: Graph, xp):
+        self.graph, self.xp = graph, xp
+
+    def _inputs(self, inputs) -> tuple:
+        inputs = tuple(inputs)
+        g = self.graph
+        if len(inputs) != len(g.inputs):
+            raise RouteError(f"graph: expects {len(g.inputs)} inputs "
+                             f"({', '.join(g.input_names)}) (got {len(inputs)})")
+        out = []
+        for name, port, x in zip(g.input_names, g.inputs, inputs):
+            bad = port.mismatch(x)
+            if bad:
+                raise RouteError(f"graph: input {name} expects {port} ({bad})")
+            out.append(self.xp.asarray(x) if port.scalar else x)
+        return tuple(out)
+
+    def _node_error(self, k, exc):
+        return RouteError(f"graph node {k} ({self.graph.nodes[k].op.name}): {exc}")
+
+    def _sweep(self, inputs, needs_grad):
+        """Forward sweep recording the tape: values, needs-grad flags and pullbacks."""
+        g = self.graph
+        vals = {Ref(-1, i): x for i, x in enumerate(self._inputs(inputs))}
+        active = {Ref(-1, i): bool(f) and p.differentiable
+                  for i, (f, p) in enumerate(zip(needs_grad, g.inputs))}
+        tape = []
+        for k, node in enumerate(g.nodes):
+            flags = tuple(active[r] and p.differentiable for r, p in zip(node.args, node.op.inputs))
+            try:
+                outs, pull = invoke_prepared(node.op, [vals[r] for r in node.args], self.xp, flags)
+            except RouteError as exc:
+                raise self._node_error(k, exc) from None
+            for j, (y, p) in enumerate(zip(outs, node.op.outputs)):
+                vals[Ref(k, j)] = y
+                active[Ref(k, j)] = any(flags) and p.differentiable
+            tape.append((flags, pull))
+        return vals, active, tape
+
+    def forward(self, inputs) -> tuple:
+        vals, _, _ = self._sweep(inputs, (False,) * len(self.graph.inputs))
+        return tuple(vals[r] for r in self.graph._outputs)
+
+    def validate(self, inputs) -> None:
+        """Every node's checks along a forward sweep."""
+        self.forward(inputs)
+
+    def prepare(self, inputs, needs_grad):
+        """(outputs, pullback): the tape's forward sweep, and its reverse sweep."""
+        g, xp = self.graph, self.xp
+        needs = tuple(bool(f) and p.differentiable for f, p in zip(needs_grad, g.inputs))
+        vals, active, tape = self._sweep(inputs, needs)
+
+        def pullback(cotangents):
+            cots = {}
+
+            def accumulate(ref, c):
+                cots[ref] = c if ref not in cots else xp.add(cots[ref], c)
+
+            for ref, c, p in zip(g._outputs, tuple(cotangents), g.outputs):
+                if c is not None and p.differentiable and active[ref]:
+                    accumulate(ref, xp.asarray(c))
+            for k in reversed(range(len(g.nodes))):
+                flags, pull = tape[k]
+                outs = [cots.get(Ref(k, j)) for j in range(len(g.nodes[k].op.outputs))]
+                if not any(flags) or all(c is None for c in outs):
+                    continue
+                for ref, grad, flag in zip(g.nodes[k].args, pull(outs), flags):
+                    if flag:
+                        accumulate(ref, grad)
+            return tuple((cots.get(Ref(-1, i)) if Ref(-1, i) in cots else
+                          xp.zeros_like(vals[Ref(-1, i)])) if need else None
+                         for i, need in enumerate(needs))
+        return tuple(vals[r] for r in g._outputs), pullback
+
+    def backward(self, inputs, cotangents) -> tuple:
+        """The gradient at every value input (None elsewhere)."""
+        _, pullback = self.prepare(inputs, tuple(p.differentiable for p in self.graph.inputs))
+        return pullback(cotangents)
+
+    def linearize(self, inputs, tangents) -> tuple[tuple, tuple]:
+        """(outputs, output tangents): the forward-mode sweep."""
+        g, xp = self.graph, self.xp
+        xs = self._inputs(inputs)
+        vals = {Ref(-1, i): x for i, x in enumerate(xs)}
+        tans = {Ref(-1, i): xp.asarray(t) for i, (t, p) in enumerate(zip(tangents, g.inputs))
+                if t is not None and p.differentiable}
+        for k, node in enumerate(g.nodes):
+            args = [vals[r] for r in node.args]
+            ts = [tans.get(r) if p.differentiable else None for r, p in zip(node.args,
+                                                                          node.op.inputs)]
+            try:
+                rule = checked_rule(node.op, args, xp)
+                outs, touts = rule.linearize(args, ts)
+            except RouteError as exc:
+                raise self._node_error(k, exc) from None
+            for j, (y, t) in enumerate(zip(outs, touts)):
+                vals[Ref(k, j)] = y
+                if t is not None:
+                    tans[Ref(k, j)] = t
+        outs = tuple(vals[r] for r in g._outputs)
+        return outs, tuple((tans[r] if r in tans else xp.zeros_like(vals[r]))
+                           if p.differentiable else None for r, p in zip(g._outputs, g.outputs))
+
+    def jvp(self, inputs, tangents) -> tuple:
+        return self.linearize(inputs, tangents)[1]

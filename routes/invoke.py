@@ -1,0 +1,66 @@
+"""``invoke(op, inputs, backend)``: run one operator with the spec's staged checks
+("Checking And Invoking"): the attributes (``op.check``), each input against its port, the
+existence of a rule under the backend, the rule's value-domain ``validate``, then
+``prepare``.  Every failure is one RouteError line naming the operator and the argument.
+"""
+
+from __future__ import annotations
+
+from .errors import RouteError
+
+
+def check_inputs(op, inputs) -> tuple:
+    """``inputs`` as a tuple after checking their number and each one against its port."""
+    inputs = tuple(inputs)
+    names = op.input_names
+    if len(inputs) != len(names):
+        plural = "input" if len(names) == 1 else "inputs"
+        raise RouteError(f"{op.name}: expects {len(names)} {plural} ({', '.join(names)}) "
+                         f"(got {len(inputs)})")
+    for name, port, x in zip(names, op.inputs, inputs):
+        bad = port.mismatch(x)
+        if bad:
+            raise RouteError(f"{op.name}: input {name} expects {port} ({bad})")
+    return inputs
+
+
+def rule_for(op, backend):
+    """``op.rule(backend)``, or RouteError naming the capability the backend lacks."""
+    rule = op.rule(backend)
+    if rule is None:
+        raise RouteError(f"{op.name}: no rule under {backend.name}: it needs capability "
+                         f"{op.need}, which the backend does not supply")
+    return rule
+
+
+def checked_rule(op, inputs, backend):
+    """The rule of ``op`` under ``backend`` after the first stages: the attributes, each
+    input against its port, the rule's existence, its validate."""
+    op.check()
+    inputs = check_inputs(op, inputs)
+    rule = rule_for(op, backend)
+    rule.validate(inputs)
+    return rule
+
+
+def invoke_prepared(op, inputs, backend, needs_grad=None):
+    """(outputs, pullback) after the staged checks; ``needs_grad`` one flag per input
+    (default all off), a flag on a non-value port is refused."""
+    op.check()
+    inputs = check_inputs(op, inputs)
+    flags = (False,) * len(inputs) if needs_grad is None else tuple(needs_grad)
+    if len(flags) != len(inputs):
+        raise RouteError(f"{op.name}: needs_grad has {len(flags)} flags for {len(inputs)} "
+                         f"inputs")
+    for name, port, flag in zip(op.input_names, op.inputs, flags):
+        if flag and not port.differentiable:
+            raise RouteError(f"{op.name}: input {name} is a {port.kind} port, which receives "
+                             f"no gradient (needs_grad must be false there)")
+    rule = rule_for(op, backend)
+    rule.validate(inputs)
+    return rule.prepare(inputs, flags)
+
+
+def invoke(op, inputs, backend) -> tuple:
+    """The outputs of ``op`` on ``inputs`` under ``backend``, after the staged checks."""
+    return invoke_prepared(op, inputs, backend)[0]

@@ -1,0 +1,302 @@
+"""The operator table: one ``Decl`` per operator, registered once by ``define``; ``Op`` is an
+operator instance (a declaration and its attributes).
+
+Public: ``define`` (used by routes/families), ``names()``, ``op(name, **attributes)``,
+``declaration(name)``, ``Op`` (``check``, ``rule``, ``inputs``/``outputs`` ports computed
+from the attributes, ``samples``, ``record``; equality and hashing through the record).
+
+Function signatures a declaration supplies (``xp`` the backend, ``a`` the attributes,
+``xs`` the inputs in port order, ``ys`` the forward outputs, one tuple entry per port):
+
+- ``ports(a) -> ({input name: Port}, {output name: Port})``
+- ``forward(xp, a, *xs) -> y | (y1, y2, ...) | saving((ys...), name=intermediate)``
+- ``backward(xp, a, xs, ys, gs, needs) -> (gradient or None per input)``: ``gs`` holds one
+  cotangent per output (zeros filled in), ``needs`` one flag per input (False at non-value
+  ports); an input whose flag is off may get None (the machinery drops it anyway)
+- ``jvp(xp, a, xs, ys, ts) -> tangent | (tangent or None per output)``: ``ts`` one tangent
+  per input (None at non-value ports)
+- ``check(a) -> message | None`` and ``validate(xp, a, *xs) -> message | None``: the message
+  names the argument; the machinery prefixes ``"<name>: "``
+- ``needs``: a capability (numerics.CAPABILITIES), None, or ``needs(a) -> capability | None``
+- ``samples``: {kind: sampler(rng, fmt, op) -> inputs} for kinds ``ordinary`` (finite, away
+  from kinks: the points where derivatives are tested), ``edges`` (near domain edges,
+  overflow and underflow thresholds, ties) and ``special`` (zeros, infinities, NaN)
+- ``oracle(ctx, a, *xs) -> outputs``: the forward map computed independently with the mpmath
+  context ``ctx`` on object arrays (tests compare it with the rule under numerics.reference)
+- ``float64``: an independent binary64 implementation ``Float64(forward, backward)`` (tests
+  compare it with the rule under numerics.native("float64"))
+
+Data for the registry-wide tests, in the entry: ``notes`` (conventions at kinks, ties, NaN),
+``examples`` ({label: attributes}; '' is the defaults), ``bad_attributes`` ((attributes,
+message fragment), ...: every ``check`` message), ``bad_inputs`` ((attributes, inputs,
+message fragment), ...: every ``validate`` message), ``known_failures`` (KnownFailure: strict
+xfails) and ``certificates`` (routes.certs).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import certs
+from .attributes import Attr
+from .errors import RouteError
+from .ports import Port
+
+FAMILIES = ("elementwise", "transcendental", "rounding", "extrema", "activation", "logic",
+            "integer", "scan_order", "indexing", "movement", "reduction", "product",
+            "conv_pool", "normalization", "softmax_attention", "loss", "random", "spectral",
+            "graph")
+SAMPLE_KINDS = ("ordinary", "edges", "special")
+
+
+@dataclass(frozen=True)
+class Float64:
+    """An independent binary64 implementation: ``forward(a, *xs) -> y | tuple`` and
+    ``backward(a, xs, gs) -> gradient per input`` (or None where conventions differ), numpy
+    on float64 arrays.  Tests compare it with the rule under numerics.native("float64");
+    ``ulps`` is the agreement required (0: bit for bit)."""
+
+    forward: Callable
+    backward: Callable | None = None
+    ulps: float = 0.0
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """A test known to fail for this operator: ``route`` is the test id's suffix after the
+    operator's id (``forward-float64``), ``reason`` why, ``example`` the scope (an example's
+    test id such as ``add-int8``; None: every example); turned into a strict xfail."""
+
+    route: str
+    reason: str
+    example: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Decl:
+    """Everything about one operator (see the module docstring for the signatures)."""
+
+    name: str
+    family: str
+    attributes: tuple
+    ports: Callable
+    forward: Callable
+    backward: Callable | None = None
+    jvp: Callable | None = None
+    needs: object = None
+    check: Callable | None = None
+    validate: Callable | None = None
+    samples: Mapping = field(default_factory=dict)
+    oracle: Callable | None = None
+    float64: Float64 | None = None
+    notes: tuple = ()
+    examples: Mapping = field(default_factory=lambda: {"": {}})
+    bad_attributes: tuple = ()
+    bad_inputs: tuple = ()
+    known_failures: tuple = ()
+
+    def need(self, attrs) -> str | None:
+        """The capability the rule reads at ``attrs`` (None: every scalar)."""
+        return self.needs(attrs) if callable(self.needs) else self.needs
+
+
+_TABLE: dict[str, Decl] = {}
+
+
+def define(name: str, family: str, *, attributes=(), ports, forward, certificates=(),
+           **pieces) -> Decl:
+    """Register operator ``name`` of ``family`` once; the keywords are Decl's fields and
+    ``certificates`` its evidence ("derivative", "algebraic", "prepared", certs.convention,
+    certs.roundoff).  Returns the declaration."""
+    if name in _TABLE:
+        raise ValueError(f"define: operator {name!r} is already registered")
+    if family not in FAMILIES:
+        raise ValueError(f"define: {name}: unknown family {family!r}")
+    attributes = tuple(attributes)
+    if not all(isinstance(at, Attr) for at in attributes):
+        raise ValueError(f"define: {name}: attributes must be Attr values")
+    if len({at.name for at in attributes}) != len(attributes):
+        raise ValueError(f"define: {name}: attribute names must be distinct")
+    unknown = set(pieces.get("samples", {})) - set(SAMPLE_KINDS)
+    if unknown:
+        raise ValueError(f"define: {name}: sample kinds must be among {SAMPLE_KINDS}")
+    notes = pieces.pop("notes", ())
+    pieces["notes"] = (notes,) if isinstance(notes, str) else tuple(notes)
+    decl = Decl(name, family, attributes, ports, forward, **pieces)
+    _TABLE[name] = decl
+    certs.register(name, certificates)
+    return decl
+
+
+def names() -> tuple[str, ...]:
+    """Every registered operator name, in registration order (family by family)."""
+    return tuple(_TABLE)
+
+
+def declaration(name: str) -> Decl:
+    """The declaration of ``name``; RouteError with close matches when there is none."""
+    try:
+        return _TABLE[name]
+    except (KeyError, TypeError):
+        raise RouteError(f"unknown operator {name!r}{close_matches(name)}") from None
+
+
+def close_matches(name) -> str:
+    """`` (close matches: a, b)`` for a misspelt operator name, or ``""``."""
+    found = difflib.get_close_matches(str(name), list(_TABLE), n=4, cutoff=0.6)
+    return f" (close matches: {', '.join(found)})" if found else ""
+
+
+class Attrs(Mapping):
+    """An operator's attributes in declaration order, read as ``a.shape`` or ``a["shape"]``."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: dict):
+        object.__setattr__(self, "_items", dict(items))
+
+    def __getattr__(self, key):
+        try:
+            return self._items[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def __setattr__(self, key, value):
+        raise AttributeError("attributes are immutable")
+
+    def __getitem__(self, key):
+        return self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __repr__(self):
+        return ", ".join(f"{k}={v!r}" for k, v in self._items.items())
+
+
+def op(name: str, **attributes) -> "Op":
+    """The operator ``name`` at ``attributes`` (defaults for the others), each converted to
+    its canonical type.  Type errors raise RouteError; constraints between attributes are
+    ``Op.check``'s."""
+    decl = declaration(name)
+    known = {at.name: at for at in decl.attributes}
+    extra = [k for k in attributes if k not in known]
+    if extra:
+        have = ", ".join(known) or "none"
+        raise RouteError(f"{name}: unknown attribute {extra[0]!r} (attributes: {have})")
+    return Op(decl, Attrs({k: at.coerce(attributes.get(k, at.default), name)
+                           for k, at in known.items()}))
+
+
+class Op:
+    """An operator instance: a declaration and its canonical attributes.  Operators compare
+    and hash through their wire records, so ``op("relu", shape=(3,)) != op("relu",
+    shape=(4,))``."""
+
+    def __init__(self, decl: Decl, attrs: Attrs):
+        self.decl, self.attrs = decl, attrs
+        self._ports = None
+
+    name = property(lambda self: self.decl.name)
+    family = property(lambda self: self.decl.family)
+
+    def _port_dicts(self):
+        if self._ports is None:
+            ins, outs = self.decl.ports(self.attrs)
+            self._ports = (dict(ins), dict(outs))
+        return self._ports
+
+    @property
+    def inputs(self) -> tuple[Port, ...]:
+        """The input ports, computed from the attributes."""
+        return tuple(self._port_dicts()[0].values())
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(self._port_dicts()[0])
+
+    @property
+    def outputs(self) -> tuple[Port, ...]:
+        return tuple(self._port_dicts()[1].values())
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(self._port_dicts()[1])
+
+    @property
+    def need(self) -> str | None:
+        """The capability this instance's rule reads (None: every scalar has it)."""
+        return self.decl.need(self.attrs)
+
+    def problem(self) -> str | None:
+        """The attribute check's message (prefixed with the name), or None when it passes."""
+        message = self.decl.check(self.attrs) if self.decl.check else None
+        return f"{self.name}: {message}" if message else None
+
+    def check(self) -> None:
+        """Check the attributes the types do not settle; RouteError with the reason."""
+        message = self.problem()
+        if message:
+            raise RouteError(message)
+
+    def rule(self, backend):
+        """The rule under ``backend``, or None when the backend lacks the capability the
+        operator needs at these attributes (never a substitute)."""
+        need = self.need
+        if need is not None and need not in backend.capabilities:
+            return None
+        from .rules import Rule
+        return Rule(self, backend)
+
+    def samples(self, rng, fmt=None, kind: str = "ordinary") -> tuple:
+        """Sample inputs of ``kind`` (SAMPLE_KINDS) at this instance's ports: float64 arrays
+        holding values of ``fmt`` (binary64 when None) at scalar ports, numpy integers or
+        Booleans at the others.  RouteError when the operator declares no such sampler."""
+        sampler = self.decl.samples.get(kind)
+        if sampler is None:
+            raise RouteError(f"{self.name}: no {kind!r} samples declared")
+        xs = tuple(sampler(rng, fmt, self))
+        for name, port, x in zip(self.input_names, self.inputs, xs):
+            bad = port.mismatch(x)
+            if bad:
+                raise RuntimeError(f"{self.name}: sampler {kind} gave input {name} that "
+                                   f"does not fit {port}: {bad}")
+        return xs
+
+    def replace(self, **changes) -> "Op":
+        """This operator with some attributes changed."""
+        return op(self.name, **{**self.attrs, **changes})
+
+    def record(self) -> dict:
+        """The wire record (routes.encode): version, tag, typed fields in order."""
+        from .codec import VERSION
+        return {"version": VERSION, "tag": self.name,
+                "fields": [at.to_field(self.attrs[at.name]) for at in self.decl.attributes]}
+
+    def _key(self):
+        rec = self.record()
+        return rec["tag"], tuple((w, tuple(v) if isinstance(v, list) else v)
+                                 for w, v in rec["fields"])
+
+    def __eq__(self, other):
+        return isinstance(other, Op) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        args = "".join(f", {k}={v!r}" for k, v in self.attrs.items())
+        return f"op({self.name!r}{args})"
+
+
+def withdraw(name: str) -> None:
+    """Remove operator ``name`` and its certificates (for tests that declare a scratch
+    operator; the table itself never withdraws an operator)."""
+    _TABLE.pop(name, None)
+    certs.withdraw(name)

@@ -1,0 +1,160 @@
+"""``Rule``: an operator's rule under one backend: forward, backward (dense pullback), jvp,
+validate and prepare (spec: "The Rule Of An Operator", "Prepared Nodes And Runtime Flags").
+
+Conventions (one tuple entry per port, in port order):
+
+- inputs: arrays a backend reads with ``asarray`` at scalar ports (value, frozen, detached:
+  float64 or integer arrays, or the backend's own numbers), numpy integers or Booleans at
+  index, integer and bool ports.  Scalar inputs are read through ``xp.asarray`` (exact for
+  reference and exact; one rounding into the format for emulated; numpy's astype for
+  native), the others pass unchanged.
+- outputs: a tuple, one array per output port.
+- tangents: one per input, None at non-value ports (None at a value port means zero);
+  tangents out: one per output, None at non-value outputs.
+- cotangents: one per output, None at non-value outputs (None at a value output: zero);
+  gradients: one per input, None at non-value inputs (and, from a prepared pullback, at
+  inputs whose flag is off).
+
+The rule trusts that the inputs fit the ports (``routes.invoke`` checks them first).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import RouteError
+
+
+class Outputs(tuple):
+    """Forward outputs plus ``saved`` intermediates that backward and jvp may read (the
+    softmax weights of attention, a normalizer): see ``saving``."""
+
+    saved: dict = {}
+
+
+def saving(outputs, **saved) -> Outputs:
+    """Forward outputs (an array or a tuple) with named intermediates kept for the pullback
+    and the tangent map, so prepare computes them once."""
+    out = Outputs(outputs if isinstance(outputs, tuple) else (outputs,))
+    out.saved = saved
+    return out
+
+
+class Rule:
+    """The rule of ``op`` under backend ``xp`` (from ``op.rule(backend)``)."""
+
+    def __init__(self, op, xp):
+        self.op, self.xp = op, xp
+        self._ins, self._outs = op.inputs, op.outputs
+
+    @property
+    def has_jvp(self) -> bool:
+        """Whether a forward-mode rule is registered (operators with no value input have a
+        trivial one)."""
+        return self.op.decl.jvp is not None or not self._value_inputs()
+
+    def _value_inputs(self):
+        return [i for i, p in enumerate(self._ins) if p.differentiable]
+
+    # ----- reading arguments ----------------------------------------------------------------
+    def _read(self, inputs) -> tuple:
+        inputs = tuple(inputs)
+        if len(inputs) != len(self._ins):
+            raise RouteError(f"{self.op.name}: expects {len(self._ins)} inputs "
+                             f"({', '.join(self.op.input_names)}) (got {len(inputs)})")
+        return tuple(self.xp.asarray(x) if p.scalar else np.asarray(x)
+                     for x, p in zip(inputs, self._ins))
+
+    def _linear(self, vs, ports, like, what) -> tuple:
+        """Tangents or cotangents: backend numbers at value ports (zeros for None), None
+        elsewhere."""
+        vs = tuple(vs)
+        if len(vs) != len(ports):
+            raise RouteError(f"{self.op.name}: expects {len(ports)} {what} (got {len(vs)})")
+        return tuple((self.xp.zeros_like(ref) if v is None else self.xp.asarray(v))
+                     if p.differentiable else None for v, p, ref in zip(vs, ports, like))
+
+    def _forward(self, xs) -> Outputs:
+        ys = self.op.decl.forward(self.xp, self.op.attrs, *xs)
+        if not isinstance(ys, Outputs):
+            ys = saving(ys)
+        if len(ys) != len(self._outs):
+            raise RuntimeError(f"{self.op.name}: forward returned {len(ys)} outputs, the "
+                               f"ports say {len(self._outs)}")
+        return ys
+
+    # ----- the rule's maps ------------------------------------------------------------------
+    def forward(self, inputs) -> tuple:
+        """The values of the output ports."""
+        return tuple(self._forward(self._read(inputs)))
+
+    def validate(self, inputs) -> None:
+        """The value-domain check; RouteError naming the operator and the argument."""
+        check = self.op.decl.validate
+        message = check(self.xp, self.op.attrs, *self._read(inputs)) if check else None
+        if message:
+            raise RouteError(f"{self.op.name}: {message}")
+
+    def backward(self, inputs, cotangents) -> tuple:
+        """The dense pullback: a gradient for every value input, None elsewhere."""
+        xs = self._read(inputs)
+        ys = self._forward(xs)
+        needs = tuple(p.differentiable for p in self._ins)
+        return self._pull(xs, ys, cotangents, needs)
+
+    def _pull(self, xs, ys, cotangents, needs) -> tuple:
+        if not any(needs):
+            return (None,) * len(xs)
+        gs = self._linear(cotangents, self._outs, ys, "cotangents")
+        grads = tuple(self.op.decl.backward(self.xp, self.op.attrs, xs, ys, gs, needs))
+        if len(grads) != len(xs):
+            raise RuntimeError(f"{self.op.name}: backward returned {len(grads)} gradients "
+                               f"for {len(xs)} inputs")
+        return tuple(g if need else None for g, need in zip(grads, needs))
+
+    def jvp(self, inputs, tangents) -> tuple:
+        """The tangents of the outputs (None at non-value outputs)."""
+        return self.linearize(inputs, tangents)[1]
+
+    def linearize(self, inputs, tangents) -> tuple[tuple, tuple]:
+        """(outputs, output tangents) from one forward evaluation."""
+        xs = self._read(inputs)
+        ys = self._forward(xs)
+        ts = self._linear(tangents, self._ins, xs, "tangents")
+        if not self._value_inputs():
+            out = tuple(self.xp.zeros_like(y) if p.differentiable else None
+                        for y, p in zip(ys, self._outs))
+            return tuple(ys), out
+        if self.op.decl.jvp is None:
+            raise RouteError(f"{self.op.name}: no forward-mode rule is registered")
+        out = self.op.decl.jvp(self.xp, self.op.attrs, xs, ys, ts)
+        out = out if isinstance(out, tuple) else (out,)
+        if len(out) != len(ys):
+            raise RuntimeError(f"{self.op.name}: jvp returned {len(out)} tangents for "
+                               f"{len(ys)} outputs")
+        return tuple(ys), tuple(t if p.differentiable else None for t, p in zip(out, self._outs))
+
+    def prepare(self, inputs, needs_grad):
+        """(outputs, pullback) from one forward evaluation.  ``needs_grad``: one flag per
+        input (a flag at a non-value port is ignored).  ``pullback(cotangents)`` returns the
+        dense gradient at each input whose flag is on and None at the others, reusing the
+        forward values and intermediates."""
+        xs = self._read(inputs)
+        flags = tuple(needs_grad)
+        if len(flags) != len(xs):
+            raise RouteError(f"{self.op.name}: needs_grad has {len(flags)} flags for "
+                             f"{len(xs)} inputs")
+        needs = tuple(bool(f) and p.differentiable for f, p in zip(flags, self._ins))
+        ys = self._forward(xs)
+
+        def pullback(cotangents):
+            return self._pull(xs, ys, cotangents, needs)
+        return tuple(ys), pullback
+
+
+def shown(xp, v) -> str:
+    """Backend numbers in a message: a short decimal (``%.6g``) of each value's nearest
+    binary64 (formatting only, never arithmetic)."""
+    vals = np.asarray(xp.to_float64(v), dtype=np.float64).reshape(-1)
+    text = ", ".join("%.6g" % f for f in vals[:4]) + (", ..." if vals.size > 4 else "")
+    return text if np.ndim(v) == 0 else f"[{text}]"

@@ -1,0 +1,125 @@
+"""Sample inputs for the registry's tests and the coverage runner: domain-aware draws.
+
+A sampler is ``sampler(rng, fmt, op) -> inputs`` (one array per input port, at the port's
+shape): float64 arrays holding values of ``fmt`` (binary64 when None) at scalar ports, numpy
+words or Booleans at the others.  Declarations give one sampler per kind:
+
+- ``ordinary``: finite values in the smooth part of the domain, away from kinks (where the
+  derivative tests run);
+- ``edges``: values near the edges of the domain: overflow and underflow thresholds, ties,
+  the kink itself;
+- ``special``: zeros of both signs, infinities, NaN, the extremes of the format, mixed with
+  ordinary values.
+
+Elementwise operators describe their domain per element with a ``Domain`` of draws
+``draw(rng, fmt, n) -> tuple of float64 arrays`` (one per scalar input, n entries each):
+``uniform``, ``pick``, ``special`` below, or a function of their own.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+import formats
+
+from . import words
+
+SPECIALS = (0.0, -0.0, math.inf, -math.inf, math.nan)
+
+
+def target(fmt) -> formats.BinaryFormat:
+    """The format samples are drawn in (binary64 when ``fmt`` is None)."""
+    return formats.get("binary64") if fmt is None else formats.get(fmt)
+
+
+def into(x, fmt) -> np.ndarray:
+    """Float64 values rounded once (nearest even) into ``fmt``; unchanged for None."""
+    x = np.asarray(x, dtype=np.float64)
+    return x if fmt is None else formats.round_to(x, formats.get(fmt))
+
+
+def extremes(fmt) -> tuple:
+    """The format's largest finite, least normal and least subnormal values, both signs."""
+    f = target(fmt)
+    vals = (float(f.max_finite), float(f.min_normal), float(f.min_subnormal))
+    return vals + tuple(-v for v in vals)
+
+
+def uniform(lo: float, hi: float, arity: int = 1) -> Callable:
+    """A draw: each input uniform in [lo, hi]."""
+    def draw(rng, fmt, n):
+        return tuple(rng.uniform(lo, hi, n) for _ in range(arity))
+    return draw
+
+
+def pick(values, arity: int = 1) -> Callable:
+    """A draw: each input picks from ``values`` (a sequence, or a function of the target
+    format returning one) independently."""
+    def draw(rng, fmt, n):
+        vals = np.asarray(values(target(fmt)) if callable(values) else values, dtype=np.float64)
+        return tuple(vals[rng.integers(0, len(vals), n)] for _ in range(arity))
+    return draw
+
+
+def special(base: Callable, arity: int = 1, share: float = 0.6) -> Callable:
+    """A draw: each entry is a special value (SPECIALS and the format's extremes) with
+    probability ``share``, else drawn by ``base``."""
+    def draw(rng, fmt, n):
+        vals = np.asarray(SPECIALS + extremes(fmt), dtype=np.float64)
+        out = []
+        for x in base(rng, fmt, n):
+            hit = rng.random(n) < share
+            out.append(np.where(hit, vals[rng.integers(0, len(vals), n)], x))
+        return tuple(out)
+    return draw
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Draws of an elementwise operator's scalar inputs by kind; ``kinks(*xs) -> mask`` marks
+    the points where the operator is not differentiable, redrawn in ``ordinary`` samples
+    (float64 numpy on sample values: data, not a rule)."""
+
+    ordinary: Callable
+    edges: Callable | None = None
+    special: Callable | None = None
+    kinks: Callable | None = None
+
+    def samplers(self) -> dict:
+        """{kind: sampler} for the kinds this domain draws."""
+        out = {"ordinary": _elementwise(self.ordinary, self.kinks)}
+        if self.edges is not None:
+            out["edges"] = _elementwise(self.edges, None)
+        out["special"] = _elementwise(self.special or special(self.ordinary,
+                                                                _arity(self.ordinary)), None)
+        return out
+
+
+def _arity(draw) -> int:
+    return len(draw(np.random.default_rng(0), None, 1))
+
+
+def _elementwise(draw: Callable, kinks: Callable | None) -> Callable:
+    """A sampler for operators whose scalar inputs share one shape: ``draw`` fills them
+    element by element; word and Boolean ports get words.sample."""
+    def sampler(rng, fmt, op):
+        scalar = [p for p in op.inputs if p.scalar]
+        shape = scalar[0].shape if scalar else ()
+        n = int(np.prod(shape, dtype=np.int64))
+        xs = [into(x, fmt) for x in draw(rng, fmt, n)]
+        for _ in range(100):
+            bad = np.zeros(n, bool) if kinks is None else np.asarray(kinks(*xs), bool)
+            if not bad.any():
+                break
+            fresh = [into(x, fmt) for x in draw(rng, fmt, n)]
+            xs = [np.where(bad, f, x) for f, x in zip(fresh, xs)]
+        else:
+            raise RuntimeError(f"{op.name}: ordinary samples keep landing on kinks in {fmt}")
+        it = iter(xs)
+        return tuple(next(it).reshape(p.shape) if p.scalar else words.sample(rng, p)
+                     for p in op.inputs)
+    return sampler

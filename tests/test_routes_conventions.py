@@ -1,0 +1,98 @@
+"""The conventions the entries state where the mathematics is undefined (STYLE rule 7), pinned
+under every backend: exact rationals, the mpmath reference, an emulated format and native
+numpy.  Expected values are literals from the stated convention, not from the code."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import numerics
+import routes
+
+NAN, INF = math.nan, math.inf
+
+BACKENDS = {
+    "exact": lambda: numerics.exact(),
+    "reference": lambda: numerics.reference(64),
+    "bfloat16": lambda: numerics.emulated("bfloat16"),
+    "float64": lambda: numerics.native("float64"),
+}
+FINITE_BACKENDS = list(BACKENDS)                 # exact has no NaN or inf
+IEEE_BACKENDS = ["reference", "bfloat16", "float64"]
+
+
+def f64(xp, arrays):
+    return [None if a is None else np.asarray(xp.to_float64(a), dtype=np.float64)
+            for a in arrays]
+
+
+def arr(*values):
+    return np.array(values, dtype=np.float64)
+
+
+@pytest.mark.parametrize("backend", FINITE_BACKENDS)
+def test_relu_subgradient_at_zero_is_zero_finite(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("relu", shape=(4,)).rule(xp)
+    x, g = arr(0.0, -1.0, 2.0, 0.5), arr(3.0, 3.0, 3.0, -1.0)
+    assert np.array_equal(f64(xp, rule.backward([x], [g]))[0], arr(0, 0, 3, -1))
+    assert np.array_equal(f64(xp, rule.jvp([x], [g]))[0], arr(0, 0, 3, -1))
+
+
+@pytest.mark.parametrize("backend", IEEE_BACKENDS)
+def test_relu_subgradient_at_zero_is_zero(backend):
+    # Selection, not multiplication: an infinite cotangent where x <= 0 or NaN gives 0.
+    xp = BACKENDS[backend]()
+    rule = routes.op("relu", shape=(5,)).rule(xp)
+    x, g = arr(0.0, -0.0, -1.0, NAN, 2.0), arr(1.0, INF, INF, 1.0, INF)
+    assert np.array_equal(f64(xp, rule.backward([x], [g]))[0], arr(0, 0, 0, 0, INF))
+    y = f64(xp, rule.forward([x]))[0]
+    assert np.array_equal(y, arr(0, 0, 0, NAN, 2), equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", FINITE_BACKENDS)
+def test_max_splits_a_tie_in_half(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("max", shape=(4,)).rule(xp)
+    x, y, g = arr(1.0, 0.0, -2.0, 3.0), arr(1.0, 0.0, -2.0, 1.0), arr(1.0, 2.0, 4.0, 8.0)
+    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    assert np.array_equal(gx, arr(0.5, 1, 2, 8)) and np.array_equal(gy, arr(0.5, 1, 2, 0))
+    # The tangent under the same convention: (tx + ty) / 2 at a tie.
+    t = f64(xp, rule.jvp([x, y], [arr(1, 0, 2, 1), arr(0, 4, 2, 1)]))[0]
+    assert np.array_equal(t, arr(0.5, 2, 2, 1))
+
+
+@pytest.mark.parametrize("backend", IEEE_BACKENDS)
+def test_max_propagates_nan_and_splits_its_gradient(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("max", shape=(3,)).rule(xp)
+    x, y, g = arr(NAN, 1.0, NAN), arr(1.0, NAN, NAN), arr(2.0, 4.0, 8.0)
+    assert np.isnan(f64(xp, rule.forward([x, y]))[0]).all()
+    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    assert np.array_equal(gx, arr(1, 2, 4)) and np.array_equal(gy, arr(1, 2, 4))
+
+
+@pytest.mark.parametrize("backend", FINITE_BACKENDS)
+def test_clamp_passes_the_gradient_at_the_bounds_finite(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("clamp", shape=(5,)).rule(xp)
+    x, lo, hi = arr(-1.0, 2.0, -3.0, 5.0, 0.5), arr(-1.0), arr(2.0)
+    g = arr(1.0, 2.0, 4.0, 8.0, 16.0)
+    gx, glo, ghi = f64(xp, rule.backward([x, lo, hi], [g]))
+    assert np.array_equal(gx, arr(1, 2, 0, 0, 16)) and glo is None and ghi is None
+    assert np.array_equal(f64(xp, rule.forward([x, lo, hi]))[0], arr(-1, 2, -1, 2, 0.5))
+
+
+@pytest.mark.parametrize("backend", IEEE_BACKENDS)
+def test_clamp_passes_the_gradient_at_the_bounds(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("clamp", shape=(4,)).rule(xp)
+    x, lo, hi = arr(NAN, INF, -INF, 1.0), arr(-INF), arr(1.0)
+    g = arr(1.0, 2.0, 4.0, 8.0)
+    assert np.array_equal(f64(xp, rule.forward([x, lo, hi]))[0], arr(NAN, 1, -INF, 1),
+                          equal_nan=True)
+    # NaN x: no gradient; -inf at the infinite lower bound and 1 at the upper bound: all of it.
+    assert np.array_equal(f64(xp, rule.backward([x, lo, hi], [g]))[0], arr(0, 0, 4, 8))

@@ -1,0 +1,179 @@
+"""The graph IR and its tape on a small network built from registered operators:
+
+    h = relu(x * w1 + b1);  z = h * w2;  m = max(z, clamp(x, lo, hi));  outputs (m, exp(m))
+
+(an MLP with diagonal weights: matmul arrives with the product family).  x feeds three nodes,
+so its gradient accumulates three contributions.  The graph's gradient and tangent are checked
+against 256-bit central differences of the whole graph, and the backward sweep against the
+forward sweep through the adjoint identity."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+
+import numerics
+import routes
+from routes import ports as P
+from test_routes_invoke import SCRATCH, scratch_operator
+
+CTX = mpmath.MPContext()
+CTX.prec = 300
+S = (3,)
+
+
+def network(with_exp: bool = True) -> routes.Graph:
+    g = routes.Graph(x=P.value(S), w1=P.value(S), b1=P.value(S), w2=P.value(S),
+                     lo=P.frozen(), hi=P.frozen())
+    x = g.input("x")
+    h = g.apply(routes.op("relu", shape=S),
+                g.apply(routes.op("add", shape=S),
+                        g.apply(routes.op("mul", shape=S), x, g.input("w1")), g.input("b1")))
+    z = g.apply(routes.op("mul", shape=S), h, g.input("w2"))
+    c = g.apply(routes.op("clamp", shape=S), x, g.input("lo"), g.input("hi"))
+    m = g.apply(routes.op("max", shape=S), z, c)
+    if not with_exp:
+        return g.output(m)
+    return g.output(m, g.apply(routes.op("exp", shape=S), m))
+
+
+# Away from every kink: relu arguments 0.65, -1.26, 0.86; max picks z, z, clamp; clamp inside,
+# below, inside.
+INPUTS = [np.array([0.3, -1.7, 0.9]), np.array([1.5, 0.8, -0.6]), np.array([0.2, 0.1, 1.4]),
+          np.array([2.0, -1.0, 0.5]), np.array(-1.0), np.array(1.0)]
+TANGENTS = [np.array([0.5, -0.25, 1.0]), np.array([-1.0, 0.5, 0.25]),
+            np.array([0.125, 1.0, -0.5]), np.array([0.75, -0.5, 1.0]), None, None]
+COTANGENTS = [np.array([1.0, -0.5, 0.25]), np.array([0.5, 2.0, -1.0])]
+
+
+def mp(v):
+    """An mpf of the local context: exact for mpf, floats and the dyadic Fractions here."""
+    if hasattr(v, "_mpf_"):
+        return CTX.make_mpf(v._mpf_)
+    if isinstance(v, Fraction):
+        return CTX.mpf(v.numerator) / v.denominator
+    return CTX.mpf(float(v))
+
+
+def pairing(us, vs):
+    return sum((mp(a) * mp(b) for u, v in zip(us, vs) if u is not None and v is not None
+                for a, b in zip(np.ravel(u), np.ravel(v))), CTX.mpf(0))
+
+
+def central_difference(rule, xp, inputs, tangents, h=2.0 ** -64):
+    """(G(x + h t) - G(x - h t)) / 2h per output, at the backend's precision."""
+    def moved(s):
+        return [x if t is None else xp.add(xp.asarray(x), xp.multiply(xp.constant(s * h),
+                                                                       xp.asarray(t)))
+                for x, t in zip(inputs, tangents)]
+    plus, minus = rule.forward(moved(1)), rule.forward(moved(-1))
+    return [[(mp(a) - mp(b)) / (2 * CTX.mpf(h)) for a, b in zip(np.ravel(p), np.ravel(m))]
+            for p, m in zip(plus, minus)]
+
+
+def test_forward_values_are_the_composition():
+    out = network().run(INPUTS, numerics.native("float64"))
+    x, w1, b1, w2 = INPUTS[:4]
+    m = np.maximum(np.maximum(x * w1 + b1, 0) * w2, np.clip(x, -1, 1))
+    assert np.array_equal(out[0], m) and np.array_equal(out[1], np.exp(m))
+
+
+def test_tangent_sweep_matches_central_difference():
+    xp = numerics.reference(256)
+    rule = network().rule(xp)
+    cd = central_difference(rule, xp, INPUTS, TANGENTS)
+    for tangent, want in zip(rule.jvp(INPUTS, TANGENTS), cd):
+        for a, b in zip(np.ravel(tangent), want):
+            assert abs(mp(a) - b) <= CTX.ldexp(1, -100) * (1 + abs(b))
+
+
+def test_gradient_sweep_matches_central_difference():
+    # <c, dG(x)[t]> from a central difference against <t, grad> from the reverse sweep.
+    xp = numerics.reference(256)
+    rule = network().rule(xp)
+    grads = rule.backward(INPUTS, COTANGENTS)
+    assert grads[4] is None and grads[5] is None            # frozen: no gradient
+    cd = central_difference(rule, xp, INPUTS, TANGENTS)
+    lhs = sum((mp(c) * d for cs, ds in zip(COTANGENTS, cd) for c, d in zip(np.ravel(cs), ds)),
+              CTX.mpf(0))
+    assert abs(lhs - pairing(TANGENTS, grads)) <= CTX.ldexp(1, -100) * (1 + abs(lhs))
+
+
+def test_backward_sweep_is_adjoint_of_tangent_sweep_exactly():
+    rule = network(with_exp=False).rule(numerics.exact())     # exp has no rational value
+    lhs = pairing(rule.jvp(INPUTS, TANGENTS), COTANGENTS[:1])
+    assert lhs == pairing(TANGENTS, rule.backward(INPUTS, COTANGENTS[:1]))
+
+
+def test_gradient_of_x_accumulates_its_three_uses():
+    rule = network().rule(numerics.native("float64"))
+    gx = rule.backward(INPUTS, [np.ones(3), np.zeros(3)])[0]
+    # element 0: max takes z = relu(.) * w2 -> w1 * w2 = 3; element 1: relu is off and clamp
+    # loses -> 0; element 2: max takes clamp(x) -> 1.
+    assert np.array_equal(gx, [3.0, 0.0, 1.0])
+
+
+def test_prepare_gives_none_where_no_gradient_is_needed():
+    rule = network().rule(numerics.native("float64"))
+    dense = rule.backward(INPUTS, COTANGENTS)
+    outs, pullback = rule.prepare(INPUTS, (False, True, False, False, False, False))
+    assert np.array_equal(outs[1], rule.forward(INPUTS)[1])
+    grads = pullback(COTANGENTS)
+    assert [g is None for g in grads] == [True, False, True, True, True, True]
+    assert np.array_equal(grads[1], dense[1])
+
+
+def test_an_unused_input_gets_a_zero_gradient_and_an_input_may_be_an_output():
+    g = routes.Graph(x=P.value(S), unused=P.value(S))
+    g.output(g.apply(routes.op("exp", shape=S), g.input("x")), g.input("x"))
+    grads = g.rule(numerics.native("float64")).backward(
+        [np.zeros(3), np.ones(3)], [np.ones(3), np.full(3, 2.0)])
+    assert np.array_equal(grads[0], [3.0, 3.0, 3.0]) and np.array_equal(grads[1], np.zeros(3))
+
+
+def test_build_errors_name_the_node_and_argument():
+    g = routes.Graph(x=P.value(S), k=P.index((3,), S))
+    with pytest.raises(routes.RouteError, match=r"^graph node 0 \(relu\): argument x expects "
+                                                r"value\[2\] but input 0 is value\[3\]$"):
+        g.apply(routes.op("relu", shape=(2,)), g.input("x"))
+    with pytest.raises(routes.RouteError, match=r"^graph node 0 \(relu\): argument x expects "
+                                                r"value\[3\] but input 1 is index<3>\[3\]$"):
+        g.apply(routes.op("relu", shape=S), g.input("k"))
+    with pytest.raises(routes.RouteError, match=r"expects 2 arguments \(x, y\) \(got 1\)"):
+        g.apply(routes.op("add", shape=S), g.input("x"))
+    with pytest.raises(routes.RouteError, match="must name a graph input or an earlier node"):
+        g.apply(routes.op("relu", shape=S), routes.Ref(0, 0))
+    with pytest.raises(routes.RouteError, match="no input 'y'"):
+        g.input("y")
+
+
+def test_run_errors_name_the_node():
+    g = network()
+    bad = INPUTS[:4] + [np.array(1.0), np.array(-1.0)]
+    with pytest.raises(routes.RouteError, match=r"^graph node 4 \(clamp\): clamp: lo must not "
+                                                r"exceed hi \(got lo 1 > hi -1\)$"):
+        g.run(bad, numerics.native("float64"))
+    with pytest.raises(routes.RouteError, match=r"^graph: input x expects value\[3\] "
+                                                r"\(got shape \[2\]\)$"):
+        g.run([np.zeros(2)] + INPUTS[1:], numerics.native("float64"))
+
+
+def test_graph_has_no_rule_where_a_node_lacks_its_capability():
+    with scratch_operator():
+        g = routes.Graph(x=P.value((2, 3)), i=P.index((3,), (2,)))
+        g.output(g.apply(routes.op(SCRATCH, mode="erf"), g.input("x"), g.input("i")))
+        assert g.rule(numerics.native("float64")) is None
+        assert g.rule(numerics.reference(64)) is not None
+
+
+def test_two_arguments_naming_one_value_both_contribute():
+    # d(x * x)/dx = 2x: the pullback's two contributions to x accumulate (the alias rule).
+    g = routes.Graph(x=P.value(S))
+    g.output(g.apply(routes.op("mul", shape=S), g.input("x"), g.input("x")))
+    rule = g.rule(numerics.exact())
+    x = np.array([3.0, -0.5, 0.0])
+    assert rule.backward([x], [np.ones(3)])[0].tolist() == [6, -1, 0]
+    assert rule.jvp([x], [np.ones(3)])[0].tolist() == [6, -1, 0]
