@@ -59,7 +59,7 @@ def test_ops_certs_lists_kinds_statements_and_evidence(capsys):
 
 @pytest.mark.parametrize("argv,fragment", [
     (("ops", "--certs", "expp"), "unknown operator 'expp' (close matches: exp"),
-    (("ops", "relux"), "unknown operator 'relux' (close matches: relu)"),
+    (("ops", "relux"), "unknown operator 'relux' (close matches: relu"),
     (("ops", "--certs", "zzzz"), "unknown operator 'zzzz'"),
 ])
 def test_unknown_names_exit_2_with_one_line(capsys, argv, fragment):

@@ -96,3 +96,81 @@ def test_clamp_passes_the_gradient_at_the_bounds(backend):
                           equal_nan=True)
     # NaN x: no gradient; -inf at the infinite lower bound and 1 at the upper bound: all of it.
     assert np.array_equal(f64(xp, rule.backward([x, lo, hi], [g]))[0], arr(0, 0, 4, 8))
+
+
+@pytest.mark.parametrize("backend", FINITE_BACKENDS)
+def test_min_splits_a_tie_in_half(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("min", shape=(4,)).rule(xp)
+    x, y, g = arr(1.0, 0.0, -2.0, 3.0), arr(1.0, 0.0, -2.0, 1.0), arr(1.0, 2.0, 4.0, 8.0)
+    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    assert np.array_equal(gx, arr(0.5, 1, 2, 0)) and np.array_equal(gy, arr(0.5, 1, 2, 8))
+
+
+@pytest.mark.parametrize("backend", IEEE_BACKENDS)
+def test_min_propagates_nan_and_splits_its_gradient(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("min", shape=(3,)).rule(xp)
+    x, y, g = arr(NAN, 1.0, NAN), arr(1.0, NAN, NAN), arr(2.0, 4.0, 8.0)
+    assert np.isnan(f64(xp, rule.forward([x, y]))[0]).all()
+    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    assert np.array_equal(gx, arr(1, 2, 4)) and np.array_equal(gy, arr(1, 2, 4))
+
+
+def _check_fext(backend, name):
+    xp = BACKENDS[backend]()
+    rule = routes.op(name, shape=(5,)).rule(xp)
+    x, y = arr(NAN, 1.0, NAN, 2.0, 3.0), arr(1.0, NAN, NAN, 2.0, 1.0)
+    g = arr(2.0, 4.0, 8.0, 16.0, 32.0)
+    big = name == "fmax"
+    out = f64(xp, rule.forward([x, y]))[0]
+    assert np.array_equal(out, arr(1, 1, NAN, 2, 3 if big else 1), equal_nan=True)
+    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    assert np.array_equal(gx, arr(0, 4, 4, 8, 32 if big else 0))
+    assert np.array_equal(gy, arr(2, 0, 4, 8, 0 if big else 32))
+
+
+@pytest.mark.parametrize("backend", IEEE_BACKENDS)
+def test_fmax_ignores_nan_in_value_and_gradient(backend):
+    _check_fext(backend, "fmax")
+
+
+@pytest.mark.parametrize("backend", IEEE_BACKENDS)
+def test_fmin_ignores_nan_in_value_and_gradient(backend):
+    _check_fext(backend, "fmin")
+
+
+@pytest.mark.parametrize("backend", IEEE_BACKENDS)
+def test_abs_subgradient_at_zero_is_zero(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("abs", shape=(4,)).rule(xp)
+    x, g = arr(0.0, -0.0, -2.0, 3.0), arr(INF, 1.0, 4.0, 8.0)
+    assert np.array_equal(f64(xp, rule.backward([x], [g]))[0], arr(0, 0, -4, 8))
+    assert np.array_equal(f64(xp, rule.jvp([x], [g]))[0], arr(0, 0, -4, 8))
+
+
+@pytest.mark.parametrize("backend", FINITE_BACKENDS)
+def test_sqrt_clamp_negative_gradient_is_zero_at_and_below_zero(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("sqrt", shape=(3,), mode="clampNegative").rule(xp)
+    x, g = arr(0.0, -1.0, 4.0), arr(1.0, 1.0, 8.0)
+    assert np.array_equal(f64(xp, rule.forward([x]))[0], arr(0, 0, 2))
+    assert np.array_equal(f64(xp, rule.backward([x], [g]))[0], arr(0, 0, 2))
+
+
+@pytest.mark.parametrize("backend", FINITE_BACKENDS)
+def test_hypot_gradient_at_the_origin_is_zero(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("hypot", shape=(2,)).rule(xp)
+    x, y, g = arr(0.0, 3.0), arr(0.0, 4.0), arr(5.0, 5.0)
+    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    assert np.array_equal(gx, arr(0, 3)) and np.array_equal(gy, arr(0, 4))
+
+
+@pytest.mark.parametrize("backend", FINITE_BACKENDS)
+def test_copysign_gradient(backend):
+    xp = BACKENDS[backend]()
+    rule = routes.op("copysign", shape=(3,)).rule(xp)
+    x, y, g = arr(0.0, 2.0, -2.0), arr(-1.0, -1.0, -1.0), arr(4.0, 4.0, 4.0)
+    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    assert np.array_equal(gx, arr(0, -4, 4)) and np.array_equal(gy, arr(0, 0, 0))

@@ -67,7 +67,7 @@ def err(fn, *args, **kwargs) -> str:
 
 # ----- operators and attributes ---------------------------------------------------------------
 def test_unknown_operator_names_close_matches():
-    assert err(routes.op, "maxx") == "unknown operator 'maxx' (close matches: max)"
+    assert err(routes.op, "maxx").startswith("unknown operator 'maxx' (close matches: max")
 
 
 def test_unknown_attribute_is_named():

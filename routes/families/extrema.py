@@ -148,3 +148,88 @@ define(
                              inputs=(0,)),
                   roundoff(0, statement="exact: the output is x or a bound")),
 )
+
+
+def _min_f64(x, y, g):
+    """numpy's reading of the spec's convention for min (the smaller operand takes it all)."""
+    share = lambda a, b: np.where(a < b, g, np.where(a > b, 0.0, g / 2))
+    return share(x, y), share(y, x)
+
+
+binary_elementwise(
+    "min", "extrema",
+    f=lambda xp, x, y: xp.minimum(x, y),
+    dx=lambda xp, x, y, out, v: _share(xp, y, x, v),
+    dy=lambda xp, x, y, out, v: _share(xp, x, y, v),
+    words=W.minimum, word_oracle=min,
+    oracle=lambda ctx, x, y: ctx.nan if ctx.isnan(x) or ctx.isnan(y) else min(x, y),
+    float64=(np.minimum, _min_f64),
+    domain=Domain(ordinary=uniform(-4, 4, 2), edges=_ties,
+                  special=special(uniform(-4, 4, 2), 2),
+                  kinks=lambda x, y: np.abs(x - y) < 2.0 ** -20),
+    notes=("IEEE 754-2019 minimum: a NaN operand gives NaN (fmin ignores it); -0 < +0.",
+           "Gradient: the smaller operand takes the whole cotangent; at a tie or a NaN each "
+           "operand takes half (the spec's rule, as max).",
+           "element bool: and; element int*/uint*: the smaller word; no gradient."),
+    certificates=("derivative", "algebraic", "prepared",
+                  convention(f"{CONVENTIONS}::test_min_splits_a_tie_in_half",
+                             "at x == y each operand receives half of the cotangent"),
+                  convention(f"{CONVENTIONS}::test_min_propagates_nan_and_splits_its_gradient",
+                             "a NaN operand gives a NaN value and half of the cotangent to "
+                             "each operand"),
+                  roundoff(0, statement="exact: the output is one of the operands")),
+)
+
+
+def _fshare(xp, x, y, v, share):
+    """x's share of v in fmax/fmin: all of v where only y is NaN, none where only x is NaN,
+    half where both are; otherwise ``share`` (the max or min rule: ties split)."""
+    nx, ny = xp.isnan(x), xp.isnan(y)
+    half = xp.multiply(v, xp.full_like(v, "0.5"))
+    return xp.where(ny, xp.where(nx, half, v),
+                    xp.where(nx, xp.zeros_like(v), share(xp, x, y, v)))
+
+
+def _fext_f64(pick):
+    def grads(x, y, g):
+        def share(a, b):
+            na, nb = np.isnan(a), np.isnan(b)
+            inner = np.where(pick(a, b), g, np.where(pick(b, a), 0.0, g / 2))
+            return np.where(nb, np.where(na, g / 2, g), np.where(na, 0.0, inner))
+        return share(x, y), share(y, x)
+    return grads
+
+
+def _f_oracle(better):
+    def oracle(ctx, x, y):
+        if ctx.isnan(x):
+            return y
+        if ctx.isnan(y):
+            return x
+        return better(x, y)
+    return oracle
+
+
+for _name, _prim, _np, _better, _pick, _share_of in (
+        ("fmax", "fmax", np.fmax, max, np.greater, lambda xp, a, b, v: _share(xp, a, b, v)),
+        ("fmin", "fmin", np.fmin, min, np.less, lambda xp, a, b, v: _share(xp, b, a, v))):
+    binary_elementwise(
+        _name, "extrema",
+        f=(lambda p: lambda xp, x, y: getattr(xp, p)(x, y))(_prim),
+        dx=(lambda s: lambda xp, x, y, out, v: _fshare(xp, x, y, v, s))(_share_of),
+        dy=(lambda s: lambda xp, x, y, out, v: _fshare(xp, y, x, v, s))(_share_of),
+        oracle=_f_oracle(_better),
+        float64=(_np, _fext_f64(_pick)),
+        domain=Domain(ordinary=uniform(-4, 4, 2), edges=_ties,
+                      special=special(uniform(-4, 4, 2), 2),
+                      kinks=lambda x, y: np.abs(x - y) < 2.0 ** -20),
+        notes=(f"IEEE 754 {_name} (maximumNumber / minimumNumber): a NaN operand is ignored, "
+               "two NaNs give NaN; -0 and +0 ordered as in max/min.",
+               "Gradient: the non-NaN operand takes the whole cotangent where the other is "
+               "NaN; otherwise as max/min (ties split in half); both NaN: half each."),
+        certificates=("derivative", "algebraic", "prepared",
+                      convention(f"{CONVENTIONS}::test_{_name}_ignores_nan_in_value_and_gradient",
+                                 "a NaN operand is ignored: the other takes the value and the "
+                                 "whole cotangent; ties split in half"),
+                      roundoff(0, statement="exact: the output is one of the operands")),
+    )
