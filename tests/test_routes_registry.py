@@ -205,7 +205,7 @@ def test_entry_states_its_conventions_and_evidence(name):
 # ----- forward against mpmath ------------------------------------------------------------------
 @pytest.mark.parametrize("o", cases("forward", lambda o: o.decl.oracle is not None))
 def test_forward_matches_oracle(o):
-    rule = o.rule(numerics.reference(200))
+    rule = o.rule(numerics.reference(256))    # 66 bits beyond the 190 compared: cancellation
     for xs in all_samples(o):
         got = rule.forward(xs)
         args = [to_mp(x) if p.scalar else x for x, p in zip(xs, o.inputs)]
