@@ -18,6 +18,10 @@ Function signatures a declaration supplies (``xp`` the backend, ``a`` the attrib
 - ``check(a) -> message | None`` and ``validate(xp, a, *xs) -> message | None``: the message
   names the argument; the machinery prefixes ``"<name>: "``
 - ``needs``: a capability (numerics.CAPABILITIES), None, or ``needs(a) -> capability | None``
+- ``no_rule(a) -> reason | None``: attributes at which the operator has no rule at any scalar
+  (spec: "the attributes at which the operator has no rule", e.g. an integer true division)
+- operators without value inputs have a forward mode only when they declare a ``jvp``
+  (``rules.zero_tangents`` for the spec's "no value input; forward mode")
 - ``samples``: {kind: sampler(rng, fmt, op) -> inputs} for kinds ``ordinary`` (finite, away
   from kinks: the points where derivatives are tested), ``edges`` (near domain edges,
   overflow and underflow thresholds, ties) and ``special`` (zeros, infinities, NaN)
@@ -50,6 +54,8 @@ FAMILIES = ("elementwise", "transcendental", "rounding", "extrema", "activation"
             "conv_pool", "normalization", "softmax_attention", "loss", "random", "spectral",
             "graph")
 SAMPLE_KINDS = ("ordinary", "edges", "special")
+# Attrs is a Mapping: ``a.keys`` would read the method, not an attribute called "keys".
+RESERVED_ATTRIBUTES = {"keys", "values", "items", "get", "replace"}
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class Decl:
     backward: Callable | None = None
     jvp: Callable | None = None
     needs: object = None
+    no_rule: Callable | None = None
     check: Callable | None = None
     validate: Callable | None = None
     samples: Mapping = field(default_factory=dict)
@@ -120,6 +127,10 @@ def define(name: str, family: str, *, attributes=(), ports, forward, certificate
         raise ValueError(f"define: {name}: attributes must be Attr values")
     if len({at.name for at in attributes}) != len(attributes):
         raise ValueError(f"define: {name}: attribute names must be distinct")
+    shadowed = {at.name for at in attributes} & RESERVED_ATTRIBUTES
+    if shadowed:
+        raise ValueError(f"define: {name}: attribute name {sorted(shadowed)[0]!r} would be "
+                         f"shadowed by a method of the attributes mapping (a.{sorted(shadowed)[0]})")
     unknown = set(pieces.get("samples", {})) - set(SAMPLE_KINDS)
     if unknown:
         raise ValueError(f"define: {name}: sample kinds must be among {SAMPLE_KINDS}")
@@ -132,8 +143,11 @@ def define(name: str, family: str, *, attributes=(), ports, forward, certificate
 
 
 def names() -> tuple[str, ...]:
-    """Every registered operator name, in registration order (family by family)."""
-    return tuple(_TABLE)
+    """Every registered operator name in the spec's order (shared/spec/operators.tsv, family
+    by family); operators outside the spec (scratch ones in tests) last."""
+    from .vocabulary import VOCABULARY
+    order = {row[1]: i for i, row in enumerate(VOCABULARY)}
+    return tuple(sorted(_TABLE, key=lambda n: order.get(n, len(order))))
 
 
 def declaration(name: str) -> Decl:
@@ -246,8 +260,11 @@ class Op:
             raise RouteError(message)
 
     def rule(self, backend):
-        """The rule under ``backend``, or None when the backend lacks the capability the
-        operator needs at these attributes (never a substitute)."""
+        """The rule under ``backend``, or None when the operator has no rule at these
+        attributes (``no_rule``) or the backend lacks the capability it needs there (never a
+        substitute)."""
+        if self.decl.no_rule is not None and self.decl.no_rule(self.attrs):
+            return None
         need = self.need
         if need is not None and need not in backend.capabilities:
             return None

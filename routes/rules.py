@@ -49,9 +49,9 @@ class Rule:
 
     @property
     def has_jvp(self) -> bool:
-        """Whether a forward-mode rule is registered (operators with no value input have a
-        trivial one)."""
-        return self.op.decl.jvp is not None or not self._value_inputs()
+        """Whether a forward-mode rule is registered (an operator with no value input has one
+        when it declares ``zero_tangents``)."""
+        return self.op.decl.jvp is not None
 
     def _value_inputs(self):
         return [i for i, p in enumerate(self._ins) if p.differentiable]
@@ -121,18 +121,19 @@ class Rule:
         xs = self._read(inputs)
         ys = self._forward(xs)
         ts = self._linear(tangents, self._ins, xs, "tangents")
-        if not self._value_inputs():
-            out = tuple(self.xp.zeros_like(y) if p.differentiable else None
-                        for y, p in zip(ys, self._outs))
-            return tuple(ys), out
         if self.op.decl.jvp is None:
             raise RouteError(f"{self.op.name}: no forward-mode rule is registered")
+        if not self._value_inputs():              # nothing varies: zero tangents
+            return tuple(ys), tuple(self.xp.zeros_like(y) if p.differentiable else None
+                                    for y, p in zip(ys, self._outs))
         out = self.op.decl.jvp(self.xp, self.op.attrs, xs, ys, ts)
         out = out if isinstance(out, tuple) else (out,)
         if len(out) != len(ys):
             raise RuntimeError(f"{self.op.name}: jvp returned {len(out)} tangents for "
                                f"{len(ys)} outputs")
-        return tuple(ys), tuple(t if p.differentiable else None for t, p in zip(out, self._outs))
+        return tuple(ys), tuple((self.xp.zeros_like(y) if t is None else t)
+                                if p.differentiable else None
+                                for t, y, p in zip(out, ys, self._outs))
 
     def prepare(self, inputs, needs_grad):
         """(outputs, pullback) from one forward evaluation.  ``needs_grad``: one flag per
@@ -150,6 +151,13 @@ class Rule:
         def pullback(cotangents):
             return self._pull(xs, ys, cotangents, needs)
         return tuple(ys), pullback
+
+
+def zero_tangents(xp, a, xs, ys, ts) -> tuple:
+    """The forward mode of an operator with no value input (spec: "no value input; forward
+    mode"): a zero tangent at each output (``linearize`` reads None at a value output as
+    zeros of the output's shape)."""
+    return tuple(None for _ in ys)
 
 
 def shown(xp, v) -> str:

@@ -275,3 +275,22 @@ def test_prepare_evaluates_forward_once_and_the_pullback_reuses_it():
             "scratchSquaredExp: no forward-mode rule is registered"
     finally:
         withdraw("scratchSquaredExp")
+
+
+def test_define_refuses_attribute_names_the_mapping_shadows():
+    with pytest.raises(ValueError, match="'keys' would be shadowed"):
+        define("scratchKeys", "elementwise", attributes=(A.nat("keys", 1),),
+               ports=lambda a: ({}, {}), forward=lambda xp, a: ())
+    with pytest.raises(routes.RouteError):
+        routes.op("scratchKeys")                   # nothing was registered
+
+
+def test_no_rule_at_some_attributes():
+    define("scratchNoRule", "elementwise", attributes=(A.flag("exact", False),),
+           ports=lambda a: ({"x": P.value()}, {"y": P.value()}),
+           forward=lambda xp, a, x: x, no_rule=lambda a: a.exact)
+    try:
+        assert routes.op("scratchNoRule").rule(F64) is not None
+        assert routes.op("scratchNoRule", exact=True).rule(F64) is None
+    finally:
+        withdraw("scratchNoRule")

@@ -9,7 +9,7 @@ from ..certs import convention, roundoff
 from .. import attributes as A
 from ..helpers import unary_elementwise
 from ..ports import frozen, value
-from ..registry import Float64, KnownFailure, define
+from ..registry import Float64, define
 from ..samples import Domain, extremes, into, pick, special, uniform
 
 CONVENTIONS = "tests/test_routes_conventions.py"
@@ -297,10 +297,5 @@ define(
            "cancellation).  approximate none loses accuracy below x ~ -2.5 (1 + erf cancels).  gelu(inf) = inf; gelu(-inf) is NaN (-inf * 0) in the rule; NaN gives NaN.",
            "Gradient: Phi(x) + x phi(x) (none) or the derivative of the tanh formula (tanh), as "
            "PyTorch's gelu_backward."),
-    # The registry's ports/samples/prepared tests run the rule under numerics.native, which
-    # lacks Erf: no rule at approximate none (as erf).
-    known_failures=tuple(KnownFailure(r, "numerics.native lacks Erf: no rule to run", ex)
-                         for r in ("ports", "samples", "prepared")
-                         for ex in ("gelu", "gelu-2x3")),
     certificates=("derivative", "prepared"),
 )

@@ -64,7 +64,7 @@ binary_elementwise(
            "operand takes half (the spec's rule; PyTorch gives both the whole gradient at a "
            "NaN).",
            "element bool: or; element int*/uint*: the larger word; no gradient."),
-    certificates=("derivative", "algebraic", "prepared",
+    certificates=("derivative", "prepared",
                   convention(f"{CONVENTIONS}::test_max_splits_a_tie_in_half",
                              "at x == y each operand receives half of the cotangent"),
                   convention(f"{CONVENTIONS}::test_max_propagates_nan_and_splits_its_gradient",
@@ -142,7 +142,7 @@ define(
                  "clamp: bounds must not be NaN (got lo nan, hi 1)"),
                 ({}, ([0.0, 1.0, 2.0], 2.0, 1.0),
                  "clamp: lo must not exceed hi (got lo 2 > hi 1)")),
-    certificates=("derivative", "algebraic", "prepared",
+    certificates=("derivative", "prepared",
                   convention(f"{CONVENTIONS}::test_clamp_passes_the_gradient_at_the_bounds",
                              "x at a bound receives the whole cotangent; NaN x none",
                              inputs=(0,)),
@@ -171,7 +171,7 @@ binary_elementwise(
            "Gradient: the smaller operand takes the whole cotangent; at a tie or a NaN each "
            "operand takes half (the spec's rule, as max).",
            "element bool: and; element int*/uint*: the smaller word; no gradient."),
-    certificates=("derivative", "algebraic", "prepared",
+    certificates=("derivative", "prepared",
                   convention(f"{CONVENTIONS}::test_min_splits_a_tie_in_half",
                              "at x == y each operand receives half of the cotangent"),
                   convention(f"{CONVENTIONS}::test_min_propagates_nan_and_splits_its_gradient",
@@ -227,7 +227,7 @@ for _name, _prim, _np, _better, _pick, _share_of in (
                "two NaNs give NaN; -0 and +0 ordered as in max/min.",
                "Gradient: the non-NaN operand takes the whole cotangent where the other is "
                "NaN; otherwise as max/min (ties split in half); both NaN: half each."),
-        certificates=("derivative", "algebraic", "prepared",
+        certificates=("prepared",
                       convention(f"{CONVENTIONS}::test_{_name}_ignores_nan_in_value_and_gradient",
                                  "a NaN operand is ignored: the other takes the value and the "
                                  "whole cotangent; ties split in half"),

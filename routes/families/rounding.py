@@ -71,7 +71,7 @@ unary_elementwise(
     domain=_DOMAIN,
     notes=("floor(x): the largest integer <= x; floor(+-0) = +-0, floor(+-inf) = +-inf, "
            "NaN gives NaN.", _JUMPS),
-    certificates=("derivative", "prepared", _exact("the integer floor(x)")),
+    certificates=("prepared", _exact("the integer floor(x)")),
 )
 
 unary_elementwise(
@@ -82,7 +82,7 @@ unary_elementwise(
     domain=_DOMAIN,
     notes=("ceil(x): the smallest integer >= x; ceil(+-0) = +-0, ceil(-0.5) = -0 where the "
            "backend has signed zeros, ceil(+-inf) = +-inf, NaN gives NaN.", _JUMPS),
-    certificates=("derivative", "prepared", _exact("the integer ceil(x)")),
+    certificates=("prepared", _exact("the integer ceil(x)")),
 )
 
 unary_elementwise(
@@ -97,7 +97,7 @@ unary_elementwise(
            "pass through.",
            "Gradient: 0 everywhere, also at the jumps (the half-integers) and at NaN/inf "
            "(zeros_like; PyTorch's convention)."),
-    certificates=("derivative", "prepared", _exact("the integer round(x)")),
+    certificates=("prepared", _exact("the integer round(x)")),
 )
 
 unary_elementwise(
@@ -108,7 +108,7 @@ unary_elementwise(
     domain=_DOMAIN,
     notes=("trunc(x): x rounded toward zero; trunc(+-0) = +-0, trunc(+-inf) = +-inf, NaN "
            "gives NaN.", _JUMPS),
-    certificates=("derivative", "prepared", _exact("the integer trunc(x)")),
+    certificates=("prepared", _exact("the integer trunc(x)")),
 )
 
 unary_elementwise(
@@ -122,7 +122,7 @@ unary_elementwise(
            "frac(+-inf) = NaN (inf - inf), NaN gives NaN.",
            "Gradient: the cotangent itself (derivative 1) everywhere, also at the jumps "
            "(the nonzero integers), as PyTorch."),
-    certificates=("derivative", "prepared",
+    certificates=("prepared",
                   _exact("x - trunc(x) (Sterbenz: the difference of x and a nearby integer)")),
 )
 
@@ -146,5 +146,5 @@ unary_elementwise(
            "and at NaN (NaN -> NaN); +-inf give +-1.",
            "Gradient: 0 everywhere, also at the jump x = 0 and at NaN (zeros_like; PyTorch's "
            "convention)."),
-    certificates=("derivative", "prepared", roundoff(0, statement="exact: -1, 0 or +1")),
+    certificates=("prepared", roundoff(0, statement="exact: -1, 0 or +1")),
 )

@@ -9,7 +9,6 @@ import numpy as np
 
 from ..certs import roundoff
 from ..helpers import binary_elementwise, unary_elementwise
-from ..registry import KnownFailure
 from ..samples import Domain, extremes, pick, uniform
 
 
@@ -386,7 +385,7 @@ binary_elementwise(
            "negative second-argument axis: atan2(+0, y < 0) = pi, atan2(-0, y < 0) = -pi; "
            "atan2(+-0, +0) = +-0, atan2(+-0, -0) = +-pi; infinities as C99 (atan2(inf, inf) = "
            "pi/4); NaN in, NaN out.  The gradient (y, -x) / (x^2 + y^2) is NaN at the origin.",),
-    certificates=("derivative", "prepared", _one_rounding("atan2")),
+    certificates=("prepared", _one_rounding("atan2")),
 )
 
 unary_elementwise(
@@ -400,9 +399,5 @@ unary_elementwise(
     notes=("erf(+-inf) = +-1, erf(-0) = -0, erf(NaN) = NaN; the derivative "
            "2/sqrt(pi) exp(-x^2) uses 2/sqrt(pi) as a 40-digit literal rounded once by the "
            "backend; no binary64 reference (numpy has no erf, and native lacks Erf).",),
-    # The registry's ports/samples/prepared tests run the rule under numerics.native, which
-    # lacks Erf: no rule to run there (the harness does not skip yet).
-    known_failures=tuple(KnownFailure(r, "numerics.native lacks Erf: no rule to run")
-                         for r in ("ports", "samples", "prepared")),
     certificates=("derivative", _one_rounding("erf")),
 )
