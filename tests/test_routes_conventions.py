@@ -174,3 +174,74 @@ def test_copysign_gradient(backend):
     x, y, g = arr(0.0, 2.0, -2.0), arr(-1.0, -1.0, -1.0), arr(4.0, 4.0, 4.0)
     gx, gy = f64(xp, rule.backward([x, y], [g]))
     assert np.array_equal(gx, arr(0, -4, 4)) and np.array_equal(gy, arr(0, 0, 0))
+
+
+@pytest.mark.parametrize("backend", IEEE_BACKENDS)
+def test_pow_gradient_masks(backend):
+    # y = 0: x^0 = 1 is constant in x, so x's gradient is 0 (not 0 * x^-1 = NaN at x = 0);
+    # x = 0, y >= 0: 0^y is flat in y, so y's gradient is 0 (not 0 * log 0).
+    xp = BACKENDS[backend]()
+    rule = routes.op("pow", shape=(3,)).rule(xp)
+    x, y, g = arr(0.0, 0.0, 2.0), arr(0.0, 2.0, 3.0), arr(1.0, 1.0, 1.0)
+    assert np.array_equal(f64(xp, rule.forward([x, y]))[0], arr(1, 0, 8))
+    gx, gy = rule.backward([x, y], [g])
+    assert np.array_equal(f64(xp, [gx])[0], arr(0, 0, 12))       # 3 * 2^2
+    assert np.array_equal(f64(xp, [gy])[0][:2], arr(0, 0))
+
+
+@pytest.mark.parametrize("backend", IEEE_BACKENDS)
+def test_remainder_signs(backend):
+    # Python's %: the result takes the divisor's sign; a zero result the divisor's zero.
+    xp = BACKENDS[backend]()
+    rule = routes.op("remainder", shape=(6,)).rule(xp)
+    x, y = arr(5.0, -5.0, 5.0, -5.0, 6.0, -6.0), arr(3.0, 3.0, -3.0, -3.0, -3.0, 3.0)
+    out = f64(xp, rule.forward([x, y]))[0]
+    assert np.array_equal(out, arr(2, 1, -1, -2, 0, 0))
+    if backend != "reference":                    # mpmath has one unsigned zero
+        assert np.array_equal(np.signbit(out), [False, False, True, True, True, False])
+    fmod = f64(xp, routes.op("fmod", shape=(6,)).rule(xp).forward([x, y]))[0]
+    assert np.array_equal(fmod, arr(2, -2, 2, -2, 0, 0))
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_nextafter_walks_the_format(fmt):
+    # Oracle: every finite value of the format, decoded from every bit pattern and sorted.
+    import formats
+    f = formats.get(fmt)
+    vals = formats.decode(np.arange(1 << f.bits, dtype=np.uint64), f)
+    vals = np.unique(vals[np.isfinite(vals)])                     # -0 and +0 merge
+    xp = numerics.emulated(fmt)
+    rule = routes.op("nextafter", shape=(vals.size - 2,)).rule(xp)
+    inner = vals[1:-1]
+    # Toward the extremes (inf would become NaN in a format without infinities).
+    up = rule.forward([inner, np.full_like(inner, vals[-1])])[0]
+    down = rule.forward([inner, np.full_like(inner, vals[0])])[0]
+    zero = inner == 0
+    assert np.array_equal(up[~zero], vals[2:][~zero]) and np.array_equal(down[~zero],
+                                                                        vals[:-2][~zero])
+    assert np.array_equal(rule.forward([inner, inner])[0], inner)
+    tiny = float(f.min_subnormal)
+    z = routes.op("nextafter", shape=(3,)).rule(xp).forward([arr(0.0, 0.0, -0.0),
+                                                             arr(1.0, -1.0, 0.0)])[0]
+    assert np.array_equal(z, arr(tiny, -tiny, 0.0)) and not np.signbit(z[2])
+    assert routes.op("nextafter").rule(numerics.reference(64)) is None
+
+
+@pytest.mark.parametrize("backend", FINITE_BACKENDS)
+def test_guarded_forms_below_the_guard(backend):
+    # At and below the guard eps the guarded input's gradient is 0 (the flat side of
+    # max(d, eps)); above it the ordinary derivative.
+    xp = BACKENDS[backend]()
+    eps = np.asarray(0.25)
+    x, g = arr(-1.0, 0.0, 0.25, 2.0), arr(1.0, 1.0, 1.0, 1.0)
+    if backend != "exact":                       # log has no rational value
+        log = routes.op("safeLog", shape=(4,)).rule(xp)
+        assert np.array_equal(f64(xp, log.backward([x, eps], [g]))[0], arr(0, 0, 0, 0.5))
+    inv = routes.op("safeInv", shape=(4,)).rule(xp)
+    assert np.array_equal(f64(xp, inv.forward([x, eps]))[0], arr(4, 4, 4, 0.5))
+    assert np.array_equal(f64(xp, inv.backward([x, eps], [g]))[0], arr(0, 0, 0, -0.25))
+    div = routes.op("safeDiv", shape=(4,)).rule(xp)
+    num = arr(1.0, 1.0, 1.0, 1.0)
+    assert np.array_equal(f64(xp, div.forward([num, x, eps]))[0], arr(4, 4, 4, 0.5))
+    gx, gy = f64(xp, div.backward([num, x, eps], [g])[:2])
+    assert np.array_equal(gx, arr(4, 4, 4, 0.5)) and np.array_equal(gy, arr(0, 0, 0, -0.25))
