@@ -106,3 +106,133 @@ def sample(rng: np.random.Generator, port: Port) -> np.ndarray:
             vals[i] = extremes[int(rng.integers(len(extremes)))]
     return np.array(vals, dtype=object).astype(dtype(port)).reshape(shape) if n else \
         np.zeros(shape, dtype=dtype(port))
+
+
+# ----- bitwise operators, shifts, counts, high products (the integer family) -----------------
+# Every function below reads a word as its w-bit two's complement pattern (uint64, the bits
+# above w clear), works on patterns, and reads the resulting pattern back as ``port``'s words
+# (``_wrap``): one definition for signed and unsigned words, as LLVM's and Lean's BitVec
+# operations are defined on bit vectors.
+
+def pattern(a, port: Port) -> np.ndarray:
+    """The ``port.width``-bit two's complement patterns of words, as uint64 (bits above the
+    width clear): -1 in int8 is 0xFF."""
+    bits = _bits(a)
+    return bits if port.width == 64 else bits & np.uint64((1 << port.width) - 1)
+
+
+def bitwise_and(a, b, port: Port) -> np.ndarray:
+    """a & b on the patterns."""
+    return _wrap(_bits(a) & _bits(b), port)
+
+
+def bitwise_or(a, b, port: Port) -> np.ndarray:
+    """a | b on the patterns."""
+    return _wrap(_bits(a) | _bits(b), port)
+
+
+def bitwise_xor(a, b, port: Port) -> np.ndarray:
+    """a ^ b on the patterns."""
+    return _wrap(_bits(a) ^ _bits(b), port)
+
+
+def bitwise_not(a, port: Port) -> np.ndarray:
+    """~a: every bit of the pattern flipped (-1 - a for signed words, 2**w - 1 - a for
+    unsigned ones)."""
+    return _wrap(~_bits(a), port)
+
+
+def _amount(n, port: Port):
+    """(shift amounts read as unsigned patterns, clipped to 63 so numpy's shifts are defined;
+    mask of amounts >= width).  A negative signed amount reads as >= width (Lean's
+    BitVec.toNat; PyTorch's kernels treat amounts < 0 and >= width alike)."""
+    k = pattern(n, port)
+    return np.minimum(k, np.uint64(63)), k >= np.uint64(port.width)
+
+
+def shift_left(a, n, port: Port) -> np.ndarray:
+    """a << n modulo 2**width; 0 where the amount n (unsigned) is >= width."""
+    k, out = _amount(n, port)
+    return _wrap(np.where(out, np.uint64(0), pattern(a, port) << k), port)
+
+
+def shift_right_logical(a, n, port: Port) -> np.ndarray:
+    """The pattern shifted right by n with zeros shifted in; 0 where n >= width."""
+    k, out = _amount(n, port)
+    return _wrap(np.where(out, np.uint64(0), pattern(a, port) >> k), port)
+
+
+def shift_right_arithmetic(a, n, port: Port) -> np.ndarray:
+    """The pattern shifted right by n with copies of its top bit shifted in (floor(a / 2**n)
+    for a read as signed); all copies of the top bit where n >= width.  Unsigned words
+    shift their pattern the same way (0x80 >> 1 is 0xC0 in uint8)."""
+    k, _ = _amount(n, port)
+    signed = _wrap(pattern(a, port), integer(True, port.width)).astype(np.int64)
+    # numpy's >> on int64 is arithmetic; a sign-extended w-bit value shifted by >= w - 1
+    # is already all copies of its sign, so clipping the amount to 63 changes nothing.
+    return _wrap((signed >> k.astype(np.int64)).view(np.uint64), port)
+
+
+def population_count(a, port: Port) -> np.ndarray:
+    """The number of one bits of the pattern, as a word of ``port`` (0 ... width)."""
+    return _wrap(np.bitwise_count(pattern(a, port)).astype(np.uint64), port)
+
+
+def count_leading_zeros(a, port: Port) -> np.ndarray:
+    """The number of zero bits above the highest one bit of the width-bit pattern (width for
+    0), as a word of ``port``."""
+    p = pattern(a, port)
+    out = np.full(p.shape, port.width, dtype=np.uint64)
+    for i in range(port.width):                   # ascending: the highest set bit wins
+        out = np.where((p >> np.uint64(i)) & np.uint64(1) == 1, np.uint64(port.width - 1 - i),
+                       out)
+    return _wrap(out, port)
+
+
+def _product128(a, b) -> tuple:
+    """(high, low) uint64 halves of the exact 128-bit product of uint64 a and b (32-bit
+    limbs: every partial product fits 64 bits)."""
+    m = np.uint64(0xFFFFFFFF)
+    s = np.uint64(32)
+    a0, a1, b0, b1 = a & m, a >> s, b & m, b >> s
+    p00, p01, p10, p11 = a0 * b0, a0 * b1, a1 * b0, a1 * b1
+    mid = (p00 >> s) + (p01 & m) + (p10 & m)      # < 3 * 2**32: no overflow
+    high = p11 + (p01 >> s) + (p10 >> s) + (mid >> s)
+    low = (mid << s) | (p00 & m)
+    return high, low
+
+
+def mulhi(a, b, port: Port) -> np.ndarray:
+    """The high half of the exact 2w-bit product of two w-bit words: floor(a * b / 2**w),
+    signed product for signed words and unsigned product for unsigned ones (CUDA's __mulhi,
+    __umulhi, __mul64hi, __umul64hi)."""
+    w = port.width
+    pa, pb = pattern(a, port), pattern(b, port)
+    with np.errstate(over="ignore"):
+        high, low = _product128(pa, pb)
+        hi = high if w == 64 else (high << np.uint64(64 - w)) | (low >> np.uint64(w))
+        if port.signed:
+            # a_s = a_u - 2**w [a < 0], so floor(a_s b_s / 2**w) = hi_u - [a<0] b_u - [b<0] a_u
+            # modulo 2**w (the subtracted terms are multiples of 2**w before the division).
+            top = np.uint64(1 << (w - 1))
+            hi = hi - np.where(pa & top != 0, pb, np.uint64(0)) \
+                - np.where(pb & top != 0, pa, np.uint64(0))
+    return _wrap(hi, port)
+
+
+def compare(name: str, a, b, port: Port) -> np.ndarray:
+    """A comparison (``equal``, ``not_equal``, ``less``, ``less_equal``, ``greater``,
+    ``greater_equal``) of Booleans (False < True) or words in their type's order (signed or
+    unsigned), as Booleans."""
+    if port.kind == "bool":
+        a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
+    else:
+        wide = np.int64 if port.signed else np.uint64
+        a, b = np.asarray(a).astype(wide), np.asarray(b).astype(wide)
+    return np.asarray(getattr(np, name)(a, b), dtype=bool)
+
+
+def from_pattern(bits, port: Port) -> np.ndarray:
+    """uint64 bit patterns (or Python ints) reduced modulo 2**width and read as ``port``'s
+    words: the inverse of ``pattern``."""
+    return _wrap(np.asarray(bits).astype(np.uint64), port)
