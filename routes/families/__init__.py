@@ -61,3 +61,17 @@ from . import transcendental  # noqa: F401
 from . import rounding  # noqa: F401
 from . import extrema  # noqa: F401
 from . import activation  # noqa: F401
+from . import logic  # noqa: F401
+from . import integer  # noqa: F401
+from . import scan_order  # noqa: F401
+from . import indexing  # noqa: F401
+from . import movement  # noqa: F401
+from . import reduction  # noqa: F401
+from . import product  # noqa: F401
+from . import conv_pool  # noqa: F401
+from . import normalization  # noqa: F401
+from . import softmax_attention  # noqa: F401
+from . import loss  # noqa: F401
+from . import random  # noqa: F401
+from . import spectral  # noqa: F401
+from . import graph  # noqa: F401
