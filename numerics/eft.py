@@ -28,7 +28,7 @@ import math
 import numba
 import numpy as np
 
-from formats.fast import finish, round_bits, round_in_range
+from formats.fast import finish, round_bits, round_in_range, threads_for
 
 ADD, SUBTRACT, MULTIPLY, DIVIDE, SQRT, FMA = range(6)
 _INVALID, _DIVZERO = 16, 8
@@ -183,10 +183,11 @@ def apply_rounded(op, a, b, c, out, flags, want_flags, p, qmin, emax, mtop, para
                   seed, offset):
     """out[i] (int64 bits) = the exact op(a[i], b[i], c[i]) rounded once into the format."""
     loop, values = _LOOPS[op, mode]
-    if want_flags:
-        loop(a, b, c, out, flags, True, p, qmin, emax, mtop, params, seed, offset)
-    elif values(a, b, c, out, p, qmin, emax, seed, offset):
-        finish(out, p, qmin, emax, mtop, params, mode, seed, offset)
+    with threads_for(out.size):
+        if want_flags:
+            loop(a, b, c, out, flags, True, p, qmin, emax, mtop, params, seed, offset)
+        elif values(a, b, c, out, p, qmin, emax, seed, offset):
+            finish(out, p, qmin, emax, mtop, params, mode, seed, offset)
 
 
 def supported(fmt) -> bool:

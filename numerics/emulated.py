@@ -26,7 +26,7 @@ import numba
 import numpy as np
 
 import formats
-from formats.fast import round_params
+from formats.fast import round_params, threads_for
 
 from . import eft
 from .backend import CAPABILITIES, Backend
@@ -239,8 +239,9 @@ class EmulatedBackend(Backend):
         else:
             ok = np.empty(y.size, dtype=np.bool_)
             p, qmin, emax, _, _ = round_params(self.fmt)
-            eft.screen_in_range(y, vals.view(np.int64), ok, p, qmin, emax,
-                                formats.mode_code(self.mode), _SCREEN)
+            with threads_for(y.size):
+                eft.screen_in_range(y, vals.view(np.int64), ok, p, qmin, emax,
+                                    formats.mode_code(self.mode), _SCREEN)
             todo = np.flatnonzero(~ok)
         if todo.size:
             t = y[todo]
