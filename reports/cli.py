@@ -349,4 +349,190 @@ def _exact(value) -> str:
     return f"{sign}{m} * 2**{q}"
 
 
-_SUBCOMMANDS = (_add_formats, _add_ops)
+# ----- run -------------------------------------------------------------------------------------
+
+_RUN_LISTS = ("ops", "families", "formats", "modes", "routes", "policies", "implementations")
+_RUN_KEYS = _RUN_LISTS + ("samples", "seed", "exhaustive", "jobs", "out", "csv")
+
+
+def _add_run(sub, common):
+    p = sub.add_parser("run", parents=[common], help="the coverage run: every route of every "
+                       "operator under every format, measured against exact values",
+                       description="Measure the forward, tangent and gradient routes of the "
+                                   "selected operators under each format, mode, policy and "
+                                   "implementation against the mpmath reference; write the "
+                                   "results file (JSON, roundoff-coverage/1) and print a "
+                                   "summary.  Lists are comma-separated.")
+    p.add_argument("--ops", metavar="LIST", help="operators (default: all)")
+    p.add_argument("--families", metavar="LIST", help="operator families (added to --ops)")
+    p.add_argument("--formats", metavar="LIST",
+                   help="formats (default: bfloat16,binary16,float8_e4m3fn,float8_e5m2,binary32)")
+    p.add_argument("--modes", metavar="LIST", help="rounding modes (default: nearest_even)")
+    p.add_argument("--routes", metavar="LIST",
+                   help="route kinds among forward,tangent,gradient (default: all three)")
+    p.add_argument("--policies", metavar="LIST", help="accumulation policy presets (default: "
+                   "strict)")
+    p.add_argument("--implementations", metavar="LIST",
+                   help="emulated and/or native (default: emulated)")
+    p.add_argument("--samples", metavar="N", type=int,
+                   help="sampler draws per sample kind and task (default: 3)")
+    p.add_argument("--seed", metavar="N", type=int, help="seed of every random stream (default 0)")
+    p.add_argument("--exhaustive", action="store_true", default=None,
+                   help="every finite input for elementwise unary operators in formats of at "
+                        "most 16 bits")
+    p.add_argument("--jobs", metavar="N", type=int, help="worker processes (default: all cores)")
+    p.add_argument("--out", metavar="PATH", help="results file (default results/coverage.json)")
+    p.add_argument("--csv", metavar="PATH", help="also write the rows as CSV")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run from <out>.partial.jsonl")
+    p.add_argument("--config", metavar="TOML", help="a TOML file with any of these options "
+                   "(keys: " + ", ".join(_RUN_KEYS) + "); the command line wins")
+    p.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    p.set_defaults(handler=cmd_run)
+
+
+def _run_config(path) -> dict:
+    """The options of a --config TOML file (top level, or a [run] table)."""
+    import tomllib
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"config file {path} is not valid TOML ({exc})") from None
+    if isinstance(data.get("run"), dict) and len(data) == 1:
+        data = data["run"]
+    import difflib
+    for key, value in data.items():
+        if key not in _RUN_KEYS:
+            close = difflib.get_close_matches(key, _RUN_KEYS, n=3)
+            hint = f" (close matches: {', '.join(close)})" if close else ""
+            raise UsageError(f"config file {path}: unknown key {key!r}{hint}")
+        if key in _RUN_LISTS:
+            if isinstance(value, str):
+                value = [v for v in value.split(",")]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise UsageError(f"config file {path}: {key} must be a list of names")
+            data[key] = ",".join(value)
+        elif key in ("samples", "seed", "jobs"):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise UsageError(f"config file {path}: {key} must be an integer")
+        elif key == "exhaustive" and not isinstance(value, bool):
+            raise UsageError(f"config file {path}: exhaustive must be true or false")
+        elif key in ("out", "csv") and not isinstance(value, str):
+            raise UsageError(f"config file {path}: {key} must be a path")
+    return data
+
+
+def _names(text, what, known, default):
+    """A comma-separated list checked against ``known`` (UsageError with close matches)."""
+    if text is None:
+        return tuple(default)
+    import difflib
+    out = []
+    for name in (n.strip() for n in text.split(",")):
+        if not name:
+            continue
+        if name not in known:
+            close = difflib.get_close_matches(name, list(known), n=4, cutoff=0.6)
+            hint = f" (close matches: {', '.join(close)})" if close else ""
+            raise UsageError(f"unknown {what} {name!r}{hint}")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise UsageError(f"empty list of {what}s")
+    return tuple(out)
+
+
+def _selection(args, user):
+    """The runner.Selection of the parsed options (config values filled in)."""
+    import numerics
+    import routes
+    from routes.registry import FAMILIES
+
+    from . import evaluate, runner
+    ops = _names(args.ops, "operator", routes.names(), ()) if args.ops else ()
+    fams = _names(args.families, "family", FAMILIES, ()) if args.families else ()
+    chosen = set(ops) | {n for n in routes.names() if routes.declaration(n).family in fams}
+    ops = tuple(n for n in routes.names() if n in chosen) if (ops or fams) else routes.names()
+    if not ops:
+        raise UsageError(f"no registered operator in families {', '.join(fams)}")
+    fmts = []
+    for name in (args.formats.split(",") if args.formats else runner.DEFAULT_FORMATS):
+        if name.strip():
+            fmt = formats.get(name.strip(), known=user)
+            if not fmt.fits_binary64:
+                raise UsageError(f"format {fmt.label}: the coverage run measures formats that "
+                                 f"fit binary64")
+            label = fmt.name if fmt.name in formats.CATALOG else name.strip()
+            if label not in fmts:
+                fmts.append(label)
+    if user:
+        raise UsageError("user formats (--formats-file) are not supported by run yet: use a "
+                         "compact spec such as e4m3 in --formats")
+    samples = runner.DEFAULT_DRAWS if args.samples is None else args.samples
+    if samples < 1:
+        raise UsageError(f"--samples must be >= 1 (got {samples})")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1 (got {args.jobs})")
+    return runner.Selection(
+        ops=ops, formats=tuple(fmts),
+        modes=_names(args.modes, "rounding mode", formats.MODES, ("nearest_even",)),
+        routes=_names(args.routes, "route", evaluate.ROUTES, evaluate.ROUTES),
+        policies=_names(args.policies, "policy", numerics.PRESETS, ("strict",)),
+        implementations=_names(args.implementations, "implementation",
+                               runner.IMPLEMENTATIONS, ("emulated",)),
+        draws=samples, seed=0 if args.seed is None else args.seed,
+        exhaustive=bool(args.exhaustive))
+
+
+def _writable(path, what) -> str:
+    """``path`` when its folder exists or can be made and a file can be written there."""
+    import os
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{what} {path} is a directory")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        probe = os.path.join(folder, f".roundoff-coverage-probe-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as exc:
+        raise UsageError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def cmd_run(args) -> int:
+    """``run``: the coverage run; exit 0 when every task ran (error rows are data), 130
+    when interrupted (the checkpoint is kept for --resume)."""
+    if args.config:
+        for key, value in _run_config(args.config).items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, value)
+    from . import runner, summary
+    sel = _selection(args, _user_formats(args))
+    out = _writable(args.out or "results/coverage.json", "output file")
+    csv = _writable(args.csv, "CSV file") if args.csv else None
+    try:
+        outcome = runner.run(sel, out, jobs=args.jobs, resume=args.resume, csv=csv,
+                             progress=not args.quiet)
+    except ValueError as exc:              # a checkpoint of another run
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
+    if outcome.interrupted:
+        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} tasks "
+              f"kept in {runner.checkpoint_path(out)}; rerun with --resume", file=sys.stderr)
+        return 130
+    if not args.quiet:
+        print(summary.text(outcome.rows, outcome.phases, outcome.wall))
+        note = f" ({outcome.resumed} resumed from the checkpoint)" if outcome.resumed else ""
+        print(f"peak memory of a worker: {outcome.peak_kib / 2**20:.2f} GiB")
+        print(f"{outcome.total} tasks, {len(outcome.rows)} rows{note}: {out}"
+              + (f", {csv}" if csv else ""))
+    return EXIT_OK
+
+
+_SUBCOMMANDS = (_add_formats, _add_ops, _add_run)

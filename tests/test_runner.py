@@ -1,0 +1,288 @@
+"""The coverage run (reports/runner.py, reports/evaluate.py, the ``run`` command).
+
+Oracles are independent of the runner: mpmath at 300 bits for the exact values of a
+reproducer, the format's own enumeration (formats.CATALOG constants) for exhaustive counts,
+and the definitions of the statuses.  Selections are tiny so the file runs in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import mpmath
+import numpy as np
+import pytest
+
+import formats
+import routes
+from reports import evaluate, runner
+from reports.cli import main
+from routes.ports import value
+from routes.registry import define, withdraw
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SMALL = runner.Selection(ops=("neg", "exp", "eq", "softmax"),
+                         formats=("bfloat16", "float8_e4m3fn"), draws=2)
+
+
+def _run(sel, path, **kw):
+    kw.setdefault("jobs", 1)
+    return runner.run(sel, str(path), progress=False, **kw)
+
+
+def _rows(sel, **match):
+    """Rows of an in-process evaluation of every task of ``sel`` matching ``match``."""
+    out = []
+    for t in runner.plan(sel):
+        out += [r for r in evaluate.evaluate(t)[0]
+                if all(r[k] == v for k, v in match.items())]
+    return out
+
+
+# ----- determinism, checkpoint, resume -----------------------------------------------------------
+
+def test_jobs_1_and_2_write_byte_identical_files(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _run(SMALL, a, jobs=1)
+    out = _run(SMALL, b, jobs=2)
+    assert a.read_bytes() == b.read_bytes()
+    assert out.ran == out.total == len(runner.plan(SMALL))
+    assert not os.path.exists(runner.checkpoint_path(b))       # removed after the final write
+
+
+def test_resume_skips_finished_tasks_and_gives_the_same_file(tmp_path):
+    full, part = tmp_path / "full.json", tmp_path / "part.json"
+    _run(SMALL, full)
+    tasks = runner.plan(SMALL)
+    finished = tasks[: len(tasks) // 2]
+    # An interrupted run: the checkpoint holds the first half, the last line torn by a kill.
+    with open(runner.checkpoint_path(part), "w") as fh:
+        fh.write(json.dumps({"checkpoint": "roundoff-coverage/1",
+                             "fingerprint": SMALL.fingerprint(), "command": ""}) + "\n")
+        for t in finished:
+            fh.write(json.dumps({"task": t.key, "rows": evaluate.evaluate(t)[0]}) + "\n")
+        fh.write('{"task": "torn')
+    executed = []
+
+    def record(task):
+        executed.append(task.key)
+        return evaluate.evaluate(task)
+
+    out = _run(SMALL, part, resume=True, execute=record)
+    assert set(executed) == {t.key for t in tasks[len(finished):]}
+    assert out.resumed == len(finished)
+    assert part.read_bytes() == full.read_bytes()
+
+
+def test_resume_refuses_a_checkpoint_of_another_selection(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    with open(runner.checkpoint_path(out), "w") as fh:
+        fh.write(json.dumps({"checkpoint": "roundoff-coverage/1", "fingerprint": "x",
+                             "command": "roundoff-coverage run --ops exp"}) + "\n")
+    status = main(["run", "--ops", "neg", "--formats", "bfloat16", "--out", str(out),
+                   "--resume", "--jobs", "1", "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.splitlines()) == 1 and "different selection" in err
+
+
+def test_killed_run_keeps_finished_tasks_and_resume_runs_only_the_rest(tmp_path):
+    out = tmp_path / "k.json"
+    ckpt = pathlib.Path(runner.checkpoint_path(out))
+    args = ["--ops", "softmax,logSoftmax,layerNorm,attention,crossEntropy,exp",
+            "--formats", "bfloat16,binary16,binary32", "--samples", "3", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "reports", "run", *args, "--jobs", "1",
+                             "--quiet"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists() and ckpt.read_text().count('"task"') >= 3:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    sel = runner.Selection(ops=("exp", "softmax", "logSoftmax", "attention", "layerNorm",
+                                "crossEntropy"), formats=("bfloat16", "binary16", "binary32"),
+                           draws=3)
+    kept = runner.read_checkpoint(ckpt, sel.fingerprint())
+    assert len(kept) >= 3 and not out.exists()
+    executed = []
+
+    def record(task):
+        executed.append(task.key)
+        return evaluate.evaluate(task)
+
+    result = _run(sel, out, resume=True, execute=record)
+    assert not set(executed) & set(kept)
+    assert len(executed) + len(kept) == result.total
+    doc = json.loads(out.read_text())
+    assert {(r["op"], r["format"]) for r in doc["rows"]} == \
+        {(t.op, t.format) for t in runner.plan(sel)}
+
+
+# ----- statuses --------------------------------------------------------------------------------
+
+def test_erf_under_native_is_no_rule_naming_the_capability():
+    sel = runner.Selection(ops=("erf",), formats=("binary32",), implementations=("native",),
+                           draws=1)
+    rows = _rows(sel)
+    assert rows and {r["status"] for r in rows} == {"no_rule"}
+    assert {r["need"] for r in rows} == {"Erf"}
+    assert all("Erf" in r["reason"] for r in rows)
+
+
+def test_comparison_tangent_is_not_differentiable():
+    rows = _rows(runner.Selection(ops=("eq",), formats=("bfloat16",), draws=1),
+                 instance="default")
+    by_route = {r["route"]: r for r in rows}
+    assert by_route["tangent"]["status"] == "not_differentiable"
+    assert by_route["gradient"]["status"] == "not_differentiable"
+    assert by_route["forward"]["status"] == "ok" and by_route["forward"]["mismatches"] == 0
+
+
+def test_words_compare_exactly_even_beyond_binary64():
+    # uint64 and int64 words near 2**63 do not survive a float64 conversion.
+    sel = runner.Selection(ops=("bitwiseAnd", "add"), formats=("bfloat16",),
+                           routes=("forward",), draws=2)
+    rows = [r for r in _rows(sel) if r["instance"] in ("uint64", "int64")]
+    assert len(rows) == 3 and all(r["status"] == "ok" and r["mismatches"] == 0 for r in rows)
+
+
+@pytest.fixture
+def broken_op():
+    def forward(xp, a, x):
+        raise ArithmeticError("scratch operator always fails\nsecond line")
+    define("scratchBroken", "elementwise", ports=lambda a: ({"x": value((3,))},
+                                                          {"y": value((3,))}),
+           forward=forward, backward=lambda xp, a, xs, ys, gs, needs: (gs[0],),
+           samples={"ordinary": lambda rng, fmt, op: (np.zeros(3),)})
+    yield "scratchBroken"
+    withdraw("scratchBroken")
+
+
+def test_a_failing_route_is_an_error_row_and_the_run_goes_on(tmp_path, broken_op):
+    sel = runner.Selection(ops=(broken_op, "neg"), formats=("bfloat16",), draws=1)
+    _run(sel, tmp_path / "e.json")
+    rows = json.loads((tmp_path / "e.json").read_text())["rows"]
+    bad = [r for r in rows if r["op"] == broken_op]
+    assert {r["status"] for r in bad if r["route"] != "tangent"} == {"error"}
+    assert all("scratch operator always fails second line" in r["reason"] for r in bad
+               if r["status"] == "error")
+    assert {r["status"] for r in rows if r["op"] == "neg"} == {"ok"}
+
+
+# ----- measured errors against independent oracles ------------------------------------------------
+
+def _ulp_mpmath(computed: float, exact, fmt) -> float:
+    """(computed - exact) / ulp(exact) in ``fmt``, with mpmath at 300 bits."""
+    ctx = mpmath.MPContext()
+    ctx.prec = 300
+    x = ctx.mpf(exact)
+    e = int(ctx.floor(ctx.log(abs(x), 2)))
+    q = max(e - fmt.precision + 1, fmt.qmin)
+    return float((ctx.mpf(computed) - x) / ctx.ldexp(1, q))
+
+
+def test_exp_in_bfloat16_is_rounded_once_and_its_worst_case_reproduces():
+    fmt = formats.get("bfloat16")
+    rows = _rows(runner.Selection(ops=("exp",), formats=("bfloat16",), routes=("forward",),
+                                  draws=8), instance="default")
+    (row,) = rows
+    assert row["status"] == "ok" and row["samples"] == 3 * 8 * 3
+    assert 0 < row["max_ulp"] <= 0.5                       # one rounding of the exact value
+    assert row["bound"] == 0.5 and row["violations"] == 0 and row["bound_ratio"] <= 1
+    w = row["worst"]
+    x = float(formats.decode(np.array([int(w["inputs"]["x"], 16)], dtype=np.uint64), fmt)[0])
+    ctx = mpmath.MPContext()
+    ctx.prec = 300
+    exact = ctx.exp(ctx.mpf(x))
+    assert abs(_ulp_mpmath(float(w["computed"]), exact, fmt) - w["ulp"]) < 1e-6
+    assert abs(abs(w["ulp"]) - row["max_ulp"]) == 0
+
+
+def test_exact_operators_measure_zero_and_compound_ones_do_not():
+    sel = runner.Selection(ops=("neg", "abs", "softmax", "smoothAbs"), formats=("bfloat16",),
+                           routes=("forward",), draws=4)
+    rows = {r["op"]: r for r in _rows(sel, instance="default")}
+    assert rows["neg"]["max_ulp"] == 0 and rows["abs"]["max_ulp"] == 0
+    assert rows["softmax"]["max_ulp"] > 0.5               # exp, sum, divide: several roundings
+    assert rows["smoothAbs"]["max_ulp"] > 0
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "binary16"])
+def test_exhaustive_mode_covers_every_finite_value(fmt):
+    sel = runner.Selection(ops=("neg",), formats=(fmt,), routes=("forward",), draws=2,
+                           exhaustive=True)
+    (row,) = _rows(sel, instance="default")
+    f = formats.get(fmt)
+    # Every pattern but those with an all-ones exponent field: 2**16 - 2 * 2**w_f.
+    assert row["samples"] == f.finite_count == 2**16 - 2 * 2**f.man_bits
+    assert row["exhaustive"] and row["max_ulp"] == 0
+
+
+# ----- the command line ---------------------------------------------------------------------------
+
+def _one_line(err, *fragments):
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("roundoff-coverage: error: "), err
+    for f in fragments:
+        assert f in lines[0], err
+
+
+@pytest.mark.parametrize("argv,fragments", [
+    (["--ops", "sofmax"], ["sofmax", "softmax"]),
+    (["--formats", "bfloat61"], ["bfloat61", "bfloat16"]),
+    (["--families", "transcendentl"], ["transcendental"]),
+    (["--routes", "backward"], ["backward"]),
+    (["--policies", "fast"], ["fast"]),
+    (["--implementations", "cuda"], ["cuda"]),
+    (["--samples", "0"], ["--samples"]),
+], ids=["op", "format", "family", "route", "policy", "implementation", "samples"])
+def test_bad_names_exit_2_with_one_line(capsys, tmp_path, argv, fragments):
+    status = main(["run", *argv, "--out", str(tmp_path / "r.json"), "--quiet"])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    _one_line(err, *fragments)
+
+
+@pytest.mark.parametrize("content,fragment", [
+    ("ops = [\n", "not valid TOML"),
+    ("opps = ['exp']\n", "unknown key 'opps'"),
+    ("samples = 'many'\n", "samples must be an integer"),
+], ids=["syntax", "unknown-key", "bad-type"])
+def test_bad_config_exits_2(capsys, tmp_path, content, fragment):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(content)
+    status = main(["run", "--config", str(cfg), "--out", str(tmp_path / "r.json"), "--quiet"])
+    assert status == 2
+    _one_line(capsys.readouterr().err, fragment)
+
+
+def test_unwritable_output_exits_2(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    status = main(["run", "--ops", "neg", "--out", str(blocker / "r.json"), "--quiet"])
+    assert status == 2
+    _one_line(capsys.readouterr().err, "cannot write")
+
+
+def test_config_run_writes_json_csv_and_prints_the_summary(capsys, tmp_path):
+    cfg = tmp_path / "run.toml"
+    cfg.write_text("[run]\nops = ['neg', 'exp']\nformats = ['bfloat16']\nsamples = 1\n"
+                   "jobs = 1\n")
+    out, csv = tmp_path / "r.json", tmp_path / "r.csv"
+    status = main(["run", "--config", str(cfg), "--out", str(out), "--csv", str(csv)])
+    text = capsys.readouterr().out
+    assert status == 0 and out.exists() and csv.exists()
+    assert "coverage (share of rows ok) per family and format" in text
+    assert "worst routes" in text and "time per phase" in text
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["selection"]["ops"] == ["neg", "exp"]
+    assert {r["status"] for r in doc["rows"]} == {"ok"}
+    assert len(doc["rows"]) == 2 * 2 * 3                 # 2 ops x 2 instances x 3 routes
