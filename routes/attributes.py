@@ -1,23 +1,26 @@
 """Typed attributes of an operator: shapes, naturals, integers, flags, choices, lists of
-naturals, each with a default and a range.  Numbers that are scalars of the model (epsilon,
+naturals, names and lists of shapes, each with a default and a range.  Numbers that are scalars of the model (epsilon,
 slopes, clamp bounds) are never attributes: they travel as frozen inputs.
 
 An ``Attr`` converts a user's value into its canonical form (``coerce``), writes and reads it
 as one typed wire field (``to_field`` / ``from_field``: ``["shape", [2, 3]]``,
 ``["nat", 1]``, ``["int", -1]``, ``["bool", true]``, ``["enum", "trunc"]``,
-``["nats", [0, 1]]``), and gives the ranges a generator should draw from (``gen``).
+``["nats", [0, 1]]``, ``["text", "myKernel"]``, ``["shapes", [[2, 3], [3]]]``), and gives the ranges a generator should draw from (``gen``).
 Constraints that relate several attributes (axis < rank) belong to the operator's ``check``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import RouteError
 
-WIRE_TYPES = ("shape", "nat", "int", "bool", "enum", "nats")
+WIRE_TYPES = ("shape", "nat", "int", "bool", "enum", "nats", "text", "shapes")
+# A text attribute (a custom node's name): an identifier-like word, so records stay tidy.
+_TEXT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}")
 
 
 def _is_int(v) -> bool:
@@ -51,6 +54,18 @@ class Attr:
             if not all(_is_int(n) and n >= 0 for n in items):
                 raise bad
             return tuple(int(n) for n in items)
+        if self.wire == "shapes":
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise bad
+            items = tuple(value)
+            if not all(not isinstance(s, (str, bytes)) and hasattr(s, "__iter__") and
+                       all(_is_int(n) and n >= 0 for n in s) for s in items):
+                raise bad
+            return tuple(tuple(int(n) for n in s) for s in items)
+        if self.wire == "text":
+            if not isinstance(value, str) or not _TEXT.fullmatch(value):
+                raise bad
+            return value
         if self.wire == "bool":
             if not isinstance(value, (bool, np.bool_)):
                 raise bad
@@ -73,6 +88,11 @@ class Attr:
             return "a list of non-negative integers"
         if self.wire == "nats":
             return "a list of non-negative integers"
+        if self.wire == "shapes":
+            return "a list of shapes (lists of non-negative integers)"
+        if self.wire == "text":
+            return ("a name of 1 to 64 letters, digits, '_', '.' or '-' starting with a letter "
+                    "or '_'")
         if self.wire == "bool":
             return "true or false"
         if self.wire == "enum":
@@ -88,6 +108,8 @@ class Attr:
 
     def to_field(self, value) -> list:
         """The wire field of a canonical value: [wire type, JSON value]."""
+        if self.wire == "shapes":
+            return [self.wire, [list(v) for v in value]]
         return [self.wire, list(value) if self.wire in ("shape", "nats") else value]
 
     def from_field(self, field, op: str):
@@ -99,8 +121,10 @@ class Attr:
         if wire != self.wire:
             raise RouteError(f"{op}: field {self.name} must have type {self.wire} "
                              f"(got {wire!r})")
-        if self.wire in ("shape", "nats") and not isinstance(raw, list):
+        if self.wire in ("shape", "nats", "shapes") and not isinstance(raw, list):
             raise RouteError(f"{op}: field {self.name} must hold a list (got {raw!r})")
+        if self.wire == "shapes" and not all(isinstance(v, list) for v in raw):
+            raise RouteError(f"{op}: field {self.name} must hold a list of lists (got {raw!r})")
         return self.coerce(raw, op)
 
 
@@ -135,3 +159,15 @@ def choice(name: str, choices, default=None, doc: str = "") -> Attr:
 def nats(name: str, default=(), max_len: int = 3, max_value: int = 4, doc: str = "") -> Attr:
     """A list of naturals (reduce axes, kernel sizes)."""
     return Attr(name, "nats", tuple(default), gen=(max_len, max_value), doc=doc)
+
+
+def text(name: str, default: str, doc: str = "") -> Attr:
+    """A name (a custom node's): letters, digits, '_', '.', '-'."""
+    return Attr(name, "text", default, doc=doc)
+
+
+def shapes(name: str, default=(), max_len: int = 3, max_rank: int = 3, max_extent: int = 4,
+           doc: str = "") -> Attr:
+    """A list of shapes (a custom node's input shapes)."""
+    return Attr(name, "shapes", tuple(tuple(s) for s in default), gen=(max_len, max_rank,
+                                                                         max_extent), doc=doc)

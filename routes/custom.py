@@ -236,6 +236,9 @@ def bind(op, program: Program, pullback=None):
         raise RouteError(f"custom: bind takes a custom operator (got {op.name})")
     if not isinstance(program, Program):
         raise RouteError(f"custom: bind takes a Program (got {type(program).__name__})")
+    if program.name != op.attrs.program:
+        raise RouteError(f"custom: the node is named {op.attrs.program!r} but the program "
+                         f"{program.name!r}")
 
     def forward(xp, a, *xs):
         return program.eval(xp, xs, a.shape)

@@ -54,8 +54,9 @@ FAMILIES = ("elementwise", "transcendental", "rounding", "extrema", "activation"
             "conv_pool", "normalization", "softmax_attention", "loss", "random", "spectral",
             "graph")
 SAMPLE_KINDS = ("ordinary", "edges", "special")
-# Attrs is a Mapping: ``a.keys`` would read the method, not an attribute called "keys".
-RESERVED_ATTRIBUTES = {"keys", "values", "items", "get", "replace"}
+# Attrs is a Mapping: ``a.keys`` would read the method, not an attribute called "keys"; and
+# ``op(name, **attributes)`` takes the operator's name first.
+RESERVED_ATTRIBUTES = {"keys", "values", "items", "get", "replace", "name"}
 
 
 @dataclass(frozen=True)
@@ -298,8 +299,9 @@ class Op:
 
     def _key(self):
         rec = self.record()
-        return rec["tag"], tuple((w, tuple(v) if isinstance(v, list) else v)
-                                 for w, v in rec["fields"])
+        def frozen(v):
+            return tuple(frozen(x) for x in v) if isinstance(v, list) else v
+        return rec["tag"], tuple((w, frozen(v)) for w, v in rec["fields"])
 
     def __eq__(self, other):
         return isinstance(other, Op) and self._key() == other._key()

@@ -112,7 +112,7 @@ def test_malformed_programs_are_refused_at_construction():
 
 
 def test_bound_rule_uses_the_supplied_pullback():
-    o = routes.op("custom", ranks=(1,), extents=(3,), shape=(3,))
+    o = routes.op("custom", program="square", inputs=((3,),), shape=(3,))
     square = C.Program("square", C.Apply("multiply", C.Read(0, C.Out()), C.Read(0, C.Out())))
     # The policy: 7 g, deliberately not the derivative 2 x g of the program.
     bound = C.bind(o, square, lambda xp, xs, y, g: (xp.multiply(xp.full_like(g, 7), g),))
@@ -130,7 +130,7 @@ def test_bound_rule_uses_the_supplied_pullback():
 
 
 def test_plain_custom_entry_runs_the_zero_program():
-    o = routes.op("custom", ranks=(1,), extents=(2,), shape=(2, 2))
+    o = routes.op("custom", program="outer", inputs=((2,),), shape=(2, 2))
     rule = o.rule(numerics.exact())
     assert np.asarray(rule.forward(([3.0, 4.0],))[0]).tolist() == [[0, 0], [0, 0]]
     assert list(rule.backward(([3.0, 4.0],), (np.ones((2, 2)),))[0]) == [0, 0]
@@ -152,7 +152,7 @@ def test_detach_passes_values_and_stops_gradients():
 
 
 def test_bound_custom_node_runs_in_a_graph_and_its_record_has_no_program():
-    o = routes.op("custom", ranks=(1, 1), extents=(2, 2), shape=(2,))
+    o = routes.op("custom", program="rdiff", inputs=((2,), (2,)), shape=(2,))
     # y[i] = x0[i] - x1[1 - i] (a reversed difference); pullback: (g, -reverse(g)), exact here.
     diff = C.Program("rdiff", C.Apply("subtract", C.Read(0, C.Out()),
                                       C.Read(1, C.Idx("sub", C.Nat(1), C.Out()))))
@@ -164,3 +164,9 @@ def test_bound_custom_node_runs_in_a_graph_and_its_record_has_no_program():
     ga, gb = rule.backward(([5.0, 7.0], [1.0, 2.0]), ([1.0, 10.0],))
     assert list(ga) == [1, 10] and list(gb) == [-10, -1]
     assert routes.decode(routes.encode(bound)) == o      # the record carries no program
+    assert routes.encode(o)["fields"] == [["text", "rdiff"], ["shapes", [[2], [2]]],
+                                          ["shape", [2]]]
+    with pytest.raises(RouteError, match="the node is named 'rdiff' but the program 'other'"):
+        C.bind(o, C.Program("other", C.Read(0, C.Out())))
+    with pytest.raises(RouteError, match="custom: program must be a name of 1 to 64"):
+        routes.op("custom", program="two words")

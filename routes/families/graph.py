@@ -5,12 +5,12 @@ map is the identity and its parent receives no contribution (PyTorch's detach).
 
 custom is the node whose program lives outside the operator value (spec: "A custom node ...
 carries a name and the shapes of its inputs and output, and the node's checked program lives
-in its graph's payload").  Its attributes are the shapes: ``ranks`` (one rank per input),
-``extents`` (the inputs' extents, concatenated) and ``shape`` (the output's).  The wire types
-have no string, so the name travels with the program (routes.custom.Program.name).  The rule
-of a node with a program is ``routes.custom.bind(op, program, pullback).rule(backend)``; the
-plain registry entry runs routes.custom.ZEROS (every entry 0, no reads) with a zero pullback,
-because every registered operator value must have a forward map for the registry's tests.
+in its graph's payload").  Its attributes are exactly those: ``program`` (the name, text;
+``name`` is the operator's own), ``inputs``
+(the input shapes) and ``shape`` (the output's).  The rule of a node with a program is
+``routes.custom.bind(op, program, pullback).rule(backend)``; the plain registry entry runs
+routes.custom.ZEROS (every entry 0, no reads) with a zero pullback, because every registered
+operator value must have a forward map for the registry's tests.
 """
 
 from __future__ import annotations
@@ -47,24 +47,8 @@ define(
 )
 
 
-def _custom_shapes(a):
-    shapes, at = [], 0
-    for r in a.ranks:
-        shapes.append(tuple(a.extents[at:at + r]))
-        at += r
-    return shapes
-
-
-def _custom_check(a):
-    if sum(a.ranks) != len(a.extents):
-        return (f"extents must hold sum(ranks) = {sum(a.ranks)} entries (got "
-                f"{len(a.extents)})")
-    return None
-
-
 def _custom_ports(a):
-    shapes = _custom_shapes(a) if sum(a.ranks) == len(a.extents) else [() for _ in a.ranks]
-    return ({f"x{i}": value(s) for i, s in enumerate(shapes)}, {"y": value(a.shape)})
+    return ({f"x{i}": value(s) for i, s in enumerate(a.inputs)}, {"y": value(a.shape)})
 
 
 def _custom_samples(rng, fmt, op):
@@ -74,24 +58,22 @@ def _custom_samples(rng, fmt, op):
 
 define(
     "custom", "graph",
-    attributes=(A.nats("ranks", (), doc="the rank of each input"),
-                A.nats("extents", (), max_len=6, doc="the inputs' extents, concatenated"),
+    attributes=(A.text("program", "zeros", doc="the node's name: the name of its program"),
+                A.shapes("inputs", (), doc="the shape of each input"),
                 A.shape(doc="the output's shape")),
     ports=_custom_ports,
     forward=lambda xp, a, *xs: C.ZEROS.eval(xp, xs, a.shape),
     backward=lambda xp, a, xs, ys, gs, needs: C.zero_pullback(xp, xs, ys[0], gs[0]),
-    check=_custom_check,
     samples={"ordinary": _custom_samples},
     oracle=lambda ctx, a, *xs: (np.full(a.shape, ctx.mpf(0), dtype=object),),
-    examples={"": {}},
+    examples={"": {}, "two-inputs": {"program": "pairSum", "inputs": ((2,), (2, 2)),
+                                      "shape": (2,)}},
     notes=("custom: the rule comes from the node's program (routes.custom.bind); its pullback "
            "is the caller's policy, not a derivative of the program, and there is no forward "
            "mode.  Reads are checked row-major reads by operand number and unsigned address; "
            "an invalid operand and an out-of-bounds address are distinct errors.",
            "The plain entry (no program attached) runs the program ZEROS: every output entry "
            "0, no reads, a zero pullback."),
-    bad_attributes=(({"ranks": (1,), "extents": ()},
-                     "custom: extents must hold sum(ranks) = 1 entries (got 0)"),),
     certificates=(convention(f"{CUSTOM_TESTS}::test_bound_rule_uses_the_supplied_pullback",
                              "the pullback is the caller's policy, returned as given"),),
 )
