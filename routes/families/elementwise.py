@@ -960,10 +960,10 @@ def _above(xp, d, eps, v):
     return xp.where(xp.greater(d, eps), v, xp.zeros_like(v))
 
 
-def _guarded(xp, d, eps):
-    """max(d, eps) (IEEE maximum: NaN propagates), and d with the guarded entries replaced
-    by 1, a safe denominator for derivative formulas that are discarded there."""
-    return xp.maximum(d, eps), xp.where(xp.greater(d, eps), d, xp.ones_like(d))
+def _safe_denominator(xp, d, eps):
+    """d with the guarded entries (d <= eps, NaN) replaced by 1: a denominator for
+    derivative formulas whose value ``_above`` discards there."""
+    return xp.where(xp.greater(d, eps), d, xp.ones_like(d))
 
 
 def _safe_f64_d(d, eps, v):
@@ -983,7 +983,7 @@ def _eps_oracle(f):
 
 
 def _safe_log_d(xp, x, eps, v):
-    return _above(xp, x, eps, xp.divide(v, _guarded(xp, x, eps)[1]))
+    return _above(xp, x, eps, xp.divide(v, _safe_denominator(xp, x, eps)))
 
 
 define(
@@ -1063,7 +1063,7 @@ def _safe_div_dx(xp, x, y, out, eps, v):
 def _safe_div_dy(xp, x, y, out, eps, v):
     """-(v out) / y where y > eps, 0 at and below the guard."""
     return _above(xp, y, eps, xp.negative(xp.divide(xp.multiply(v, out),
-                                                    _guarded(xp, y, eps)[1])))
+                                                    _safe_denominator(xp, y, eps))))
 
 
 def _safe_div_jvp(xp, a, xs, ys, ts):

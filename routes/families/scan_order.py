@@ -154,7 +154,7 @@ def _add_at(xp, like, g, idx, axis):
 def _mp_key(ctx, descending):
     """An oracle's comparison of mpf values: NaN largest; equal values compare equal."""
     def cmp(p, q):
-        (i, a), (j, b) = p, q
+        (_, a), (_, b) = p, q
         na, nb = ctx.isnan(a), ctx.isnan(b)
         if na or nb:
             c = 0 if na and nb else (1 if na else -1)
