@@ -90,6 +90,7 @@ class EmulatedBackend(Backend):
         self._mpfr = MpfrPath(self.fmt, mode)
         self._acc = None
         self._compute = None
+        self._sticky = None          # [OR of the flags raised] while tracking (track_flags)
 
     # ----- helpers -------------------------------------------------------------------------
     def _next_seed(self):
@@ -107,6 +108,30 @@ class EmulatedBackend(Backend):
         if self._compute is None:
             self._compute = EmulatedBackend(self.policy.compute, self.mode, None, self.seed)
         return self._compute
+
+    # ----- sticky IEEE flags -----------------------------------------------------------------
+    def track_flags(self) -> "EmulatedBackend":
+        """Start collecting IEEE status flags (IEEE 754-2019 7.1: raised flags stay raised
+        until cleared): from now on every rounding of this backend and of its accumulator
+        ORs its flags into one word, read with ``raised()``.  The primitives then take
+        their with-flags paths (slower: transcendental screening rounds both neighbours)."""
+        self._sticky = [0]
+        if self._acc is not None:
+            self._acc._sticky = self._sticky
+        return self
+
+    def raised(self) -> int | None:
+        """The flags raised since the last ``clear_flags`` (bits of formats.modes), None
+        when not tracking."""
+        return None if self._sticky is None else self._sticky[0]
+
+    def clear_flags(self) -> None:
+        if self._sticky is not None:
+            self._sticky[0] = 0
+
+    def _raise(self, flags):
+        if self._sticky is not None and flags is not None and np.size(flags):
+            self._sticky[0] |= int(np.bitwise_or.reduce(np.asarray(flags).reshape(-1)))
 
     # ----- conversion ----------------------------------------------------------------------
     def asarray(self, x):
@@ -145,6 +170,7 @@ class EmulatedBackend(Backend):
         else:
             vals, flags = formats.round_to(np.asarray(a, dtype=np.float64), target, mode,
                                            with_flags=True, seed=self._next_seed())
+        self._raise(flags)
         return (vals, flags) if with_flags else vals
 
     def accumulator(self):
@@ -153,12 +179,13 @@ class EmulatedBackend(Backend):
             return self
         if self._acc is None:
             self._acc = EmulatedBackend(acc, self.mode, None, self.seed)
+            self._acc._sticky = self._sticky
         return self._acc
 
     def to_storage(self, a, source):
         if source is self or (source.fmt == self.fmt):
             return a
-        if self._wide or source._wide:
+        if self._wide or source._wide or self._sticky is not None:
             return self.cast(a, self.fmt)
         return formats.round_to(np.asarray(a, dtype=np.float64), self.fmt, self.mode,
                                 seed=self._next_seed())
@@ -177,10 +204,16 @@ class EmulatedBackend(Backend):
     # ----- primitives ------------------------------------------------------------------------
     def _apply(self, name, *arrays, with_flags=False):
         rounder = self._rounder()
-        vals, flags = rounder._primitive(name, arrays, with_flags)
+        want = with_flags or self._sticky is not None
+        vals, flags = rounder._primitive(name, arrays, want)
         if rounder is not self:
-            vals, more = self.cast(vals, self.fmt, with_flags=True)
+            sticky, self._sticky = self._sticky, None      # flags of the cast join below
+            try:
+                vals, more = self.cast(vals, self.fmt, with_flags=True)
+            finally:
+                self._sticky = sticky
             flags = flags | more if flags is not None else None
+        self._raise(flags)
         return (vals, flags) if with_flags else vals
 
     def _primitive(self, name, arrays, with_flags):

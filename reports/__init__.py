@@ -2,6 +2,8 @@
 
 ``load(path) -> pandas.DataFrame``: a results file (roundoff-coverage/1), one row per
 measured route (reports/results.py).
+``reproduce(results, row) -> dict``: the inputs of a row's worst case, regenerated from the
+seed (reports/regenerate.py), for inputs too large to store in the file.
 """
 
 
@@ -11,4 +13,10 @@ def load(path):
     return _load(path)
 
 
-__all__ = ["load"]
+def reproduce(results, row):
+    """The worst case of ``row`` regenerated (see reports.regenerate.reproduce)."""
+    from .regenerate import reproduce as _reproduce
+    return _reproduce(results, row)
+
+
+__all__ = ["load", "reproduce"]

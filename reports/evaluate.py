@@ -74,7 +74,7 @@ class Task:
     draws: int
     seed: int
     exhaustive: bool = False
-    kinds: tuple = ()             # sample kinds drawn (empty: every kind declared)
+    kinds: tuple = ()             # sample kinds drawn (empty: every kind, evaluate.sample_kinds)
 
     @property
     def key(self) -> str:
@@ -196,8 +196,8 @@ def base_row(task, route, port, status, reason=None, need=None) -> dict:
             "reason": reason, "need": need, "exhaustive": task.exhaustive, "samples": 0,
             "max_ulp": None, "p99_ulp": None, "mean_ulp": None, "min_signed_ulp": None,
             "max_signed_ulp": None, "max_rel": None, "bound": None, "bound_ratio": None,
-            "violations": None, "exceptional": {}, "unmeasured": 0, "mismatches": None,
-            "histogram": None, "ref_prec": None, "worst": None}
+            "violations": None, "exceptional": {}, "flags": None, "unmeasured": 0,
+            "mismatches": None, "histogram": None, "ref_prec": None, "worst": None}
 
 
 # ----- sampling --------------------------------------------------------------------------------
@@ -269,8 +269,7 @@ def draw(task: Task, o, fmt) -> Draws:
                            fmt.name, "ordinary")
         xs = tuple(values if p.differentiable else x for x, p in zip(base, big.inputs))
         return Draws(big, [xs], ["exhaustive"], True, fmt, task)
-    kinds = [k for k in routes.registry.SAMPLE_KINDS if k in o.decl.samples
-             and (not task.kinds or k in task.kinds)] or ["ordinary"]
+    kinds = [k for k in sample_kinds(o) if not task.kinds or k in task.kinds] or ["ordinary"]
     size = int(np.prod(o.attrs["shape"], dtype=np.int64)) if "shape" in o.attrs else 0
     if batchable(o) and size > 0 and task.draws > 1:
         big = o.replace(shape=(size * task.draws,))
@@ -286,17 +285,36 @@ def draw(task: Task, o, fmt) -> Draws:
     return Draws(o, inputs, labels, batchable(o), fmt, task)
 
 
+def sample_kinds(o) -> list:
+    """The sample kinds a task of ``o`` draws: the declared ones, then the derived
+    ``magnitudes`` (log-uniform across the format's range) where ``o`` has value inputs."""
+    reg = routes.registry
+    derived = "ordinary" in o.decl.samples and any(p.differentiable for p in o.inputs)
+    return [k for k in reg.SAMPLE_KINDS
+            if k in o.decl.samples or (derived and k in reg.DERIVED_KINDS)]
+
+
 def _fmt_name(fmt):
     return fmt if fmt.name not in formats.CATALOG else fmt.name
 
 
 # ----- evaluating routes -----------------------------------------------------------------------
 
-def run_routes(rule, d: Draws, wanted) -> dict:
+def run_routes(rule, d: Draws, wanted, flags=None) -> dict:
     """{route: [per-draw outputs] or Exception}: forward values, output tangents, input
     gradients (each a tuple per port) of every draw under ``rule``.  One forward evaluation
-    per draw serves the three routes (Rule.prepare and Rule.linearize would each run one)."""
+    per draw serves the three routes (Rule.prepare and Rule.linearize would each run one).
+
+    ``flags``, a dict, receives {route: IEEE flags raised} when the backend keeps sticky
+    flags (``track_flags``): the OR over every draw of the flags of the route's whole
+    evaluation -- the forward pass's for every route, plus the pullback's or the tangent
+    map's own (IEEE 754-2019 7.1 status flags, cleared before each draw)."""
     out = {r: [] for r in wanted}
+    xp = rule.xp
+    sticky = flags is not None and hasattr(xp, "track_flags")
+    if sticky:
+        xp.track_flags()
+        flags.update(dict.fromkeys(wanted, 0))
     needs = tuple(p.differentiable for p in d.op.inputs)
     for xs, ts, cs in zip(d.inputs, d.tangents, d.cotangents):
         try:
@@ -304,9 +322,12 @@ def run_routes(rule, d: Draws, wanted) -> dict:
             ys = rule._forward(xs_read)
         except Exception as exc:                          # noqa: BLE001 (recorded as data)
             return {r: exc for r in wanted}
+        base = xp.raised() if sticky else 0
         for route in wanted:
             if isinstance(out[route], Exception):
                 continue
+            if sticky:
+                xp.clear_flags()
             try:
                 if route == "forward":
                     out[route].append(tuple(ys))
@@ -316,6 +337,10 @@ def run_routes(rule, d: Draws, wanted) -> dict:
                     out[route].append(_tangents(rule, xs_read, ys, ts))
             except Exception as exc:                      # noqa: BLE001
                 out[route] = exc
+            if sticky:
+                flags[route] |= base | xp.raised()
+        if sticky:
+            xp.clear_flags()
     return out
 
 
@@ -467,7 +492,8 @@ def _piece(x, port, elem, elementwise, fmt, out_size):
         return _bits(a.reshape(-1)[elem], fmt, port)
     if a.size <= REPRO_MAX_ELEMENTS:
         return _bits(a, fmt, port)
-    return f"{a.size} elements, shape {list(a.shape)}: regenerate from the seed"
+    return (f"{a.size} elements, shape {list(a.shape)}: regenerate them with "
+            f"reports.reproduce(results_file, row)")
 
 
 def worst_case(d, ulp, where, comp, exact, route, fmt, out_size) -> dict | None:
@@ -560,8 +586,9 @@ def evaluate(task: Task):
 
 def _measure_routes(task, d, fmt, backend, pending, ref_prec, timer):
     rows = []
+    raised = {}
     with timer("evaluation"):
-        got = run_routes(d.op.rule(backend), d, pending)
+        got = run_routes(d.op.rule(backend), d, pending, raised)
     ok = [r for r in pending if not isinstance(got[r], Exception)]
     with timer("reference"):
         ref = run_routes(d.op.rule(numerics.reference(ref_prec)), d, ok)
@@ -573,8 +600,12 @@ def _measure_routes(task, d, fmt, backend, pending, ref_prec, timer):
             rows += _status_rows(task, d.op, route, "error",
                                  f"reference: {one_line(ref[route])}")
             continue
-        rows += _measure_route(task, d, fmt, backend, route, got[route], ref[route], ref_prec,
-                               timer)
+        measured = _measure_route(task, d, fmt, backend, route, got[route], ref[route],
+                                  ref_prec, timer)
+        if route in raised:
+            for row in measured:
+                row["flags"] = formats.flag_names(raised[route])
+        rows += measured
     return rows
 
 

@@ -34,7 +34,7 @@ import numerics
 import routes
 
 from . import results
-from .evaluate import PHASES, ROUTES, Task, batchable, evaluate
+from .evaluate import PHASES, ROUTES, Task, batchable, evaluate, sample_kinds
 
 DEFAULT_FORMATS = ("bfloat16", "binary16", "float8_e4m3fn", "float8_e5m2", "binary32")
 DEFAULT_DRAWS = 3
@@ -133,7 +133,8 @@ def cost(task: Task) -> float:
     try:
         o = task.build()
         n = sum(int(max(1, _size(p.shape))) for p in o.inputs + o.outputs)
-        kinds = len([k for k in o.decl.samples if not task.kinds or k in task.kinds]) or 1
+        kinds = len([k for k in sample_kinds(o)
+                     if not task.kinds or k in task.kinds]) or 1
         calls, size = (kinds, n * task.draws) if batchable(o) else (kinds * task.draws, n)
     except Exception:                                         # noqa: BLE001
         calls, size = 1, 1

@@ -44,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
-from . import certs
+from . import certs, samples
 from .attributes import Attr
 from .errors import RouteError
 from .ports import Port
@@ -53,7 +53,10 @@ FAMILIES = ("elementwise", "transcendental", "rounding", "extrema", "activation"
             "integer", "scan_order", "indexing", "movement", "reduction", "product",
             "conv_pool", "normalization", "softmax_attention", "loss", "random", "spectral",
             "graph")
-SAMPLE_KINDS = ("ordinary", "edges", "special")
+SAMPLE_KINDS = ("ordinary", "edges", "special", "magnitudes")
+# Kinds derived from ``ordinary`` for every operator with value inputs that does not declare
+# them (routes.samples).
+DERIVED_KINDS = ("magnitudes",)
 # Attrs is a Mapping: ``a.keys`` would read the method, not an attribute called "keys"; and
 # ``op(name, **attributes)`` takes the operator's name first.
 RESERVED_ATTRIBUTES = {"keys", "values", "items", "get", "replace", "name"}
@@ -273,13 +276,18 @@ class Op:
         return Rule(self, backend)
 
     def samples(self, rng, fmt=None, kind: str = "ordinary") -> tuple:
-        """Sample inputs of ``kind`` (SAMPLE_KINDS) at this instance's ports: float64 arrays
+        """Sample inputs of ``kind`` (SAMPLE_KINDS, or a DERIVED_KINDS where the operator has
+        value inputs and ordinary samples) at this instance's ports: float64 arrays
         holding values of ``fmt`` (binary64 when None) at scalar ports, numpy integers or
         Booleans at the others.  RouteError when the operator declares no such sampler."""
-        sampler = self.decl.samples.get(kind)
-        if sampler is None:
+        if kind in DERIVED_KINDS and kind not in self.decl.samples \
+                and "ordinary" in self.decl.samples \
+                and any(p.differentiable for p in self.inputs):
+            xs = samples.magnitudes(rng, fmt, self, self.decl.samples["ordinary"](rng, fmt, self))
+        elif self.decl.samples.get(kind) is None:
             raise RouteError(f"{self.name}: no {kind!r} samples declared")
-        xs = tuple(sampler(rng, fmt, self))
+        else:
+            xs = tuple(self.decl.samples[kind](rng, fmt, self))
         for name, port, x in zip(self.input_names, self.inputs, xs):
             bad = port.mismatch(x)
             if bad:

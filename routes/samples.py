@@ -11,6 +11,15 @@ words or Booleans at the others.  Declarations give one sampler per kind:
 - ``special``: zeros of both signs, infinities, NaN, the extremes of the format, mixed with
   ordinary values.
 
+One kind is derived for every operator with value inputs unless it declares its own:
+
+- ``magnitudes``: the ``ordinary`` draw with the magnitude of every scalar element of a value
+  input replaced by 2**e, e uniform over [log2 of the least subnormal, log2 of the largest
+  finite value] of the format (log-uniform across its whole range), the sign kept: the
+  domain's sign pattern survives (log's inputs stay positive) while every binade, the
+  subnormals and the overflow threshold get their share.  Operators whose domain is bounded
+  in magnitude (probabilities in [0, 1]) declare a ``magnitudes`` sampler of their own.
+
 Elementwise operators describe their domain per element with a ``Domain`` of draws
 ``draw(rng, fmt, n) -> tuple of float64 arrays`` (one per scalar input, n entries each):
 ``uniform``, ``pick``, ``special`` below, or a function of their own.
@@ -47,6 +56,25 @@ def extremes(fmt) -> tuple:
     f = target(fmt)
     vals = (float(f.max_finite), float(f.min_normal), float(f.min_subnormal))
     return vals + tuple(-v for v in vals)
+
+
+def log_uniform(rng, fmt, like, top: float | None = None) -> np.ndarray:
+    """Values of ``fmt`` with the signs of ``like`` (+ for zeros and NaN) and magnitudes
+    2**e, e uniform on [log2 min_subnormal, log2 max_finite] (max_finite lowered to ``top``
+    for a bounded domain): every binade of the format, subnormals included, equally likely.
+    Rounding is monotone, so no draw passes the upper end."""
+    f = target(fmt)
+    like = np.asarray(like, dtype=np.float64)
+    cap = float(f.max_finite) if top is None else min(float(top), float(f.max_finite))
+    mag = np.exp2(rng.uniform(math.log2(f.min_subnormal), math.log2(cap), like.shape))
+    sign = np.where(np.signbit(like) & ~np.isnan(like), -1.0, 1.0)
+    return into(np.minimum(mag, cap) * sign, fmt)
+
+
+def magnitudes(rng, fmt, op, ordinary) -> tuple:
+    """The ``magnitudes`` kind (module docstring) from an ``ordinary`` draw of ``op``."""
+    return tuple(log_uniform(rng, fmt, x).reshape(np.shape(x)) if p.differentiable else x
+                 for p, x in zip(op.inputs, ordinary))
 
 
 def uniform(lo: float, hi: float, arity: int = 1) -> Callable:

@@ -267,3 +267,24 @@ def test_unary_transcendentals_random_wide_range_binary32_bfloat16(fname, mode):
         same = ((got == want) & (np.signbit(got) == np.signbit(want))) | \
             (np.isnan(got) & np.isnan(want))
         assert same.all(), (name, x[~same][:4], got[~same][:4], want[~same][:4])
+
+
+def test_sticky_flags_collect_every_rounding_including_the_accumulators():
+    """track_flags / raised / clear_flags: IEEE status flags over a whole computation.
+    Oracles by hand: bfloat16's largest value is (2 - 2**-7) * 2**127, binary32's is
+    (2 - 2**-23) * 2**127, so twice the former overflows the binary32 accumulator."""
+    big = float(formats.get("bfloat16").max_finite)
+    be = numerics.emulated("bfloat16", policy="fp32_accumulate")
+    assert be.raised() is None                            # not tracking yet
+    be.track_flags()
+    be.add(np.array([1.0]), np.array([1.0]))              # 2: exact
+    assert be.raised() == 0
+    be.sum(np.array([big, big]))                          # overflow in the binary32 accumulator
+    assert set(formats.flag_names(be.raised())) == {"overflow", "inexact"}
+    be.clear_flags()
+    assert be.raised() == 0
+    be.sqrt(np.array([-1.0]))
+    assert formats.flag_names(be.raised()) == ["invalid"]
+    # Tracking changes no value.
+    x = np.linspace(-3, 3, 101)
+    assert np.array_equal(be.exp(x), numerics.emulated("bfloat16").exp(x))

@@ -24,7 +24,7 @@ import formats
 import numerics
 import routes
 from routes.errors import RouteError
-from routes.registry import declaration
+from routes.registry import DERIVED_KINDS, declaration
 from routes.vocabulary import spec_row
 
 KINDS = ("ordinary", "edges", "special")
@@ -163,7 +163,8 @@ def test_outputs_fit_the_ports(o):
 def test_samples_fit_the_ports_and_the_format(o, fmt):
     assert "ordinary" in o.decl.samples
     rule = any_rule(o)
-    for kind in o.decl.samples:
+    derived = list(DERIVED_KINDS) if any(p.differentiable for p in o.inputs) else []
+    for kind in dict.fromkeys(list(o.decl.samples) + derived):
         xs = o.samples(rng_for(o, 1), fmt, kind)          # Op.samples checks the ports
         rule.validate(xs)                                  # samples are valid inputs
         for x, p in zip(xs, o.inputs):
@@ -171,6 +172,10 @@ def test_samples_fit_the_ports_and_the_format(o, fmt):
                 assert np.array_equal(formats.round_to(x, formats.get(fmt)), x, equal_nan=True)
             if p.scalar and kind == "ordinary":
                 assert np.isfinite(x).all()
+            if p.differentiable and kind == "magnitudes":   # nonzero values of the range
+                f = formats.get(fmt or "binary64")
+                a = np.abs(x)
+                assert np.all((a >= float(f.min_subnormal)) & (a <= float(f.max_finite)))
 
 
 def test_known_failures_become_strict_xfails():

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import formats
+import numerics
 import routes
 from reports import evaluate, runner
 from reports.cli import main
@@ -194,7 +195,8 @@ def test_exp_in_bfloat16_is_rounded_once_and_its_worst_case_reproduces():
     rows = _rows(runner.Selection(ops=("exp",), formats=("bfloat16",), routes=("forward",),
                                   draws=8), instance="default")
     (row,) = rows
-    assert row["status"] == "ok" and row["samples"] == 3 * 8 * 3
+    # Kinds ordinary, edges, special and the derived magnitudes; 8 draws of 3 elements each.
+    assert row["status"] == "ok" and row["samples"] == 4 * 8 * 3
     assert 0 < row["max_ulp"] <= 0.5                       # one rounding of the exact value
     assert row["bound"] == 0.5 and row["violations"] == 0 and row["bound_ratio"] <= 1
     w = row["worst"]
@@ -224,6 +226,100 @@ def test_exhaustive_mode_covers_every_finite_value(fmt):
     # Every pattern but those with an all-ones exponent field: 2**16 - 2 * 2**w_f.
     assert row["samples"] == f.finite_count == 2**16 - 2 * 2**f.man_bits
     assert row["exhaustive"] and row["max_ulp"] == 0
+
+
+def _flags_of(op, fmt, xs, route="forward", **attrs):
+    """The sticky IEEE flags of one route of ``op`` on one draw ``xs`` (float64 arrays),
+    under the emulated backend (evaluate.run_routes, as the run measures them)."""
+    task = evaluate.Task(op, "t", (), fmt, "nearest_even", "strict", "emulated", (route,), 1,
+                         0)
+    o = routes.op(op, shape=np.shape(xs[0]), **attrs)
+    f = formats.get(fmt)
+    d = evaluate.Draws(o, [tuple(np.asarray(x, dtype=np.float64) for x in xs)], ["t"], True,
+                       f, task)
+    raised = {}
+    got = evaluate.run_routes(o.rule(numerics.emulated(f)), d, [route], raised)
+    assert not isinstance(got[route], Exception), got[route]
+    return set(formats.flag_names(raised[route]))
+
+
+def test_rows_carry_the_ieee_flags_their_route_raised():
+    # Oracles by hand, in bfloat16 (p = 8, emax = 127, max = (2 - 2**-7) * 2**127):
+    # 1 + 1 = 2 and 2 - 1 = 1 are exact: no flag at all;
+    assert _flags_of("add", "bfloat16", ([1.0, 2.0], [1.0, -1.0])) == set()
+    # 1 + 2**-9 lies strictly between 1 and 1 + 2**-7: inexact only;
+    assert _flags_of("add", "bfloat16", ([1.0], [2.0 ** -9])) == {"inexact"}
+    # max + max = (4 - 2**-6) * 2**127 is beyond max + ulp/2: overflow and inexact;
+    big = float(formats.get("bfloat16").max_finite)
+    assert _flags_of("add", "bfloat16", ([big], [big])) == {"overflow", "inexact"}
+    # 2**-126 * 2**-10 = 2**-136 is below half the least subnormal 2**-133: it rounds to
+    # zero, tiny and inexact, so underflow and inexact;
+    assert _flags_of("mul", "bfloat16", ([2.0 ** -126], [2.0 ** -10])) == \
+        {"underflow", "inexact"}
+    # x / 0 for finite x != 0 divides by zero (exact infinity, no inexact); 0 / 0 is invalid.
+    assert _flags_of("div", "bfloat16", ([1.0], [0.0])) == {"divide_by_zero"}
+    assert _flags_of("div", "bfloat16", ([0.0], [0.0])) == {"invalid"}
+    # A route's flags include its forward pass's: the gradient of add at (max, max).
+    assert "overflow" in _flags_of("add", "bfloat16", ([big], [big]), route="gradient")
+
+
+def test_run_rows_record_flags_under_emulated_and_none_under_native():
+    sel = runner.Selection(ops=("exp",), formats=("bfloat16",), routes=("forward",), draws=2,
+                           implementations=("emulated", "native"))
+    rows = {r["implementation"]: r for r in _rows(sel, instance="default")}
+    # exp's special samples hold the format's largest value: exp(max) overflows.
+    assert {"inexact", "overflow"} <= set(rows["emulated"]["flags"])
+    assert rows["native"]["flags"] is None
+
+
+def test_magnitudes_are_log_uniform_over_the_whole_range_and_keep_the_domain():
+    fmt = formats.get("binary16")
+    o = routes.op("log", shape=(4000,))
+    (x,) = o.samples(np.random.default_rng(7), "binary16", "magnitudes")
+    assert np.all(x > 0)                                   # log's ordinary domain is x > 0
+    assert np.array_equal(formats.round_to(x, fmt), x)     # values of the format
+    e = np.log2(x)
+    lo, hi = np.log2(float(fmt.min_subnormal)), np.log2(float(fmt.max_finite))
+    assert e.min() >= lo and e.max() <= hi
+    # Uniform exponents: each quarter of [lo, hi] holds a quarter of the draws (binomial
+    # standard deviation sqrt(4000 * 3/16) ~ 27, so +-200 is over 7 deviations).
+    counts = np.histogram(e, bins=4, range=(lo, hi))[0]
+    assert np.all(np.abs(counts - 1000) < 200), counts
+    assert (x < float(fmt.min_normal)).sum() > 0           # subnormals drawn
+
+
+def test_large_inputs_of_a_worst_case_regenerate_from_the_seed(tmp_path):
+    from fractions import Fraction
+
+    import reports
+    sel = runner.Selection(ops=("reduce",), formats=("bfloat16",), routes=("forward",), draws=1)
+    _run(sel, tmp_path / "r.json")
+    df = reports.load(tmp_path / "r.json")
+    row = df[df.instance == "sum-n4096"].iloc[0]
+    assert "reports.reproduce" in row["worst"]["inputs"]["x"]
+    r = reports.reproduce(tmp_path / "r.json", row)
+    x = r["inputs"]["x"]
+    assert x.shape == (4, 4096)
+    # The exact sum of the worst output's row, in rationals, is the recorded exact value,
+    # and the emulated route on the regenerated inputs gives the recorded computed value.
+    e = int(row["worst"]["element"])
+    exact = sum(Fraction(float(v)) for v in x[e])
+    assert abs(float(exact) - float(row["worst"]["exact"])) <= 1e-12 * abs(float(exact))
+    (y,) = r["op"].rule(numerics.emulated("bfloat16")).forward((x,))
+    assert float(np.asarray(y).reshape(-1)[e]) == float(row["worst"]["computed"])
+
+
+def test_user_formats_run_under_their_compact_spec(tmp_path, capsys):
+    spec = tmp_path / "formats.toml"
+    spec.write_text("[formats.myf8]\nexp_bits = 4\nman_bits = 3\nbias = 9\nsaturate = true\n")
+    out = tmp_path / "r.json"
+    status = main(["run", "--formats-file", str(spec), "--formats", "myf8", "--ops", "neg",
+                   "--routes", "forward", "--samples", "1", "--jobs", "1", "--quiet",
+                   "--out", str(out)])
+    assert status == 0, capsys.readouterr().err
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["format"] for r in rows} == {"e4m3b9-sat"}
+    assert all(r["status"] == "ok" and r["max_ulp"] == 0 for r in rows)
 
 
 # ----- the command line ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from ..certs import convention
 from ..ports import detached, frozen, index, value
 from ..registry import Float64, define
 from ..rules import saving, shown
-from ..samples import into, target
+from ..samples import into, log_uniform, target
 from .softmax_attention import log_softmax
 
 TESTS = "tests/test_routes_loss.py"
@@ -124,7 +124,9 @@ def _pointwise(name, *, f, dx, dt, params, draws, kinks, oracle, float64, target
             shape = op.attrs.shape
             n = _count(shape)
             ps = tuple(np.asarray(into(p, fmt)) for p in params.values())
-            x, t = (into(v, fmt) for v in draws[kind](rng, n))
+            # magnitudes draws span the format's range, so they take the format.
+            got = draws[kind](rng, n, fmt) if kind == "magnitudes" else draws[kind](rng, n)
+            x, t = (into(v, fmt) for v in got)
             for _ in range(100):
                 if kind != "ordinary" or kinks is None:
                     break
@@ -458,7 +460,10 @@ _pointwise(
            "edges": lambda rng, n: (rng.choice([0.0, 1.0, 1e-50, 1e-40, 0.5], n),
                                     rng.choice([0.0, 1.0, 0.5], n)),
            "special": lambda rng, n: (rng.choice([0.0, 1.0, -0.0, 0.25], n),
-                                      rng.choice([0.0, 1.0, np.inf, np.nan], n))},
+                                      rng.choice([0.0, 1.0, np.inf, np.nan], n)),
+           # Probabilities log-uniform in [least subnormal, 1]: validate refuses x > 1.
+           "magnitudes": lambda rng, n, fmt: (log_uniform(rng, fmt, np.ones(n), top=1.0),
+                                              rng.uniform(0, 1, n))},
     kinks=None,
     oracle=_mp_bce,
     float64=(_np_bce, _np_bce_slopes),
