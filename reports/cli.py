@@ -465,12 +465,12 @@ def _selection(args, user):
             if not fmt.fits_binary64:
                 raise UsageError(f"format {fmt.label}: the coverage run measures formats that "
                                  f"fit binary64")
-            label = fmt.name if fmt.name in formats.CATALOG else name.strip()
+            # A user format (--formats-file) runs under its compact spec, which names it
+            # completely: worker processes and readers of the results need no file.
+            label = fmt.name if fmt.name in formats.CATALOG else \
+                fmt.spec if name.strip() in user else name.strip()
             if label not in fmts:
                 fmts.append(label)
-    if user:
-        raise UsageError("user formats (--formats-file) are not supported by run yet: use a "
-                         "compact spec such as e4m3 in --formats")
     samples = runner.DEFAULT_DRAWS if args.samples is None else args.samples
     if samples < 1:
         raise UsageError(f"--samples must be >= 1 (got {samples})")
