@@ -242,7 +242,7 @@ class EmulatedBackend(Backend):
         return vals, (flags if with_flags else None)
 
     def _eft(self, name, arrays, with_flags, seed):
-        arrays = np.broadcast_arrays(*[np.asarray(a, dtype=np.float64) for a in arrays])
+        arrays = _broadcast64(arrays)
         shape = arrays[0].shape
         flat = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
         while len(flat) < 3:
@@ -260,7 +260,7 @@ class EmulatedBackend(Backend):
         """binary64 evaluation accepted where provably rounding like the exact value: a
         compiled screen for results in the normal range (values only), then round_to of
         y -+ d with flags for the rest, then MPFR for what is still undecided."""
-        arrays = np.broadcast_arrays(*[np.asarray(a, dtype=np.float64) for a in arrays])
+        arrays = _broadcast64(arrays)
         shape = arrays[0].shape
         arrays = [np.ascontiguousarray(a).reshape(-1) for a in arrays]
         with np.errstate(all="ignore"):
@@ -356,6 +356,15 @@ class EmulatedBackend(Backend):
             v = np.vectorize(fn, otypes=[object])(*a)
         flags = np.zeros(v.shape, dtype=np.uint8) if with_flags else None
         return v, flags
+
+
+def _broadcast64(arrays):
+    """float64 arrays of one broadcast shape.  Only the ones that need it are broadcast:
+    numpy marks every output of np.broadcast_arrays as warn-on-write, which numba reports
+    (FutureWarning) when such an array reaches a compiled loop."""
+    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    return [a if a.shape == shape else np.broadcast_to(a, shape).copy() for a in arrays]
 
 
 def _ieee_extremum(a, b, is_max, propagate_nan):
