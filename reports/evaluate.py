@@ -27,9 +27,9 @@ Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``m
    that moves any error by more than 2**-20 of itself, every draw is recomputed at p + 192.
    ``ref_prec`` is the precision of the bulk of the reference (p + 64, or p + 192 after a
    full recomputation).
-4. Metrics: numerics.metrics on the exact (mpmath) values, clamped into [2**(qmin-2),
+4. Metrics: numerics.metrics on the exact (mpmath) values, clamped into [2**(qmin-64),
    2**(emax+2)] in magnitude (exp(1e38) has an exponent no rational can hold; the clamped
-   value rounds and measures alike).  Non-scalar outputs (index, Boolean, integer) are
+   value rounds alike, measures alike above, and within 2**-64 ulp below).  Non-scalar outputs (index, Boolean, integer) are
    compared exactly (``mismatches``).
 """
 
@@ -370,9 +370,10 @@ def _computed(y, fmt, backend):
 
 
 def _clamp(e, fmt):
-    """Exact values with |x| >= 2**(emax+2) replaced by +-2**(emax+2) and 0 < |x| <
-    2**(qmin-2) by +-2**(qmin-2): they round and measure alike (module docstring)."""
-    top, tiny = fmt.emax + 2, fmt.qmin - 2
+    """Exact values with |x| >= 2**(emax+2) replaced by +-2**(emax+2) (metrics clamps them
+    to the extended format's +-Omega anyway) and 0 < |x| < 2**(qmin-64) by +-2**(qmin-64):
+    their ulp errors, x / 2**qmin away from the computed value's, move by < 2**-64."""
+    top, tiny = fmt.emax + 2, fmt.qmin - 64
     flat = np.asarray(e, dtype=object).reshape(-1).copy()
     for i, v in enumerate(flat):
         m = getattr(v, "_mpf_", None)
