@@ -4,6 +4,8 @@
 measured route (reports/results.py).
 ``reproduce(results, row) -> dict``: the inputs of a row's worst case, regenerated from the
 seed (reports/regenerate.py), for inputs too large to store in the file.
+``assert_ulp_close(actual, exact, fmt, max_ulp=0.5)``: a test assertion on ulp errors in any
+format (reports/testing.py; also the fixture of the pytest plugin reports/pytest_plugin.py).
 """
 
 
@@ -19,4 +21,12 @@ def reproduce(results, row):
     return _reproduce(results, row)
 
 
-__all__ = ["load", "reproduce"]
+def __getattr__(name):
+    # assert_ulp_close loads numerics (numba) on first use, not when reports is imported.
+    if name == "assert_ulp_close":
+        from .testing import assert_ulp_close
+        return assert_ulp_close
+    raise AttributeError(f"module 'reports' has no attribute {name!r}")
+
+
+__all__ = ["load", "reproduce", "assert_ulp_close"]

@@ -352,7 +352,7 @@ def _exact(value) -> str:
 # ----- run -------------------------------------------------------------------------------------
 
 _RUN_LISTS = ("ops", "families", "formats", "modes", "routes", "policies", "implementations")
-_RUN_KEYS = _RUN_LISTS + ("samples", "seed", "exhaustive", "jobs", "out", "csv")
+_RUN_KEYS = _RUN_LISTS + ("samples", "seed", "exhaustive", "jobs", "out", "csv", "gate")
 
 
 def _add_run(sub, common):
@@ -388,6 +388,9 @@ def _add_run(sub, common):
     p.add_argument("--config", metavar="TOML", help="a TOML file with any of these options "
                    "(keys: " + ", ".join(_RUN_KEYS) + "); the command line wins")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    p.add_argument("--gate", metavar="BASELINE", help="then gate the new results against "
+                   "the baseline results file BASELINE (as 'gate --baseline BASELINE OUT' "
+                   "does, default settings); exit 1 on a precision regression")
     p.set_defaults(handler=cmd_run)
 
 
@@ -420,7 +423,7 @@ def _run_config(path) -> dict:
                 raise UsageError(f"config file {path}: {key} must be an integer")
         elif key == "exhaustive" and not isinstance(value, bool):
             raise UsageError(f"config file {path}: exhaustive must be true or false")
-        elif key in ("out", "csv") and not isinstance(value, str):
+        elif key in ("out", "csv", "gate") and not isinstance(value, str):
             raise UsageError(f"config file {path}: {key} must be a path")
     return data
 
@@ -506,7 +509,8 @@ def _writable(path, what) -> str:
 
 def cmd_run(args) -> int:
     """``run``: the coverage run; exit 0 when every task ran (error rows are data), 130
-    when interrupted (the checkpoint is kept for --resume)."""
+    when interrupted (the checkpoint is kept for --resume); with --gate, 1 when the gate
+    finds a regression against the baseline."""
     if args.config:
         for key, value in _run_config(args.config).items():
             if getattr(args, key, None) is None:
@@ -515,6 +519,8 @@ def cmd_run(args) -> int:
     sel = _selection(args, _user_formats(args))
     out = _writable(args.out or "results/coverage.json", "output file")
     csv = _writable(args.csv, "CSV file") if args.csv else None
+    if args.gate:
+        _check_gate_baseline(args.gate, out)
     try:
         outcome = runner.run(sel, out, jobs=args.jobs, resume=args.resume, csv=csv,
                              progress=not args.quiet)
@@ -532,7 +538,84 @@ def cmd_run(args) -> int:
         print(f"peak memory of a worker: {outcome.peak_kib / 2**20:.2f} GiB")
         print(f"{outcome.total} tasks, {len(outcome.rows)} rows{note}: {out}"
               + (f", {csv}" if csv else ""))
+    if args.gate:
+        return _gate(args.gate, out)
     return EXIT_OK
 
 
-_SUBCOMMANDS = (_add_formats, _add_ops, _add_run)
+# ----- gate ------------------------------------------------------------------------------------
+
+def _add_gate(sub, common):
+    p = sub.add_parser("gate", help="compare results with a baseline; exit 1 on a precision "
+                       "regression",
+                       description="Compare the results file CURRENT with the results file "
+                                   "BASELINE route by route (operator, attributes, route, "
+                                   "port, format, mode, policy, implementation).  Exit 1 when "
+                                   "an error metric grew beyond the tolerance, a bound "
+                                   "violation or exceptional outcome is new, a measured route "
+                                   "is missing, failed or lost its rule, or the files were "
+                                   "made with different seeds or sample counts; exit 2 for a "
+                                   "file that is not a results file.  Improvements are listed "
+                                   "and pass.")
+    p.add_argument("current", metavar="CURRENT", help="the new results file")
+    p.add_argument("--baseline", metavar="BASELINE", required=True,
+                   help="the baseline results file")
+    p.add_argument("--metric", choices=("max", "p99"), default="max",
+                   help="error metric compared: max_ulp (default) or p99_ulp")
+    p.add_argument("--tolerances", metavar="TOML",
+                   help="allowed growth in ulps: default = X, [formats] NAME = X, [families] "
+                        "NAME = X (a route gets the largest matching entry; default 0.01)")
+    p.add_argument("--markdown", metavar="FILE", help="also write a Markdown report (e.g. "
+                   "$GITHUB_STEP_SUMMARY)")
+    p.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one test "
+                   "case per route)")
+    p.add_argument("--update", action="store_true",
+                   help="write CURRENT as the new BASELINE (sorted, stable formatting) after "
+                        "reporting; exit 0")
+    p.add_argument("--allow-different-settings", action="store_true",
+                   help="compare files made with different seeds, sample counts or "
+                        "exhaustive settings instead of failing")
+    p.set_defaults(handler=cmd_gate)
+
+
+def cmd_gate(args) -> int:
+    """``gate --baseline BASELINE CURRENT``: exit 0 pass (or --update), 1 regression, 2 a
+    file or option the gate cannot use."""
+    from .gate import GateError, gate
+    try:
+        cmp, report = gate(args.baseline, args.current, args.metric, args.tolerances,
+                           args.allow_different_settings, args.markdown, args.junit,
+                           args.update)
+    except GateError as exc:
+        raise UsageError(str(exc)) from None
+    print(report)
+    return EXIT_OK if args.update or cmp is None or not cmp.failed else EXIT_FAILED
+
+
+def _check_gate_baseline(baseline, out) -> None:
+    """Before ``run --gate``: the baseline is a readable results file and not the file the
+    run is about to overwrite (so a bad path fails in a second, not after the run)."""
+    import os
+
+    from .gate import GateError, read
+    if os.path.realpath(baseline) == os.path.realpath(out):
+        raise UsageError(f"--gate {baseline}: the run would overwrite its own baseline; give "
+                         f"--out another path")
+    try:
+        read(baseline, "baseline")
+    except GateError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _gate(baseline, out) -> int:
+    """``run --gate``: the gate of the fresh results ``out`` against ``baseline``."""
+    from .gate import GateError, gate
+    try:
+        cmp, report = gate(baseline, out)
+    except GateError as exc:
+        raise UsageError(str(exc)) from None
+    print(report)
+    return EXIT_FAILED if cmp.failed else EXIT_OK
+
+
+_SUBCOMMANDS = (_add_formats, _add_ops, _add_run, _add_gate)
