@@ -197,7 +197,8 @@ def base_row(task, route, port, status, reason=None, need=None) -> dict:
             "max_ulp": None, "p99_ulp": None, "mean_ulp": None, "min_signed_ulp": None,
             "max_signed_ulp": None, "max_rel": None, "bound": None, "bound_ratio": None,
             "violations": None, "exceptional": {}, "flags": None, "unmeasured": 0,
-            "mismatches": None, "histogram": None, "ref_prec": None, "worst": None}
+            "mismatches": None, "histogram": None, "by_magnitude": None, "ref_prec": None,
+            "worst": None}
 
 
 # ----- sampling --------------------------------------------------------------------------------
@@ -428,7 +429,8 @@ def measure_port(row, comp, exact, fmt, bound):
         same = np.asarray(comp).astype(object) == np.asarray(exact).astype(object)
         row["mismatches"] = int(comp.size - np.count_nonzero(same))
         return None
-    m = metrics.measure(comp, _exact_values(comp, _clamp(exact, fmt), fmt), fmt)
+    exact = _exact_values(comp, _clamp(exact, fmt), fmt)
+    m = metrics.measure(comp, exact, fmt)
     stats = metrics.summary(m.ulp)
     row.update(max_ulp=stats["max"], p99_ulp=stats["p99"], mean_ulp=stats["mean"],
                min_signed_ulp=stats["min_signed"], max_signed_ulp=stats["max_signed"],
@@ -437,6 +439,7 @@ def measure_port(row, comp, exact, fmt, bound):
     row["max_rel"] = float(rel.max()) if rel.size else None
     row["exceptional"] = {k: n for k, n in metrics.summarize_classes(m.codes).items()
                           if k != "ok" and n}
+    row["by_magnitude"] = by_magnitude(m.ulp, exact, fmt)
     if bound is not None:
         row["bound"] = bound
         a = np.abs(m.ulp[~np.isnan(m.ulp)])
@@ -445,6 +448,35 @@ def measure_port(row, comp, exact, fmt, bound):
         if top is not None:
             row["bound_ratio"] = top / bound if bound > 0 else (0.0 if top == 0 else np.inf)
     return m.ulp
+
+
+def by_magnitude(ulp, exact, fmt) -> list:
+    """[[binade, count, max |ulp error|], ...] of the measurable errors by the binade
+    floor(log2 |exact|) of their exact value, clamped to [qmin - 1, emax + 1] (below the
+    subnormals, beyond the range); exact zeros and non-finite values are left out.  The
+    error against input magnitude for elementwise operators, against the result's for
+    the others."""
+    flat = np.asarray(exact).reshape(-1)
+    e = np.full(flat.size, np.iinfo(np.int64).min, dtype=np.int64)
+    if flat.dtype == np.float64:
+        fin = np.isfinite(flat) & (flat != 0)
+        e[fin] = np.frexp(np.abs(flat[fin]))[1].astype(np.int64) - 1
+    else:
+        for i, v in enumerate(flat):
+            mpf = getattr(v, "_mpf_", None)
+            if mpf is not None and mpf[1]:
+                e[i] = mpf[2] + mpf[3] - 1                  # exponent + bit count - 1
+    a = np.abs(np.asarray(ulp).reshape(-1))
+    keep = (e != np.iinfo(np.int64).min) & ~np.isnan(a)
+    if not keep.any():
+        return []
+    e = np.clip(e[keep], fmt.qmin - 1, fmt.emax + 1)
+    a = a[keep]
+    out = []
+    for b in np.unique(e):
+        sel = a[e == b]
+        out.append([int(b), int(sel.size), float(sel.max())])
+    return out
 
 
 def _exact_values(comp, exact, fmt):

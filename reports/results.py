@@ -26,10 +26,10 @@ ROW_FIELDS = ("op", "instance", "attrs", "route", "port", "format", "mode", "pol
               "implementation", "device", "status", "reason", "need", "exhaustive", "samples",
               "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp", "max_rel",
               "bound", "bound_ratio", "violations", "exceptional", "flags", "unmeasured",
-              "mismatches", "histogram", "ref_prec", "worst")
+              "mismatches", "histogram", "by_magnitude", "ref_prec", "worst")
 FLOAT_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp",
                 "max_rel", "bound", "bound_ratio")
-NESTED_FIELDS = ("attrs", "exceptional", "flags", "histogram", "worst")
+NESTED_FIELDS = ("attrs", "exceptional", "flags", "histogram", "by_magnitude", "worst")
 ROUTE_ORDER = {"forward": 0, "tangent": 1, "gradient": 2}
 
 

@@ -382,3 +382,16 @@ def test_config_run_writes_json_csv_and_prints_the_summary(capsys, tmp_path):
     assert doc["meta"]["selection"]["ops"] == ["neg", "exp"]
     assert {r["status"] for r in doc["rows"]} == {"ok"}
     assert len(doc["rows"]) == 2 * 2 * 3                 # 2 ops x 2 instances x 3 routes
+
+
+def test_errors_by_magnitude_bin_by_the_exact_values_binade():
+    # bfloat16 (p = 8): ulp(x) = 2**(floor(log2 x) - 7).  Computed values one ulp above
+    # 1.5 and 3.0 (binades 0 and 1), half an ulp below 0.75 (binade -1); an exact zero and a
+    # NaN are left out; 2**-200 lies below the subnormals (binade qmin - 1 = -134).
+    fmt = formats.get("bfloat16")
+    exact = np.array([1.5, 3.0, 0.75, 0.0, np.nan, 2.0 ** -200, 1.25])
+    comp = np.array([1.5 + 2**-7, 3.0 + 2**-6, 0.75 - 2**-9, 0.0, np.nan, 0.0, 1.25])
+    ulp = numerics.metrics.ulp_error(comp, exact, fmt)
+    got = evaluate.by_magnitude(ulp, exact, fmt)
+    assert got == [[-134, 1, float(2.0 ** -200 / 2.0 ** -133)], [-1, 1, 0.5], [0, 2, 1.0],
+                   [1, 1, 1.0]]
