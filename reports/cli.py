@@ -391,6 +391,8 @@ def _add_run(sub, common):
     p.add_argument("--gate", metavar="BASELINE", help="then gate the new results against "
                    "the baseline results file BASELINE (as 'gate --baseline BASELINE OUT' "
                    "does, default settings); exit 1 on a precision regression")
+    p.add_argument("--html", metavar="DIR", help="then write the HTML report of the new "
+                   "results into DIR (as 'report OUT --out DIR' does)")
     p.set_defaults(handler=cmd_run)
 
 
@@ -521,6 +523,8 @@ def cmd_run(args) -> int:
     csv = _writable(args.csv, "CSV file") if args.csv else None
     if args.gate:
         _check_gate_baseline(args.gate, out)
+    if args.html:
+        _check_report_dir(args.html)
     try:
         outcome = runner.run(sel, out, jobs=args.jobs, resume=args.resume, csv=csv,
                              progress=not args.quiet)
@@ -538,6 +542,8 @@ def cmd_run(args) -> int:
         print(f"peak memory of a worker: {outcome.peak_kib / 2**20:.2f} GiB")
         print(f"{outcome.total} tasks, {len(outcome.rows)} rows{note}: {out}"
               + (f", {csv}" if csv else ""))
+    if args.html:
+        _report(out, args.html, None, args.quiet)
     if args.gate:
         return _gate(args.gate, out)
     return EXIT_OK
@@ -618,4 +624,50 @@ def _gate(baseline, out) -> int:
     return EXIT_FAILED if cmp.failed else EXIT_OK
 
 
-_SUBCOMMANDS = (_add_formats, _add_ops, _add_run, _add_gate)
+# ----- report ----------------------------------------------------------------------------------
+
+def _add_report(sub, common):
+    p = sub.add_parser("report", help="write the static HTML report of a results file",
+                       description="Write a static HTML report of the results file RESULTS "
+                                   "into DIR (index.html, one page per operator, assets/): "
+                                   "what was run, coverage, a heat map of max ulp errors, a "
+                                   "sortable table of every row, histograms, errors by "
+                                   "magnitude, bounds and worst-case reproducers.  It opens "
+                                   "from disk, with no server and no network.")
+    p.add_argument("results", metavar="RESULTS", help="a results file (roundoff-coverage/1)")
+    p.add_argument("--out", metavar="DIR", required=True, help="the report folder (created)")
+    p.add_argument("--baseline", metavar="BASELINE", help="also compare with the baseline "
+                   "results file BASELINE (compare.html: what got better and worse, as the "
+                   "gate judges it)")
+    p.add_argument("--quiet", action="store_true", help="no summary line")
+    p.set_defaults(handler=cmd_report)
+
+
+def cmd_report(args) -> int:
+    """``report RESULTS --out DIR [--baseline BASELINE]``: exit 0, or 2 for a file that is
+    not a readable results file or a folder that cannot be written (the files are read
+    before the folder is made)."""
+    _report(args.results, args.out, args.baseline, args.quiet)
+    return EXIT_OK
+
+
+def _check_report_dir(path) -> None:
+    """Before a run or a report: the report folder can be made and written."""
+    from .html import HtmlError, prepare
+    try:
+        prepare(path)
+    except HtmlError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _report(results_path, out_dir, baseline, quiet) -> None:
+    from .html import HtmlError, build
+    try:
+        built = build(results_path, out_dir, baseline)
+    except HtmlError as exc:
+        raise UsageError(str(exc)) from None
+    if not quiet:
+        print(f"report: {built.index} ({built.files} files, {built.seconds:.1f} s)")
+
+
+_SUBCOMMANDS = (_add_formats, _add_ops, _add_run, _add_gate, _add_report)

@@ -1,0 +1,251 @@
+"""The results document as the report reads it: normalized rows, coverage counts, groups.
+
+``Report(doc, path)`` turns each raw row into a ``Row`` whose fields have checked types.
+A row that is not an object, lacks a key field or holds a field of the wrong type becomes
+an ``error`` row whose reason names the defect: the report shows it like a failed route
+instead of crashing on it (shared/STYLE.md rule 12).  Nothing here writes HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+STATUSES = ("ok", "no_rule", "not_differentiable", "error")
+TEXT_FIELDS = ("op", "route", "format", "mode", "policy", "implementation")
+FLOAT_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "max_rel", "bound", "bound_ratio",
+                "min_signed_ulp", "max_signed_ulp")
+INT_FIELDS = ("samples", "violations", "mismatches", "unmeasured", "ref_prec")
+ROUTE_ORDER = ("forward", "tangent", "gradient")
+
+
+def number(v):
+    """A row's float field as a float or None; "inf", "-inf", "nan" (the results file's
+    spellings of non-finite values) as floats.  ValueError for anything else."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise ValueError("a Boolean")
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return float(v)
+    raise ValueError(f"{type(v).__name__} {v!r:.40}")
+
+
+def integer(v):
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{type(v).__name__} {v!r:.40}")
+    return v
+
+
+@dataclass
+class Row:
+    """One route port of the results, every field typed (see module docstring)."""
+
+    index: int
+    op: str = "?"
+    attrs: dict = field(default_factory=dict)
+    instance: str = ""
+    route: str = "?"
+    port: str = "?"
+    format: str = "?"
+    mode: str = "?"
+    policy: str = "?"
+    implementation: str = "?"
+    device: str = "?"
+    status: str = "error"
+    reason: str | None = None
+    need: str | None = None
+    values: dict = field(default_factory=dict)       # FLOAT_FIELDS and INT_FIELDS
+    exceptional: dict = field(default_factory=dict)
+    flags: list | None = None
+    histogram: list | None = None
+    by_magnitude: list | None = None
+    worst: dict | None = None
+    family: str = "unknown"
+    problems: list = field(default_factory=list)
+
+    def __getattr__(self, name):                     # row.max_ulp, row.violations, ...
+        if name in FLOAT_FIELDS or name in INT_FIELDS:
+            return self.values.get(name)
+        raise AttributeError(name)
+
+    @property
+    def attrs_text(self) -> str:
+        return ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}"
+                        for k, v in self.attrs.items())
+
+    @property
+    def where(self) -> str:
+        """The row's identity in words, for titles and error lists."""
+        return (f"{self.op}[{self.attrs_text}] {self.route} {self.port} {self.format} "
+                f"{self.mode} {self.policy} {self.implementation}")
+
+
+def normalize(index: int, raw, families: dict) -> Row:
+    """The Row of raw row number ``index``; defects become an error status (docstring)."""
+    row = Row(index)
+    if not isinstance(raw, dict):
+        row.reason = f"malformed row {index}: not an object ({type(raw).__name__})"
+        return row
+    problems = []
+    for name in TEXT_FIELDS:
+        v = raw.get(name)
+        if isinstance(v, str) and v:
+            setattr(row, name, v)
+        else:
+            problems.append(f"{name} missing or not text")
+    for name in ("device", "instance"):
+        if isinstance(raw.get(name), str):
+            setattr(row, name, raw[name])
+    row.port = str(raw.get("port", "?"))
+    if isinstance(raw.get("attrs"), dict):
+        row.attrs = raw["attrs"]
+    else:
+        problems.append("attrs missing or not an object")
+    status = raw.get("status")
+    if status not in STATUSES:
+        problems.append(f"unknown status {status!r:.40}")
+        status = "error"
+    for name in ("reason", "need"):
+        v = raw.get(name)
+        setattr(row, name, None if v is None else str(v))
+    for names, parse in ((FLOAT_FIELDS, number), (INT_FIELDS, integer)):
+        for name in names:
+            try:
+                row.values[name] = parse(raw.get(name))
+            except ValueError as exc:
+                problems.append(f"{name} is not a number ({exc})")
+    exc_field = raw.get("exceptional")
+    if isinstance(exc_field, dict) and all(isinstance(n, int) and not isinstance(n, bool)
+                                           for n in exc_field.values()):
+        row.exceptional = {str(k): n for k, n in exc_field.items() if n}
+    elif exc_field is not None:
+        problems.append("exceptional is not an object of counts")
+    flags = raw.get("flags")
+    if flags is None or (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
+        row.flags = flags
+    else:
+        problems.append("flags is not a list of names")
+    # Figures and the reproducer are optional: a defect there loses that figure only
+    # (svg.py and operator.py check their shapes), not the row.
+    row.histogram = raw.get("histogram") if isinstance(raw.get("histogram"), list) else None
+    row.by_magnitude = raw.get("by_magnitude") if isinstance(raw.get("by_magnitude"),
+                                                              list) else None
+    row.worst = raw.get("worst") if isinstance(raw.get("worst"), dict) else None
+    row.family = families.get(row.op, "unknown")
+    if problems:
+        row.problems = problems
+        was = f"; status {status}" + (f": {row.reason}" if row.reason else "")
+        row.reason = f"malformed row {index}: {'; '.join(problems)}{was}"
+        status = "error"
+    row.status = status
+    return row
+
+
+def _families(ops) -> dict:
+    """{operator: family} for the operators the table knows."""
+    import routes
+    out = {}
+    for name in ops:
+        try:
+            out[name] = routes.declaration(name).family
+        except Exception:                                    # noqa: BLE001 (unknown op)
+            pass
+    return out
+
+
+class Report:
+    """A results document ready to render: meta, typed rows, groups, coverage."""
+
+    def __init__(self, doc: dict, path: str):
+        self.path = os.path.abspath(path)
+        meta = doc.get("meta")
+        self.meta = meta if isinstance(meta, dict) else {}
+        raw = doc.get("rows") if isinstance(doc.get("rows"), list) else []
+        ops = {r.get("op") for r in raw if isinstance(r, dict) and isinstance(r.get("op"), str)}
+        fams = _families(ops)
+        self.rows = [normalize(i, r, fams) for i, r in enumerate(raw)]
+        self.edges = _edges(self.meta.get("histogram_edges_ulp"))
+        self.by_op: dict[str, list[Row]] = {}
+        for r in self.rows:
+            self.by_op.setdefault(r.op, []).append(r)
+        from routes.registry import FAMILIES
+        order = {f: i for i, f in enumerate(FAMILIES)}
+        self.families = sorted({r.family for r in self.rows},
+                               key=lambda f: (order.get(f, len(order)), f))
+        sel = self.meta.get("selection") if isinstance(self.meta.get("selection"), dict) else {}
+        self.selection = sel
+        listed = [f for f in sel.get("formats", []) if isinstance(f, str)] \
+            if isinstance(sel.get("formats"), list) else []
+        self.formats = listed + sorted({r.format for r in self.rows} - set(listed))
+        self.routes = [r for r in ROUTE_ORDER if any(x.route == r for x in self.rows)] + \
+            sorted({x.route for x in self.rows} - set(ROUTE_ORDER))
+
+    def ops_in_order(self) -> list[str]:
+        """Operators by family (spec order), then in the registry's order."""
+        import routes
+        reg = {n: i for i, n in enumerate(routes.names())}
+        fam = {f: i for i, f in enumerate(self.families)}
+        return sorted(self.by_op, key=lambda o: (fam[self.by_op[o][0].family],
+                                                 reg.get(o, len(reg)), o))
+
+    def status_counts(self, rows=None) -> dict:
+        out = dict.fromkeys(STATUSES, 0)
+        for r in self.rows if rows is None else rows:
+            out[r.status] += 1
+        return out
+
+
+def _edges(v):
+    """Histogram bin edges in ulp from meta (numerics.metrics.HIST_EDGES when absent or
+    malformed: the only edges the run has ever written)."""
+    if isinstance(v, list) and len(v) >= 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            for x in v) and all(a < b for a, b in zip(v, v[1:])):
+        return [float(x) for x in v]
+    from numerics.metrics import HIST_EDGES
+    return list(HIST_EDGES)
+
+
+def coverage(report: Report) -> list[tuple]:
+    """[(family, format, measured, bounded, no_rule, not_differentiable, failed)] over every
+    family and format present; counts of route ports (rows)."""
+    counts = {}
+    for r in report.rows:
+        c = counts.setdefault((r.family, r.format), [0, 0, 0, 0, 0])
+        if r.status == "ok":
+            c[0] += 1
+            if r.bound is not None:
+                c[1] += 1
+        else:
+            c[{"no_rule": 2, "not_differentiable": 3, "error": 4}[r.status]] += 1
+    fmt = {f: i for i, f in enumerate(report.formats)}
+    fam = {f: i for i, f in enumerate(report.families)}
+    return [(f, m, *c) for (f, m), c in sorted(counts.items(),
+                                               key=lambda kv: (fam[kv[0][0]], fmt[kv[0][1]]))]
+
+
+def missing(report: Report) -> dict:
+    """What the run could not measure, grouped: {status: [(op, route, reason or need,
+    [formats], rows)]}, for no_rule, not_differentiable and error rows."""
+    groups: dict = {}
+    for r in report.rows:
+        if r.status == "ok":
+            continue
+        why = r.reason or ""
+        if r.status == "no_rule" and r.need:
+            why = f"needs {r.need}: {why}" if why else f"needs {r.need}"
+        g = groups.setdefault((r.status, r.op, r.route, why), [[], 0])
+        if r.format not in g[0]:
+            g[0].append(r.format)
+        g[1] += 1
+    out = {s: [] for s in ("error", "no_rule", "not_differentiable")}
+    for (status, op, route, why), (fmts, n) in groups.items():
+        out[status].append((op, route, why, fmts, n))
+    return out

@@ -1,0 +1,256 @@
+"""Figures as inline SVG text: the heat map with its legend, the histogram of ulp errors,
+the error by binade of the exact value, and the bound-tightness bar.
+
+Each function returns one <figure> with an SVG (title and description for screen readers,
+labelled axes) and a caption.  Cells that carry a status instead of an error use neutral
+greys and a hatch pattern, never a palette colour (palette.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .markup import esc, short
+from .palette import LogScale, text_colour
+
+# Fills of the heat map cells without a measured error; the error hatch is a pattern so it
+# differs from every viridis colour by texture, not only by hue.
+NO_RULE, NOT_DIFF, EMPTY = "#bdbdbd", "#f0f0f0", "#ffffff"
+ERROR_FILL = "url(#hatch-error)"
+_DEFS = ('<defs><pattern id="hatch-error" width="6" height="6" patternUnits="userSpaceOnUse" '
+         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#ffffff"/>'
+         '<rect width="3" height="6" fill="#b2182b"/></pattern></defs>')
+
+
+def _figure(svg: str, caption: str, cls: str = "") -> str:
+    return f'<figure class="{cls}">{svg}<figcaption>{caption}</figcaption></figure>'
+
+
+def _svg(width, height, title, body, cls="") -> str:
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="{cls}" width="{width}" '
+            f'height="{height}" viewBox="0 0 {width} {height}" role="img">'
+            f"<title>{esc(title)}</title>{body}</svg>")
+
+
+def _pow2(k: int) -> str:
+    return f"2<tspan dy='-5' font-size='8'>{k}</tspan>" if k not in (0, 1) else str(2 ** k)
+
+
+# ----- heat map --------------------------------------------------------------------------------
+
+def heatmap(rows, columns, cells, scale: LogScale) -> str:
+    """The operators x (route, format) grid.  ``rows``: [(label, family)]; ``columns``:
+    [(route, format)]; ``cells[(i, j)]``: (state, value in ulp or None, href, title) with
+    state in measured, exact, mismatch, no_rule, not_differentiable, error.  Every cell is
+    a link to its detail."""
+    cw, ch, left, top = 18, 13, 150, 118
+    groups = []
+    for j, (route, fmt) in enumerate(columns):
+        if not groups or groups[-1][0] != route:
+            groups.append([route, j, j])
+        groups[-1][2] = j
+    # 70 px on the right: the last format's label is rotated over it.
+    width, height = left + cw * len(columns) + 70, top + ch * len(rows) + 10
+    out = [_DEFS]
+    for route, a, b in groups:                       # route bands above the formats
+        x = left + cw * a
+        out.append(f'<text x="{x + cw * (b - a + 1) / 2:.1f}" y="12" text-anchor="middle" '
+                   f'class="axis">{esc(route)}</text>'
+                   f'<line x1="{x + 1}" x2="{left + cw * (b + 1) - 1}" y1="17" y2="17" '
+                   f'stroke="#555"/>')
+    for j, (route, fmt) in enumerate(columns):
+        x = left + cw * j + cw / 2 + 4
+        out.append(f'<text transform="translate({x:.1f},{top - 4}) rotate(-60)" '
+                   f'class="tick">{esc(fmt)}</text>')
+    family = None
+    for i, (label, fam) in enumerate(rows):
+        y = top + ch * i
+        if fam != family:
+            family = fam
+            out.append(f'<line x1="0" x2="{width - 10}" y1="{y}" y2="{y}" stroke="#999" '
+                       f'stroke-width="0.5"/><text x="2" y="{y + 10}" class="family">'
+                       f'{esc(fam)}</text>')
+        out.append(f'<text x="{left - 4}" y="{y + 10}" text-anchor="end" class="tick">'
+                   f'{esc(label)}</text>')
+        for j in range(len(columns)):
+            cell = cells.get((i, j))
+            if cell is None:
+                continue
+            state, value, href, title = cell
+            fill, mark = _cell_fill(state, value, scale)
+            x = left + cw * j
+            dot = (f'<circle cx="{x + cw / 2}" cy="{y + ch / 2}" r="2.5" '
+                   f'fill="{text_colour(fill) if fill.startswith("#") else "#000"}"/>'
+                   if mark else "")
+            out.append(f'<a href="{esc(href)}"><rect x="{x}" y="{y}" width="{cw - 1}" '
+                       f'height="{ch - 1}" fill="{fill}"><title>{esc(title)}</title></rect>'
+                       f'{dot}</a>')
+    title = "Heat map: max |error| in ulp per operator, route and format"
+    return _svg(width, height, title, "".join(out), "heatmap")
+
+
+def _cell_fill(state, value, scale):
+    """(fill, whether to mark the cell with a dot): a dot marks an error that is not a
+    finite number of ulp (infinite or NaN) and outputs that differ from the exact ones."""
+    if state == "measured":
+        if value is None or math.isnan(value):
+            return scale.colour(math.inf), True
+        return scale.colour(value), math.isinf(value)
+    if state == "exact":
+        return scale.colour(0.0), False
+    if state == "mismatch":
+        return scale.colour(math.inf), True
+    return {"no_rule": NO_RULE, "not_differentiable": NOT_DIFF, "error": ERROR_FILL}.get(
+        state, EMPTY), False
+
+
+def legend(scale: LogScale) -> str:
+    """The colour bar of ``scale`` with ticks in ulp, and the swatches of the states."""
+    n, bar_w, x0 = 64, 320, 10
+    out = [_DEFS]
+    for k in range(n):
+        mid = 2.0 ** (scale.lo + (scale.hi - scale.lo) * (k + 0.5) / n)     # ulp at the step
+        out.append(f'<rect x="{x0 + bar_w * k / n:.1f}" y="18" width="{bar_w / n + 0.6:.2f}" '
+                   f'height="14" fill="{scale.colour(mid)}"/>')
+    for e in scale.ticks():
+        x = x0 + bar_w * (e - scale.lo) / (scale.hi - scale.lo)
+        out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="32" y2="36" stroke="#000"/>'
+                   f'<text x="{x:.1f}" y="48" text-anchor="middle" class="tick">{_pow2(e)}'
+                   f'</text>')
+    out.append(f'<text x="{x0}" y="12" class="axis">max |error| (ulp, log2 scale; ≤ '
+               f'2^{scale.lo} darkest, ≥ 2^{scale.hi} brightest)</text>')
+    swatches = (("#ffffff", "● infinite/NaN error or mismatched exact output", "dot"),
+                (NO_RULE, "no rule (missing capability)", ""),
+                (NOT_DIFF, "not differentiable", ""),
+                (ERROR_FILL, "failed (error)", ""))
+    x = x0
+    for fill, label, kind in swatches:
+        if kind == "dot":
+            out.append(f'<circle cx="{x + 6}" cy="66" r="3" fill="#000"/>')
+            label = label[2:]
+        else:
+            out.append(f'<rect x="{x}" y="60" width="12" height="12" fill="{fill}" '
+                       f'stroke="#777"/>')
+        out.append(f'<text x="{x + 16}" y="70" class="tick">{esc(label)}</text>')
+        x += 16 + 6.2 * len(label) + 14
+    return _svg(max(int(x), bar_w + 40), 80, "Legend of the heat map", "".join(out), "legend")
+
+
+# ----- per-route figures -----------------------------------------------------------------------
+
+def histogram(counts, edges) -> str:
+    """Counts of |error| per bin [edges[i], edges[i+1]) (last bin open) as bars on a log
+    scale of samples; a note instead of a figure when the data is unusable."""
+    if not (isinstance(counts, list) and len(counts) == len(edges)
+            and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                    for c in counts)):
+        return '<p class="note">No histogram (missing or malformed in the results).</p>'
+    total = sum(counts)
+    if not total:
+        return '<p class="note">No measurable errors: no histogram.</p>'
+    w, h, left, bottom, top = 360, 150, 40, 34, 8
+    bw = (w - left - 6) / len(counts)
+    peak = math.log10(1 + max(counts))
+    out = []
+    for dec in range(0, math.floor(peak) + 1):      # gridlines at 1, 10, 100 samples
+        y = h - bottom - (h - bottom - top) * math.log10(1 + 10 ** dec) / peak
+        out.append(f'<line x1="{left}" x2="{w - 6}" y1="{y:.1f}" y2="{y:.1f}" '
+                   f'stroke="#ddd"/><text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" '
+                   f'class="tick">{10 ** dec}</text>')
+    for i, c in enumerate(counts):
+        if not c:                                    # an empty bin draws nothing
+            continue
+        hi = f"{short(edges[i + 1])} ulp" if i + 1 < len(edges) else "∞"
+        tip = f"|error| in [{short(edges[i])} ulp, {hi}): {c} sample{'' if c == 1 else 's'}"
+        bh = (h - bottom - top) * math.log10(1 + c) / peak
+        out.append(f'<rect x="{left + bw * i:.1f}" y="{h - bottom - bh:.1f}" '
+                   f'width="{bw - 1:.1f}" height="{bh:.1f}" fill="#3e4a89"><title>'
+                   f'{esc(tip)}</title></rect>')
+    for i, e in enumerate(edges):                    # x ticks every 4 bins, plus 0.5 ulp
+        if i % 5 == 0 or e == 0.5:
+            x = left + bw * i
+            label = "0" if e == 0 else _pow2(round(math.log2(e))) if e > 0 else short(e)
+            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{h - bottom}" '
+                       f'y2="{h - bottom + 3}" stroke="#000"/><text x="{x:.1f}" '
+                       f'y="{h - bottom + 14}" text-anchor="middle" class="tick">{label}</text>')
+    out.append(_axes(w, h, left, bottom, top, "|error| (ulp, bins of powers of 2)",
+                     "samples (log)"))
+    svg = _svg(w, h, "Histogram of |ulp error|", "".join(out), "plot")
+    return _figure(svg, f"Histogram of |error| in ulp over {total} samples; each bar counts "
+                   f"the errors in [2^k, 2^(k+1)) ulp (log scale of samples).")
+
+
+def magnitude(points, fmt_name: str) -> str:
+    """Max |error| (ulp) against the binade floor(log2 |exact|) of the exact value, from a
+    row's ``by_magnitude`` [[binade, count, max ulp], ...]."""
+    ok = isinstance(points, list) and points and all(
+        isinstance(p, list) and len(p) == 3 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in p)
+        and math.isfinite(p[2]) for p in points)
+    if not ok:
+        return '<p class="note">No error-by-magnitude data (none measurable, or missing).</p>'
+    w, h, left, bottom, top = 360, 150, 40, 34, 8
+    bins = [int(p[0]) for p in points]
+    b0, b1 = min(bins), max(bins)
+    logs = [math.log2(p[2]) for p in points if p[2] > 0]
+    y0 = math.floor(min(logs)) if logs else -1
+    y1 = max(y0 + 2, math.ceil(max(logs)) if logs else 1)
+    span_x = max(1, b1 - b0)
+
+    def px(b):
+        return left + 6 + (w - left - 16) * (b - b0) / span_x
+
+    def py(v):
+        lv = math.log2(v) if v > 0 else y0
+        return h - bottom - (h - bottom - top) * (lv - y0) / (y1 - y0)
+    out = []
+    for k in range(y0, y1 + 1, max(1, math.ceil((y1 - y0) / 5))):
+        y = py(2.0 ** k)
+        out.append(f'<line x1="{left}" x2="{w - 6}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
+                   f'<text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" class="tick">'
+                   f'{_pow2(k)}</text>')
+    for b in range(b0, b1 + 1, max(1, math.ceil(span_x / 6))):
+        out.append(f'<text x="{px(b):.1f}" y="{h - bottom + 14}" text-anchor="middle" '
+                   f'class="tick">{b}</text>')
+    for b, n, v in points:
+        tip = (f"binade {int(b)} (|exact| in [2^{int(b)}, 2^{int(b) + 1})): max |error| "
+               f"{short(v)} ulp over {int(n)} sample{'' if n == 1 else 's'}")
+        out.append(f'<circle cx="{px(b):.1f}" cy="{py(v):.1f}" r="3" fill="#21918c" '
+                   f'stroke="#000" stroke-width="0.4"><title>{esc(tip)}</title></circle>')
+    out.append(_axes(w, h, left, bottom, top, "binade of the exact value, floor(log2 |exact|)",
+                     "max |error| (ulp, log2)"))
+    svg = _svg(w, h, "Max |ulp error| by binade of the exact value", "".join(out), "plot")
+    zero = "" if len(logs) == len(points) else " Binades with no error sit on the bottom line."
+    return _figure(svg, f"Max |error| in ulp of {esc(fmt_name)} per binade of the exact "
+                   f"value (the result's magnitude; for elementwise operators the input's).{zero}")
+
+
+def _axes(w, h, left, bottom, top, xlabel, ylabel) -> str:
+    return (f'<line x1="{left}" x2="{w - 6}" y1="{h - bottom}" y2="{h - bottom}" '
+            f'stroke="#000"/><line x1="{left}" x2="{left}" y1="{top}" y2="{h - bottom}" '
+            f'stroke="#000"/><text x="{(left + w) / 2:.0f}" y="{h - 4}" text-anchor="middle" '
+            f'class="axis">{esc(xlabel)}</text><text transform="translate(10,'
+            f'{(h - bottom + top) / 2:.0f}) rotate(-90)" text-anchor="middle" class="axis">'
+            f'{esc(ylabel)}</text>')
+
+
+def bound_bar(max_ulp, bound, violations) -> str:
+    """The measured max |error| against the certified bound, both in ulp, on one axis from 0
+    to the larger of the two (a violation shows as a bar past the bound's line)."""
+    if bound is None or max_ulp is None or math.isnan(max_ulp) or bound <= 0:
+        return ""
+    w, h, left = 360, 46, 10
+    top_v = max(bound, min(max_ulp, 4 * bound)) * 1.05
+    scale = (w - 2 * left) / top_v
+    bar = min(max_ulp, top_v) * scale
+    colour = "#b2182b" if violations else "#21918c"
+    svg = _svg(w, h, "Bound tightness", (
+        f'<rect x="{left}" y="8" width="{bar:.1f}" height="12" fill="{colour}"/>'
+        f'<line x1="{left + bound * scale:.1f}" x2="{left + bound * scale:.1f}" y1="2" '
+        f'y2="26" stroke="#000" stroke-width="2" stroke-dasharray="3,2"/>'
+        f'<text x="{left}" y="40" class="tick">0 ulp</text>'
+        f'<text x="{left + bound * scale:.1f}" y="40" text-anchor="middle" class="tick">'
+        f'bound {esc(short(bound))} ulp</text>'), "plot")
+    return _figure(svg, f"Bound tightness: max |error| {esc(short(max_ulp))} ulp (bar) against "
+                   f"the certified bound {esc(short(bound))} ulp (dashed line); "
+                   f"{violations or 0} violation{'' if violations == 1 else 's'}.")
