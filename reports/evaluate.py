@@ -370,7 +370,7 @@ def _computed(y, fmt, backend):
     return a
 
 
-def _clamp(e, fmt):
+def clamp_exact(e, fmt):
     """Exact values with |x| >= 2**(emax+2) replaced by +-2**(emax+2) (metrics clamps them
     to the extended format's +-Omega anyway) and 0 < |x| < 2**(qmin-64) by +-2**(qmin-64):
     their ulp errors, x / 2**qmin away from the computed value's, move by < 2**-64."""
@@ -429,7 +429,7 @@ def measure_port(row, comp, exact, fmt, bound):
         same = np.asarray(comp).astype(object) == np.asarray(exact).astype(object)
         row["mismatches"] = int(comp.size - np.count_nonzero(same))
         return None
-    exact = _exact_values(comp, _clamp(exact, fmt), fmt)
+    exact = _exact_values(comp, clamp_exact(exact, fmt), fmt)
     m = metrics.measure(comp, exact, fmt)
     stats = metrics.summary(m.ulp)
     row.update(max_ulp=stats["max"], p99_ulp=stats["p99"], mean_ulp=stats["mean"],

@@ -26,7 +26,8 @@ ROW_FIELDS = ("op", "instance", "attrs", "route", "port", "format", "mode", "pol
               "implementation", "device", "status", "reason", "need", "exhaustive", "samples",
               "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp", "max_rel",
               "bound", "bound_ratio", "violations", "exceptional", "flags", "unmeasured",
-              "mismatches", "histogram", "by_magnitude", "ref_prec", "worst")
+              "mismatches", "histogram", "by_magnitude", "ref_prec", "worst",
+              "incorrectly_rounded", "resolved_exactly")
 FLOAT_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp",
                 "max_rel", "bound", "bound_ratio")
 NESTED_FIELDS = ("attrs", "exceptional", "flags", "histogram", "by_magnitude", "worst")
@@ -66,8 +67,15 @@ def row_key(row) -> tuple:
             row["mode"], row["policy"], row["implementation"])
 
 
+COVERAGE_REFERENCE = ("numerics.reference at format precision + 64 bits, recomputed once at "
+                      "+ 192 bits where an error exceeds 1 ulp or its bound or lies within "
+                      "2**-40 ulp of a half-integer")
+
+
 def document(rows, selection) -> dict:
-    """The results document of ``rows`` measured for ``selection`` (runner.Selection)."""
+    """The results document of ``rows`` measured for ``selection``: a runner.Selection or a
+    measure.Measurement (``seed``, ``command()``, ``describe()`` -> the meta's selection,
+    ``reference_text``)."""
     from numerics.metrics import HIST_EDGES
     return {"schema": SCHEMA, "meta": clean({
         "tool": "roundoff-coverage", "version": _version("roundoff-coverage"),
@@ -75,16 +83,10 @@ def document(rows, selection) -> dict:
                                                         "numba")}
         | {"python": platform.python_version()},
         "seed": selection.seed, "command": selection.command(),
-        "selection": {"ops": list(selection.ops), "formats": list(selection.formats),
-                      "modes": list(selection.modes), "routes": list(selection.routes),
-                      "policies": list(selection.policies),
-                      "implementations": list(selection.implementations),
-                      "samples": selection.draws, "exhaustive": selection.exhaustive},
+        "selection": selection.describe(),
         "machine": {"system": platform.system(), "machine": platform.machine()},
         "histogram_edges_ulp": list(HIST_EDGES),
-        "reference": "numerics.reference at format precision + 64 bits, recomputed once at "
-                     "+ 192 bits where an error exceeds 1 ulp or its bound or lies within "
-                     "2**-40 ulp of a half-integer",
+        "reference": getattr(selection, "reference_text", COVERAGE_REFERENCE),
         "units": {"max_ulp": "ulp", "p99_ulp": "ulp", "mean_ulp": "ulp", "max_rel": "1",
                   "bound": "ulp", "ref_prec": "bits"}}),
         "rows": sorted((clean(r) for r in rows), key=row_key)}

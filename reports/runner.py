@@ -89,6 +89,13 @@ class Selection:
             parts.append("--exhaustive")
         return " ".join(parts)
 
+    def describe(self) -> dict:
+        """The selection as the results file's meta records it."""
+        return {"ops": list(self.ops), "formats": list(self.formats), "modes": list(self.modes),
+                "routes": list(self.routes), "policies": list(self.policies),
+                "implementations": list(self.implementations), "samples": self.draws,
+                "exhaustive": self.exhaustive}
+
     def fingerprint(self) -> str:
         """A hash of everything that decides the rows (checkpoints must match it)."""
         text = json.dumps([list(self.ops), list(self.formats), list(self.modes),
@@ -174,12 +181,12 @@ def _chunks(tasks, jobs):
     return [tasks[j::count] for j in range(count)]
 
 
-class _Interrupted(Exception):
-    pass
+class Interrupted(Exception):
+    """SIGTERM, raised in the parent so a killed run keeps its checkpoint."""
 
 
-def _raise_interrupt(signum, frame):
-    raise _Interrupted()
+def raise_interrupt(signum, frame):
+    raise Interrupted()
 
 
 # ----- checkpoint ------------------------------------------------------------------------------
@@ -214,7 +221,11 @@ def read_checkpoint(path, fingerprint) -> dict:
     return done
 
 
-class _Checkpoint:
+class Checkpoint:
+    """The checkpoint file of a run: a head line (fingerprint, command), then one line per
+    finished unit (``add(key, rows)``), flushed as it finishes; ``read_checkpoint`` reads
+    it back.  ``sel``: anything with ``fingerprint()`` and ``command()``."""
+
     def __init__(self, path, sel, keep: dict):
         self.path = path
         self.fh = open(path, "w", encoding="utf-8")
@@ -242,8 +253,9 @@ class Progress:
     """A bar with an ETA on a terminal (stderr), plain log lines otherwise (every 10% or
     30 s).  The ETA weighs tasks by their estimated cost (runner.cost)."""
 
-    def __init__(self, total, done=0, stream=None, quiet=False, work=1.0):
+    def __init__(self, total, done=0, stream=None, quiet=False, work=1.0, unit="tasks"):
         self.stream = stream or sys.stderr
+        self.unit = unit
         self.total, self.done, self.start = total, done, time.perf_counter()
         self.work, self.worked = max(work, 1e-9), 0.0
         self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
@@ -263,7 +275,7 @@ class Progress:
             width = 30
             fill = int(width * self.done / max(self.total, 1))
             self.stream.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total}"
-                              f" tasks  {spent:.0f} s  ETA {eta} ")
+                              f" {self.unit}  {spent:.0f} s  ETA {eta} ")
             if self.done >= self.total:
                 self.stream.write("\n")
             self.stream.flush()
@@ -271,7 +283,7 @@ class Progress:
         step = int(10 * self.done / max(self.total, 1))
         if step != self.last_step or now - self.last_log > 30 or self.done >= self.total:
             self.last_step, self.last_log = step, now
-            self.stream.write(f"roundoff-coverage: {self.done}/{self.total} tasks, "
+            self.stream.write(f"roundoff-coverage: {self.done}/{self.total} {self.unit}, "
                               f"{spent:.0f} s, ETA {eta}\n")
             self.stream.flush()
 
@@ -311,11 +323,11 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
     costs = {t.key: cost(t) for t in tasks if t.key not in done}
     todo = sorted((t for t in tasks if t.key not in done), key=lambda t: -costs[t.key])
     outcome = Outcome(resumed=len(done), total=len(tasks), out=str(out))
-    ckpt = _Checkpoint(ckpt_path, sel, done)
+    ckpt = Checkpoint(ckpt_path, sel, done)
     bar = Progress(len(tasks), len(done), stream, quiet=not progress,
                    work=sum(costs.values()))
     collected = dict(done)
-    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    old_term = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         for key, rows, phases in _execute(todo, jobs, execute):
             ckpt.add(key, rows)
@@ -325,7 +337,7 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
             outcome.peak_kib = max(outcome.peak_kib, int(phases.get("peak_kib", 0)))
             outcome.ran += 1
             bar.update(1, costs[key])
-    except (KeyboardInterrupt, _Interrupted):
+    except (KeyboardInterrupt, Interrupted):
         outcome.interrupted = True
     finally:
         signal.signal(signal.SIGTERM, old_term)
@@ -353,7 +365,7 @@ def _execute(todo, jobs, execute):
         for t in todo:
             yield (t.key, *fn(t))
         return
-    ctx = _context()
+    ctx = pool_context()
     pool = ctx.Pool(min(jobs, len(todo)), initializer=_init_worker)
     try:
         for chunk in pool.imap_unordered(_run_chunk, _chunks(todo, jobs)):
@@ -370,7 +382,7 @@ def _execute(todo, jobs, execute):
         gc.collect()
 
 
-def _context():
+def pool_context(preload="reports.evaluate"):
     """forkserver where it exists: workers fork from a clean server that has imported the
     operator table (fork from a parent whose numba thread pool is running is unsafe)."""
     # An interrupted run terminates the pool while its queue locks are alive; the resource
@@ -381,7 +393,7 @@ def _context():
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods:
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["reports.evaluate"])
+        ctx.set_forkserver_preload([preload])
         return ctx
     return multiprocessing.get_context("spawn")
 

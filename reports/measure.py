@@ -1,0 +1,709 @@
+"""Measuring functions this project did not write: ``roundoff-coverage measure TARGET``.
+
+A target is a numpy ufunc (``numpy.exp``), a C function in a shared library (``libm:expf``,
+``/path/libfoo.so:f``), an importable callable (``package.module:function``, numba-compiled
+or plain Python), or a torch operator (``torch.exp``) when torch is installed.  Its inputs are
+values of the format -- every bit pattern with ``exhaustive`` (formats of at most 16 bits,
+unary or binary, and unary binary32: 2**32 inputs), else ``samples`` random bit patterns
+(uniform over patterns: every binade equally, NaN and infinities included) -- and its outputs
+are compared with the correctly rounded exact value of the reference function.
+
+The reference is tiered (numerics.screen): a compiled binary64 screen decides almost every
+input; the inputs it cannot decide (within its margin of a rounding boundary, exact zeros
+and infinities) and the candidates for the largest error are recomputed exactly
+(numerics.resolve: mpmath with certified enclosures, precision doubled until settled).  So
+the maximum error, its input and the count of results that are not correctly rounded are
+exact; the histogram, the mean and the p99 (read off a histogram with steps of 1/1024 ulp
+below 4 ulps) carry the screen's uncertainty, at most 2**(p-40) ulp per input.
+
+The work is cut into chunks of CHUNK inputs, run in worker processes, checkpointed as they
+finish (``<out>.partial.jsonl``, resumable) and merged in chunk order, so the results file is
+the same whatever ``jobs`` is.  The row has the coverage run's schema (route ``forward``,
+port ``out``, implementation = the target) plus ``incorrectly_rounded``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import hashlib
+import importlib
+import json
+import math
+import os
+import signal
+import time
+import zlib
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+import formats
+import numerics
+from numerics import metrics, screen
+from numerics.native import UFUNCS, resolve as native_dtype
+
+from . import results, runner
+from .evaluate import clamp_exact
+
+CHUNK = 1 << 22
+EXHAUSTIVE_MAX = 1 << 32
+WORST_CANDIDATES = 64                   # exact recomputations per chunk for the maximum
+# numpy spellings of the reference functions.
+ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
+           "arccosh": "acosh", "arctanh": "atanh", "arctan2": "atan2", "power": "pow",
+           "true_divide": "divide", "float_power": "pow"}
+C_BINARY = ("pow", "atan2", "hypot")
+_FNS = {}                                # compiled loops of C functions, by target spec
+
+
+class MeasureError(ValueError):
+    """A target, format or option measure cannot use (one-line message)."""
+
+
+# ----- targets ---------------------------------------------------------------------------------
+
+@dataclass
+class Target:
+    """A function to measure: ``call(xs) -> outputs`` on float64 arrays of values of the
+    format (one per argument), outputs as float64; ``reference`` a numerics.screen name."""
+
+    spec: str
+    arity: int
+    reference: str
+    call: object = field(repr=False)
+
+
+def reference_name(name: str, fmt=None) -> str | None:
+    """The reference function a target's name means: ``exp``, numpy's ``arcsin``, C's
+    ``expf`` / ``expl``; None when there is none."""
+    name = ALIASES.get(name, name)
+    if name in screen.REFERENCES:
+        return name
+    if name[-1:] in ("f", "l") and ALIASES.get(name[:-1], name[:-1]) in screen.REFERENCES:
+        return ALIASES.get(name[:-1], name[:-1])
+    return None
+
+
+def target(spec, fmt, reference: str | None = None, arity: int | None = None) -> Target:
+    """The Target of ``spec`` (a string as the command line takes it, or a Python callable)
+    in format ``fmt``.  MeasureError when it cannot be measured."""
+    fmt = formats.get(fmt)
+    if callable(spec) and not isinstance(spec, str):
+        name = getattr(spec, "__name__", "callable")
+        return _finish(f"python:{name}", name, _python(spec, fmt), reference, arity,
+                       _arity_of(spec))
+    if not isinstance(spec, str) or not spec.strip():
+        raise MeasureError("a target is numpy.NAME, LIBRARY:FUNCTION, module:function or "
+                           "torch.NAME")
+    spec = spec.strip()
+    if spec.startswith(("numpy.", "np.")):
+        name = spec.split(".", 1)[1]
+        fn = getattr(np, name, None)
+        if not isinstance(fn, np.ufunc):
+            raise MeasureError(f"{spec} is not a numpy ufunc")
+        return _finish(spec, name, _ufunc(fn, fmt), reference, arity, fn.nin)
+    if spec.startswith("torch."):
+        return _torch(spec, fmt, reference, arity)
+    if ":" in spec:
+        lib, name = spec.rsplit(":", 1)
+        if not name:
+            raise MeasureError(f"{spec}: no function name after ':'")
+        try:
+            module = importlib.import_module(lib)
+        except ImportError:
+            module = None
+        except Exception as exc:                              # noqa: BLE001 (user code)
+            raise MeasureError(f"importing {lib} failed: {exc}") from None
+        if module is not None:
+            fn = module
+            for part in name.split("."):
+                fn = getattr(fn, part, None)
+            if not callable(fn):
+                raise MeasureError(f"{spec}: {lib} has no callable {name}")
+            kind = _numba(fn, fmt) if hasattr(fn, "py_func") else _python(fn, fmt)
+            return _finish(spec, name, kind, reference, arity, _arity_of(fn))
+        return _c_function(spec, lib, name, fmt, reference, arity)
+    raise MeasureError(f"unknown target {spec!r}: use numpy.NAME, LIBRARY:FUNCTION (libm:expf),"
+                       f" package.module:function or torch.NAME")
+
+
+def _finish(spec, name, call, reference, arity, natural) -> Target:
+    ref = reference or reference_name(name)
+    if ref is None:
+        raise MeasureError(f"no reference function for {name!r}: pass --reference, one of "
+                           f"{', '.join(sorted(screen.REFERENCES))}")
+    if ref not in screen.REFERENCES:
+        raise MeasureError(f"unknown reference {ref!r} (choose from "
+                           f"{', '.join(sorted(screen.REFERENCES))})")
+    n = screen.REFERENCES[ref].arity
+    if arity is not None and arity != n:
+        raise MeasureError(f"{spec}: reference {ref} takes {n} argument(s), not {arity}")
+    if natural is not None and natural != n:
+        raise MeasureError(f"{spec} takes {natural} argument(s) but {ref} takes {n}")
+    return Target(spec, n, ref, call)
+
+
+def _arity_of(fn):
+    import inspect
+    try:
+        params = inspect.signature(getattr(fn, "py_func", fn)).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return sum(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+               for p in params)
+
+
+def _dtype(fmt):
+    try:
+        return native_dtype(fmt)[0]
+    except ValueError:
+        return None
+
+
+def _ufunc(fn, fmt):
+    dtype = _dtype(fmt)
+    if dtype is None:
+        raise MeasureError(f"numpy has no dtype for {fmt.label}: measure numpy in binary16, "
+                           f"binary32, binary64 or an ml_dtypes format (bfloat16, float8_*)")
+
+    def call(xs):
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(*[x.astype(dtype) for x in xs])).astype(np.float64)
+    return call
+
+
+def _python(fn, fmt):
+    """A plain callable: called once on whole arrays (the format's numpy dtype where it has
+    one, float64 otherwise); its result must have the inputs' shape."""
+    dtype = _dtype(fmt) or np.dtype(np.float64)
+
+    def call(xs):
+        with np.errstate(all="ignore"):
+            out = np.asarray(fn(*[x.astype(dtype) for x in xs]), dtype=np.float64)
+        if out.shape != xs[0].shape:
+            raise MeasureError(f"the target returned shape {out.shape} for inputs of shape "
+                               f"{xs[0].shape}: it must work elementwise on numpy arrays")
+        return out
+    return call
+
+
+def _numba(fn, fmt):
+    """A numba-compiled scalar function: called element by element in a compiled loop,
+    with float32 or float64 scalars (float64 for other formats)."""
+    import numba
+    dtype = np.float32 if fmt == formats.CATALOG["binary32"] else np.float64
+    key = ("numba", id(fn), dtype)
+    if key not in _FNS:
+        @numba.njit(nogil=True)
+        def loop1(x, out):
+            for i in range(x.size):
+                out[i] = fn(x[i])
+
+        @numba.njit(nogil=True)
+        def loop2(x, y, out):
+            for i in range(x.size):
+                out[i] = fn(x[i], y[i])
+        _FNS[key] = (loop1, loop2)
+    loop1, loop2 = _FNS[key]
+
+    def call(xs):
+        a = [x.astype(dtype) for x in xs]
+        out = np.empty(a[0].size, dtype=np.float64)
+        loop1(a[0], out) if len(a) == 1 else loop2(a[0], a[1], out)
+        return out
+    return call
+
+
+def _c_function(spec, lib, name, fmt, reference, arity):
+    """A C function through ctypes, called from a numba loop (numba calls ctypes function
+    pointers natively, ~100x faster than ctypes from Python).  float for binary32, double
+    for binary64."""
+    ctype = {"binary32": ctypes.c_float, "binary64": ctypes.c_double}.get(
+        next((n for n, f in formats.CATALOG.items() if f == fmt), ""))
+    if ctype is None:
+        raise MeasureError(f"{spec}: C functions are measured in binary32 (float) or binary64 "
+                           f"(double), not {fmt.label}")
+    path = ctypes.util.find_library(lib[3:] if lib.startswith("lib") else lib) \
+        if "/" not in lib else lib
+    try:
+        so = ctypes.CDLL(path or lib)
+    except OSError as exc:
+        raise MeasureError(f"cannot load library {lib!r}: {exc}") from None
+    cfn = getattr(so, name, None)
+    if cfn is None:
+        raise MeasureError(f"library {lib} has no function {name}")
+    ref = reference or reference_name(name)
+    n = arity or (screen.REFERENCES[ref].arity if ref in screen.REFERENCES else
+                  2 if name.rstrip("fl") in C_BINARY else 1)
+    cfn.argtypes, cfn.restype = [ctype] * n, ctype
+    key = (spec, ctype)
+    if key not in _FNS:
+        import numba
+
+        # Arguments narrowed and results widened inside the loop (exact: values of the
+        # format), so no array is converted on the way.
+        cast = np.float32 if ctype is ctypes.c_float else np.float64
+
+        @numba.njit(nogil=True)
+        def loop1(x, out):
+            for i in range(x.size):
+                out[i] = cfn(cast(x[i]))
+
+        @numba.njit(nogil=True)
+        def loop2(x, y, out):
+            for i in range(x.size):
+                out[i] = cfn(cast(x[i]), cast(y[i]))
+        _FNS[key] = (loop1, loop2)
+    loop1, loop2 = _FNS[key]
+
+    def call(xs):
+        out = _buffer("out", xs[0].size)
+        loop1(xs[0], out) if n == 1 else loop2(xs[0], xs[1], out)
+        return out
+    return _finish(spec, name, call, reference, arity, n)
+
+
+def _torch(spec, fmt, reference, arity):
+    try:
+        import torch
+    except ImportError:
+        raise MeasureError(f"{spec}: torch is not installed (pip install torch)") from None
+    fn = getattr(torch, spec.split(".", 1)[1], None)
+    if not callable(fn):
+        raise MeasureError(f"{spec} is not a torch function")
+    name = next((n for n, f in formats.CATALOG.items() if f == fmt), "")
+    tdtype = {"binary16": torch.float16, "bfloat16": torch.bfloat16, "binary32": torch.float32,
+              "binary64": torch.float64}.get(name)
+    if tdtype is None:
+        raise MeasureError(f"{spec}: torch has no dtype for {fmt.label}")
+
+    def call(xs):
+        ts = [torch.from_numpy(x).to(tdtype) for x in xs]     # exact: values of the format
+        return fn(*ts).to(torch.float64).numpy()
+    return _finish(spec, spec.split(".", 1)[1], call, reference, arity, None)
+
+
+# ----- inputs ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Measurement:
+    """What a measure run covers (the results file's selection)."""
+
+    target: str
+    format: str
+    reference: str
+    arity: int
+    samples: int | None = None            # None: exhaustive
+    seed: int = 0
+    reference_text: str = ("numerics.screen (binary64, rel. error <= 2**-40 for libm "
+                           "functions) deciding each input, numerics.resolve (certified "
+                           "mpmath) for the undecided ones and the largest errors")
+
+    @property
+    def exhaustive(self) -> bool:
+        return self.samples is None
+
+    @property
+    def total(self) -> int:
+        bits = formats.get(self.format).bits
+        return (1 << (bits * self.arity)) if self.exhaustive else self.samples
+
+    def chunks(self) -> int:
+        return -(-self.total // CHUNK)
+
+    def command(self) -> str:
+        how = "--exhaustive" if self.exhaustive else f"--samples {self.samples}"
+        return (f"roundoff-coverage measure {self.target} --format {self.format} "
+                f"--reference {self.reference} {how} --seed {self.seed}")
+
+    def describe(self) -> dict:
+        return {"target": self.target, "formats": [self.format], "reference": self.reference,
+                "samples": self.total, "exhaustive": self.exhaustive}
+
+    def fingerprint(self) -> str:
+        text = json.dumps([self.target, self.format, self.reference, self.arity, self.samples,
+                           self.seed, CHUNK, results.SCHEMA])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def inputs(m: Measurement, j: int) -> list:
+    """The float64 inputs of chunk ``j``: bit patterns lo..hi of the exhaustive enumeration
+    (argument k's pattern is digit k, base 2**bits, of the index: the last argument varies
+    fastest), or random patterns."""
+    fmt = formats.get(m.format)
+    lo, hi = j * CHUNK, min((j + 1) * CHUNK, m.total)
+    out = [_buffer(f"x{k}", hi - lo) for k in range(m.arity)]
+    if m.exhaustive:
+        for k in range(m.arity):
+            shift = fmt.bits * (m.arity - 1 - k)
+            if fmt.bits == 32:
+                _f32_enumerate(lo, shift, out[k])
+            else:
+                _gather_enumerate(_table(fmt), lo, shift, fmt.bits, out[k])
+        return out
+    rng = np.random.default_rng([m.seed, zlib.crc32(repr((m.target, m.format, j)).encode())])
+    for k in range(m.arity):
+        pats = rng.integers(0, 1 << fmt.bits, hi - lo, dtype=np.uint64)
+        if fmt.bits == 32:
+            _f32_decode(pats.astype(np.uint32).view(np.float32), out[k])
+        elif fmt.bits <= 16:
+            out[k][:] = _table(fmt)[pats.astype(np.int64)]
+        elif fmt == formats.CATALOG["binary64"]:
+            out[k][:] = pats.view(np.float64)
+        else:
+            out[k][:] = formats.decode(pats, fmt)
+    return out
+
+
+_TABLES = {}
+_SCRATCH = {}             # arrays reused by every chunk of this process (see screen.screen)
+
+
+def _buffer(name, n):
+    if _SCRATCH.get(name, np.empty(0)).size < n:
+        _SCRATCH[name] = np.empty(max(n, CHUNK))
+    return _SCRATCH[name][:n]
+
+
+def _table(fmt):
+    """Every bit pattern of a format of at most 16 bits, decoded (NaN patterns as NaN)."""
+    if fmt not in _TABLES:
+        _TABLES[fmt] = formats.decode(np.arange(1 << fmt.bits, dtype=np.uint64), fmt)
+    return _TABLES[fmt]
+
+
+def _f32_enumerate(lo, shift, out):
+    if shift:
+        pats = (np.arange(lo, lo + out.size, dtype=np.uint64) >> np.uint64(shift)) \
+            .astype(np.uint32)
+    else:                                  # lo + 0, 1, 2...: a reused ramp, shifted in place
+        if _SCRATCH.get("ramp", np.empty(0)).size < out.size:
+            _SCRATCH["ramp"] = np.arange(max(out.size, CHUNK), dtype=np.uint32)
+            _SCRATCH["pats"] = np.empty(max(out.size, CHUNK), dtype=np.uint32)
+        pats = np.add(_SCRATCH["ramp"][:out.size], np.uint32(lo & 0xFFFFFFFF),
+                      out=_SCRATCH["pats"][:out.size])
+    _f32_decode(pats.view(np.float32), out)
+
+
+@numba.njit(nogil=True)
+def _f32_decode(f32, out):
+    for i in range(out.size):
+        out[i] = f32[i]
+
+
+@numba.njit(nogil=True)
+def _gather_enumerate(table, lo, shift, bits, out):
+    mask = (1 << bits) - 1
+    for i in range(out.size):
+        out[i] = table[((lo + i) >> shift) & mask]
+
+
+# ----- one chunk -------------------------------------------------------------------------------
+
+def run_chunk(m: Measurement, t: Target, j: int) -> dict:
+    """The JSON-ready summary of chunk ``j``: statistics, the exact worst case among the
+    inputs resolved exactly, and the candidates for the largest error (``cands``: inputs,
+    output and the upper bound of |error|) with ``lower``, the largest lower bound of an
+    |error| in the chunk.  The maximum over all chunks is settled by ``settle``."""
+    fmt = formats.get(m.format)
+    xs = inputs(m, j)
+    out = np.asarray(t.call(xs), dtype=np.float64).reshape(-1)
+    summ = {"n": int(out.size), "counts": [0] * len(metrics.CLASSES),
+            "hist": [0] * len(metrics.HIST_EDGES), "fine": [0] * (screen.FINE_BINS + 1),
+            "measured": 0, "nan": 0, "sum_abs": 0.0, "min": math.inf, "max": -math.inf,
+            "max_rel": 0.0, "not_cr": 0, "lower": -math.inf, "cands": [], "dropped": None,
+            "worst": None}
+    if screen.screenable(fmt):
+        s = screen.screen(screen.REFERENCES[t.reference], fmt, xs, out, WORST_CANDIDATES,
+                          _SCRATCH)
+        todo = np.flatnonzero(s.code == screen.RESOLVE)
+        summ.update(counts=s.counts.tolist(), hist=s.hist.tolist(), fine=s.fine.tolist(),
+                    measured=int(s.acc[0]), nan=int(s.acc[1]), sum_abs=float(s.acc[2]),
+                    min=float(s.acc[3]), max=float(s.acc[4]), max_rel=float(s.acc[8]),
+                    not_cr=int(s.acc[7]))
+        _candidates(summ, xs, out, s)
+    else:
+        todo = np.arange(out.size)
+    summ["resolved"] = int(todo.size)
+    if todo.size:
+        err = _exact(t.reference, fmt, xs, out, todo, summ)
+        summ["worst"] = _worst(xs, out, todo, err, fmt, t.reference)
+        if summ["worst"] is not None:
+            summ["lower"] = max(summ["lower"], abs(summ["worst"]["ulp"]))
+    return summ
+
+
+def _candidates(summ, xs, out, s):
+    """Keep the screen's candidates for the largest error (numerics.screen._select)."""
+    summ["lower"] = float(s.lower)
+    summ["dropped"] = None if s.dropped == -math.inf else float(s.dropped)
+    up = np.abs(s.err[s.cands]) + s.margin
+    summ["cands"] = [[*(float(x[i]) for x in xs), float(out[i]), float(u)]
+                     for i, u in zip(s.cands, up)]
+
+
+def settle(m: Measurement, t: Target, parts: list):
+    """(worst, exact): the reproducer of the largest |error| over all chunks, and whether
+    that maximum is exact -- every candidate whose upper bound reaches the largest lower
+    bound is recomputed exactly (it is not exact only when a chunk had more than
+    WORST_CANDIDATES such inputs)."""
+    fmt = formats.get(m.format)
+    lower = max((p["lower"] for p in parts), default=-math.inf)
+    best = None
+    for p in parts:
+        w = p["worst"]
+        if w is not None and (best is None or abs(w["ulp"]) > abs(best["ulp"])):
+            best = w
+    cands = sorted((c for p in parts for c in p["cands"] if c[-1] >= lower),
+                   key=lambda c: -c[-1])
+    if cands:
+        arr = np.array(cands, dtype=np.float64)
+        xs = [arr[:, k].copy() for k in range(m.arity)]
+        out = arr[:, m.arity].copy()
+        idx = np.arange(len(cands))
+        w = _worst(xs, out, idx, _exact(t.reference, fmt, xs, out, idx, None), fmt,
+                   t.reference)
+        if w is not None and (best is None or abs(w["ulp"]) > abs(best["ulp"])):
+            best = w
+    exact = all(p["dropped"] is None or p["dropped"] < lower for p in parts)
+    return best, exact
+
+
+def _exact(name, fmt, xs, out, idx, summ):
+    """Exact ulp errors of elements ``idx`` (numerics.resolve); with ``summ``, their
+    statistics are added to it."""
+    sub = [x[idx] for x in xs]
+    res = numerics.resolve(lambda bk, *a: getattr(bk, name)(*a), sub, fmt,
+                           start_prec=fmt.precision + 64)
+    t = out[idx]
+    # Exact values beyond 2**(emax+2) (exp(1e10) has an exponent no rational holds) or below
+    # 2**(qmin-64) measure alike clamped (reports.evaluate.clamp_exact).
+    meas = metrics.measure(t, clamp_exact(res.values, fmt), fmt)
+    if summ is not None:
+        err = meas.ulp
+        for c in meas.codes:
+            summ["counts"][int(c)] += 1
+        ok = ~np.isnan(err)
+        a = np.abs(err[ok])
+        summ["measured"] += int(ok.sum())
+        summ["nan"] += int((~ok).sum())
+        summ["sum_abs"] += float(a.sum())
+        if a.size:
+            summ["min"] = min(summ["min"], float(err[ok].min()))
+            summ["max"] = max(summ["max"], float(err[ok].max()))
+        for v in a:
+            summ["hist"][_coarse(v)] += 1
+            summ["fine"][min(int(v * screen.FINE_STEP), screen.FINE_BINS)] += 1
+        rel = np.abs(meas.rel[~np.isnan(meas.rel) & np.isfinite(meas.rel)])
+        if rel.size:
+            summ["max_rel"] = max(summ["max_rel"], float(rel.max()))
+        # Correctly rounded: the certified rounding of the exact value (zeros of both signs
+        # are one value; NaN matches NaN).
+        same = (t == res.rounded) | (np.isnan(t) & np.isnan(res.rounded))
+        summ["not_cr"] += int((~same & res.resolved).sum())
+    return meas.ulp
+
+
+def _coarse(a: float) -> int:
+    if a < 2.0 ** -10:
+        return 0
+    return min(math.frexp(a)[1] + 10, len(metrics.HIST_EDGES) - 1)
+
+
+def _worst(xs, out, idx, err, fmt, name):
+    """The reproducer of the largest exact |error| among elements ``idx`` (None when none
+    is measurable): input bit patterns and decimals, computed and exact values, error."""
+    a = np.abs(err)
+    if not a.size or np.isnan(a).all():
+        return None
+    k = int(np.nanargmax(a))
+    i = int(idx[k])
+    width = (fmt.bits + 3) // 4
+    ins = [float(x[i]) for x in xs]
+    bits = [f"0x{int(b):0{width}x}" for b in formats.encode(np.array(ins), fmt)]
+    res = numerics.resolve(lambda bk, *v: getattr(bk, name)(*v), [np.array([v]) for v in ins],
+                           fmt, start_prec=fmt.precision + 64)
+    return {"inputs": {f"x{n}" if len(xs) > 1 else "x": b for n, b in enumerate(bits)},
+            "decimal": [repr(v) for v in ins], "computed": repr(float(out[i])),
+            "exact": _text(res.values.reshape(-1)[0]), "ulp": float(err[k])}
+
+
+def _text(v) -> str:
+    m = getattr(v, "_mpf_", None)
+    from mpmath import libmp
+    return libmp.to_str(m, 20) if m is not None else str(v)
+
+
+# ----- the run ---------------------------------------------------------------------------------
+
+@dataclass
+class MeasureOutcome:
+    row: dict | None = None
+    ran: int = 0
+    chunks: int = 0
+    resumed: int = 0
+    wall: float = 0.0
+    interrupted: bool = False
+
+
+_WORKER = {}
+
+
+def _init(spec, fmt, reference, arity):
+    import numba
+    numba.set_num_threads(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER["target"] = target(spec, fmt, reference, arity)
+
+
+def _work(args):
+    m, j = args
+    return j, run_chunk(m, _WORKER["target"], j)
+
+
+def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=None,
+            arity=None, out=None, jobs: int | None = None, resume: bool = False,
+            progress: bool = False, stream=None) -> MeasureOutcome:
+    """Measure ``spec`` (a target string or a callable) in ``fmt``: ``samples`` random
+    inputs, or every input with samples=None.  With ``out``, the results file is written
+    (and checkpointed as chunks finish); callables run in this process (jobs ignored)."""
+    fmt_obj = formats.get(fmt)
+    t = target(spec, fmt_obj, reference, arity)
+    label = fmt_obj.name if fmt_obj.name in formats.CATALOG else fmt_obj.spec
+    m = Measurement(t.spec, label, t.reference, t.arity, samples, seed)
+    if samples is None and m.total > EXHAUSTIVE_MAX:
+        raise MeasureError(f"--exhaustive covers at most 2**32 inputs ({fmt_obj.label}, "
+                           f"{t.arity} argument(s): 2**{fmt_obj.bits * t.arity}); use --samples")
+    if samples is not None and samples < 1:
+        raise MeasureError(f"--samples must be >= 1 (got {samples})")
+    if not screen.screenable(fmt_obj) and m.total > 1 << 20:
+        raise MeasureError(f"{fmt_obj.label} is measured exactly, input by input: at most "
+                           f"2**20 samples")
+    t0 = time.perf_counter()
+    done = {}
+    ckpt = None
+    if out is not None:
+        path = runner.checkpoint_path(out)
+        if resume and os.path.exists(path):
+            done = {int(k): v for k, v in runner.read_checkpoint(path, m.fingerprint()).items()}
+        ckpt = runner.Checkpoint(path, m, {str(k): v for k, v in done.items()})
+    n = m.chunks()
+    todo = [j for j in range(n) if j not in done]
+    outcome = MeasureOutcome(chunks=n, resumed=len(done))
+    bar = runner.Progress(n, len(done), stream, quiet=not progress, work=len(todo),
+                          unit=f"chunks of {CHUNK} inputs")
+    summaries = dict(done)
+    old = signal.signal(signal.SIGTERM, runner.raise_interrupt)
+    try:
+        for j, summ in _execute(m, t, todo, jobs, callable(spec) and not isinstance(spec, str)):
+            summaries[j] = summ
+            outcome.ran += 1
+            if ckpt is not None:
+                ckpt.add(str(j), summ)
+            bar.update(1, 1.0)
+    except (KeyboardInterrupt, runner.Interrupted):
+        outcome.interrupted = True
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        if ckpt is not None:
+            ckpt.close()
+    outcome.wall = time.perf_counter() - t0
+    if outcome.interrupted:
+        return outcome
+    outcome.row = row(m, t, [summaries[j] for j in range(n)])
+    if out is not None:
+        results.write(out, results.document([outcome.row], m))
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(runner.checkpoint_path(out))
+    return outcome
+
+
+def _execute(m, t, todo, jobs, local):
+    jobs = jobs or os.cpu_count() or 1
+    if local or jobs <= 1 or len(todo) <= 1:
+        for j in todo:
+            yield j, run_chunk(m, t, j)
+        return
+    ctx = runner.pool_context("reports.measure")
+    pool = ctx.Pool(min(jobs, len(todo)), initializer=_init,
+                    initargs=(t.spec, m.format, t.reference, t.arity))
+    try:
+        yield from pool.imap_unordered(_work, [(m, j) for j in todo])
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+
+
+def row(m: Measurement, t: Target, parts: list) -> dict:
+    """The results row of the merged chunk summaries (in chunk order: deterministic)."""
+    tot = {k: sum(p[k] for p in parts) for k in ("n", "measured", "nan", "sum_abs", "not_cr",
+                                                   "resolved")}
+    counts = np.sum([p["counts"] for p in parts], axis=0)
+    hist = np.sum([p["hist"] for p in parts], axis=0)
+    fine = np.sum([p["fine"] for p in parts], axis=0)
+    worst, exact = settle(m, t, parts)
+    measured = tot["measured"]
+    mins = [p["min"] for p in parts if p["measured"]]
+    maxs = [p["max"] for p in parts if p["measured"]]
+    return {
+        "op": m.target, "instance": "measure", "attrs": {"reference": m.reference},
+        "route": "forward", "port": "out", "format": m.format, "mode": "nearest_even",
+        "policy": "-", "implementation": m.target, "device": "cpu", "status": "ok",
+        "reason": None if exact else f"more than {WORST_CANDIDATES} inputs of a chunk may "
+        f"hold the largest error: the maximum is exact to 2**(p-40) ulp", "need": None, "exhaustive": m.exhaustive, "samples": tot["n"],
+        "max_ulp": abs(worst["ulp"]) if worst else None, "p99_ulp": _p99(fine, hist, measured),
+        "mean_ulp": tot["sum_abs"] / measured if measured else None,
+        "min_signed_ulp": min(mins) if mins else None,
+        "max_signed_ulp": max(maxs) if maxs else None,
+        "max_rel": max(p["max_rel"] for p in parts), "bound": None, "bound_ratio": None,
+        "violations": None,
+        "exceptional": {c: int(k) for c, k in zip(metrics.CLASSES, counts) if c != "ok" and k},
+        "flags": None, "unmeasured": tot["nan"], "mismatches": None,
+        "histogram": hist.tolist(), "by_magnitude": None, "ref_prec": None, "worst": worst,
+        "incorrectly_rounded": tot["not_cr"], "resolved_exactly": tot["resolved"]}
+
+
+def _p99(fine, hist, measured):
+    """The 99th percentile of |error| to the histogram's resolution: the upper edge of the
+    1/1024-ulp step (below 4 ulps) or of the binade holding it."""
+    if not measured:
+        return None
+    rank = math.ceil(0.99 * measured)
+    run = np.cumsum(fine)
+    k = int(np.searchsorted(run, rank))
+    if k < screen.FINE_BINS:
+        return (k + 1) / screen.FINE_STEP
+    run = np.cumsum(hist)
+    k = int(np.searchsorted(run, rank))
+    edges = metrics.HIST_EDGES
+    return float(edges[k + 1]) if k + 1 < len(edges) else math.inf
+
+
+def text(o: MeasureOutcome) -> str:
+    """The terminal summary of a measurement."""
+    r = o.row
+    w = r["worst"]
+    lines = [f"{r['op']} in {r['format']} against {r['attrs']['reference']} correctly rounded: "
+             f"{r['samples']} inputs ({'all' if r['exhaustive'] else 'random'}), "
+             f"{o.wall:.1f} s ({r['samples'] / max(o.wall, 1e-9) / 1e6:.1f} M inputs/s)"]
+    if w is None:
+        lines.append("no measurable error (every output NaN or exceptional)")
+    else:
+        args = ", ".join(f"{b} ({d})" for b, d in zip(w["inputs"].values(), w["decimal"]))
+        lines.append(f"max error {r['max_ulp']:.6g} ulp at {args}: computed {w['computed']}, "
+                     f"exact {w['exact']}")
+    lines.append(f"not correctly rounded: {r['incorrectly_rounded']} of {r['samples']}"
+                 + (f"; mean |error| {r['mean_ulp']:.4g} ulp, p99 {r['p99_ulp']:.4g} ulp"
+                    if r["mean_ulp"] is not None else ""))
+    if r["exceptional"]:
+        lines.append("exceptional outcomes: " + ", ".join(f"{k} {v}" for k, v in
+                                                          sorted(r["exceptional"].items())))
+    if r["reason"]:
+        lines.append(f"note: {r['reason']}")
+    return "\n".join(lines)
