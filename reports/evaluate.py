@@ -55,7 +55,7 @@ BATCH_FAMILIES = ("elementwise", "transcendental", "rounding", "extrema", "activ
 EXHAUSTIVE_FAMILIES = ("elementwise", "transcendental", "rounding", "activation")
 EXHAUSTIVE_MAX_BITS = 16
 REPRO_MAX_ELEMENTS = 256       # full input arrays in a reproducer up to this many elements
-PHASES = ("sampling", "evaluation", "reference", "measurement")
+PHASES = ("sampling", "evaluation", "reference", "bounds", "measurement")
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,9 @@ def base_row(task, route, port, status, reason=None, need=None) -> dict:
             "reason": reason, "need": need, "exhaustive": task.exhaustive, "samples": 0,
             "max_ulp": None, "p99_ulp": None, "mean_ulp": None, "min_signed_ulp": None,
             "max_signed_ulp": None, "max_rel": None, "bound": None, "bound_ratio": None,
-            "violations": None, "exceptional": {}, "flags": None, "unmeasured": 0,
+            "violations": None, "unbounded": None, "interval_bound": None,
+            "interval_bound_ratio": None, "interval_unbounded": None, "exceptional": {},
+            "flags": None, "unmeasured": 0,
             "mismatches": None, "histogram": None, "by_magnitude": None, "ref_prec": None,
             "worst": None}
 
@@ -390,15 +392,51 @@ def clamp_exact(e, fmt):
 # ----- measuring -------------------------------------------------------------------------------
 
 def _bound(task, route):
-    """The certified forward bound in ulps for this task, or None: a roundoff certificate of
-    the operator covering the format and mode, under the emulated backend's strict policy."""
+    """The certified forward bound in ulps for this task, or None: a fixed-ulp roundoff
+    certificate of the operator covering the format and mode, under the emulated backend's
+    strict policy."""
     if route != "forward" or task.implementation != "emulated" or task.policy != "strict":
         return None
     for c in routes.certificates(task.op):
-        if c.kind == "roundoff" and c.bound and task.format in c.bound["formats"] \
-                and task.mode in c.bound["modes"]:
+        if c.kind == "roundoff" and c.bound and "ulps" in c.bound \
+                and task.format in c.bound["formats"] and task.mode in c.bound["modes"]:
             return float(c.bound["ulps"])
     return None
+
+
+class Bounds:
+    """The bounds of one route's rows: ``ulps`` (a fixed-ulp certificate), ``apriori`` and
+    ``interval`` (per draw, a tuple of absolute bounds per measured port, or None)."""
+
+    def __init__(self, ulps=None, apriori=None, interval=None):
+        self.ulps, self.apriori, self.interval = ulps, apriori, interval
+
+    def port(self, j):
+        """(a priori, interval) absolute bounds of the route's j-th measured port, flattened
+        and joined over draws as _concat joins values (None where absent)."""
+        def joined(per_draw):
+            if per_draw is None:
+                return None
+            return np.concatenate([np.ravel(np.asarray(b[j], dtype=np.float64))
+                                   for b in per_draw])
+        return joined(self.apriori), joined(self.interval)
+
+
+def _apriori(task, d, fmt):
+    """Per draw, the forward output's a priori bound (routes.apriori) under the task's
+    declared policy, or None (no formula, another implementation, not applicable)."""
+    if task.implementation != "emulated" or task.op not in routes.apriori.FORMULAS:
+        return None
+    # numerics.policy.preset, not numerics.preset: the bound is the declared policy's even
+    # when an implementation under test is patched to do something else.
+    policy = numerics.policy.preset(task.policy, fmt)
+    out = []
+    for xs in d.inputs:
+        b = routes.apriori.bound(d.op, xs, fmt, task.mode, policy)
+        if b is None:
+            return None
+        out.append((b,))
+    return out
 
 
 def _concat(per_draw, i, fmt, backend, scalar=True):
@@ -420,9 +458,10 @@ def _is_objects(a):
     return np.asarray(a).dtype == object
 
 
-def measure_port(row, comp, exact, fmt, bound):
+def measure_port(row, comp, exact, fmt, bound, apriori=None, interval=None):
     """Fill ``row``'s metrics from computed values and exact values of one port; returns the
-    ulp errors (None for non-scalar ports)."""
+    ulp errors (None for non-scalar ports).  ``bound``: a fixed bound in ulps; ``apriori``,
+    ``interval``: absolute bounds per element (routes.apriori, numerics.bounding)."""
     row["samples"] = int(comp.size)
     if comp.dtype != object and comp.dtype.kind in "biu" or not _scalar_exact(exact):
         # Exact comparison; Python ints (object arrays) so uint64 and int64 compare exactly.
@@ -440,7 +479,12 @@ def measure_port(row, comp, exact, fmt, bound):
     row["exceptional"] = {k: n for k, n in metrics.summarize_classes(m.codes).items()
                           if k != "ok" and n}
     row["by_magnitude"] = by_magnitude(m.ulp, exact, fmt)
-    if bound is not None:
+    if apriori is not None:
+        _check(row, "", apriori, m, exact, fmt)
+    if interval is not None:
+        _check(row, "interval_", interval, m, exact, fmt)
+        row["violations"] = (row["violations"] or 0) + row.pop("interval_violations")
+    if bound is not None and apriori is None:
         row["bound"] = bound
         a = np.abs(m.ulp[~np.isnan(m.ulp)])
         row["violations"] = int((a > bound).sum())
@@ -448,6 +492,40 @@ def measure_port(row, comp, exact, fmt, bound):
         if top is not None:
             row["bound_ratio"] = top / bound if bound > 0 else (0.0 if top == 0 else np.inf)
     return m.ulp
+
+
+def _check(row, prefix, b, m, exact, fmt):
+    """Measured errors against absolute bounds ``b``: the largest bound in ulps of the exact
+    value (``bound``), the largest measured / bound (``bound_ratio``), the samples above their
+    bound (``violations``) and those without a finite bound (``unbounded``)."""
+    a = np.abs(np.asarray(m.abs, dtype=np.float64).reshape(-1))
+    ok = np.isfinite(b) & ~np.isnan(a)
+    row[prefix + "unbounded"] = int(b.size - ok.sum())
+    row[prefix + "violations"] = int((a[ok] > b[ok]).sum())
+    if not ok.any():
+        return
+    ulp = _ulps(exact, fmt)[ok]
+    row[prefix + "bound"] = float((b[ok] / ulp).max())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(b[ok] > 0, a[ok] / b[ok], np.where(a[ok] > 0, np.inf, 0.0))
+    row[prefix + "bound_ratio"] = float(ratio.max())
+
+
+def _ulps(exact, fmt) -> np.ndarray:
+    """ulp(x) of each exact value in ``fmt`` (numerics.metrics' ulp: the exponent stops at
+    the top binade and at qmin; 2**qmin for zeros and non-finite values)."""
+    flat = np.asarray(exact).reshape(-1)
+    e = np.full(flat.size, fmt.qmin + fmt.precision - 1, dtype=np.int64)
+    if flat.dtype == np.float64:
+        fin = np.isfinite(flat) & (flat != 0)
+        e[fin] = np.frexp(np.abs(flat[fin]))[1].astype(np.int64) - 1
+    else:
+        for i, v in enumerate(flat):
+            mpf = getattr(v, "_mpf_", None)
+            if mpf is not None and mpf[1]:
+                e[i] = mpf[2] + mpf[3] - 1
+    q = np.maximum(np.minimum(e, fmt.emax) - fmt.precision + 1, fmt.qmin)
+    return np.ldexp(1.0, q.astype(np.int32))
 
 
 def by_magnitude(ulp, exact, fmt) -> list:
@@ -625,6 +703,8 @@ def _measure_routes(task, d, fmt, backend, pending, ref_prec, timer):
     ok = [r for r in pending if not isinstance(got[r], Exception)]
     with timer("reference"):
         ref = run_routes(d.op.rule(numerics.reference(ref_prec)), d, ok)
+    with timer("bounds"):
+        interval = interval_bounds(task, d, fmt, ok)
     for route in pending:
         if isinstance(got[route], Exception):
             rows += _status_rows(task, d.op, route, "error", one_line(got[route]))
@@ -633,8 +713,10 @@ def _measure_routes(task, d, fmt, backend, pending, ref_prec, timer):
             rows += _status_rows(task, d.op, route, "error",
                                  f"reference: {one_line(ref[route])}")
             continue
+        b = Bounds(_bound(task, route), _apriori(task, d, fmt) if route == "forward" else None,
+                   interval.get(route))
         measured = _measure_route(task, d, fmt, backend, route, got[route], ref[route],
-                                  ref_prec, timer)
+                                  ref_prec, timer, b)
         if route in raised:
             for row in measured:
                 row["flags"] = formats.flag_names(raised[route])
@@ -642,13 +724,47 @@ def _measure_routes(task, d, fmt, backend, pending, ref_prec, timer):
     return rows
 
 
-def _measure_route(task, d, fmt, backend, route, got, ref, prec, timer):
+def interval_bounds(task, d, fmt, wanted) -> dict:
+    """{route: per draw, a tuple of absolute error bounds per measured port} from the rule
+    evaluated under numerics.bounding (enclosures of the exact and of every computed value),
+    for the emulated implementation; a draw whose evaluation took a comparison the
+    enclosures could not decide gets infinite bounds (no claim)."""
+    if task.implementation != "emulated" or not hasattr(numerics, "bounding"):
+        return {}
+    try:
+        bk = numerics.bounding(fmt, task.mode, numerics.policy.preset(task.policy, fmt))
+        rule = d.op.rule(bk)
+    except Exception:                                       # noqa: BLE001 (no bound)
+        return {}
+    if rule is None:
+        return {}
+    out = {}
+    for route in wanted:
+        ports = [i for i, _, _ in route_ports(d.op, route)]
+        per_draw = []
+        for k in range(len(d.inputs)):
+            bk.reset()
+            got = run_routes(rule, d.subset([k]), [route])[route]
+            if isinstance(got, Exception):
+                per_draw = None
+                break
+            ys = got[0]
+            bad = bk.undecided
+            per_draw.append(tuple(
+                np.full(np.shape(ys[i]), np.inf) if bad else
+                np.asarray(numerics.bounding_error(ys[i]), dtype=np.float64) for i in ports))
+        if per_draw is not None:
+            out[route] = per_draw
+    return out
+
+
+def _measure_route(task, d, fmt, backend, route, got, ref, prec, timer, bounds):
     """Rows of one route; the reference spot-checked at p + 192 bits on the draws that hold a
     suspicious error, and recomputed at p + 192 on every draw when the check moves an error
     by more than 2**-20 of itself (module docstring)."""
-    bound = _bound(task, route)
+    bound = bounds.ulps
     with timer("measurement"):
-        out, ulps = _rows(task, d, fmt, backend, route, got, ref, prec, bound)
+        out, ulps = _rows(task, d, fmt, backend, route, got, ref, prec, bounds)
     hits = {}
     for ulp, where in ulps:
         for k, j in _suspicious(ulp, where, bound):
@@ -676,7 +792,7 @@ def _measure_route(task, d, fmt, backend, route, got, ref, prec, timer):
             for k, ys in zip(check, again):
                 ref[k] = ys
     with timer("measurement"):
-        out2, ulps2 = _rows(task, d, fmt, backend, route, got, ref, prec, bound)
+        out2, ulps2 = _rows(task, d, fmt, backend, route, got, ref, prec, bounds)
     moved = any(_moved(a[0], b[0]) for a, b in zip(ulps, ulps2))
     if not moved:
         return out2
@@ -689,17 +805,17 @@ def _measure_route(task, d, fmt, backend, route, got, ref, prec, timer):
     for k, ys in zip(rest, more):
         ref[k] = ys
     with timer("measurement"):
-        return _rows(task, d, fmt, backend, route, got, ref, hi, bound)[0]
+        return _rows(task, d, fmt, backend, route, got, ref, hi, bounds)[0]
 
 
-def _rows(task, d, fmt, backend, route, got, ref, prec, bound):
+def _rows(task, d, fmt, backend, route, got, ref, prec, bounds):
     out, ulps = [], []
-    for i, name, port in route_ports(d.op, route):
+    for j, (i, name, port) in enumerate(route_ports(d.op, route)):
         row = base_row(task, route, name, "ok")
         row["ref_prec"] = prec
         comp, where = _concat(got, i, fmt, backend, port.scalar)
         exact, _ = _concat(ref, i, fmt, None)
-        ulp = measure_port(row, comp, exact, fmt, bound)
+        ulp = measure_port(row, comp, exact, fmt, bounds.ulps, *bounds.port(j))
         if ulp is not None:
             ulps.append((ulp, where))
             size = int(np.prod(port.shape, dtype=np.int64)) if port.shape else 1

@@ -25,11 +25,12 @@ SCHEMA = "roundoff-coverage/1"
 ROW_FIELDS = ("op", "instance", "attrs", "route", "port", "format", "mode", "policy",
               "implementation", "device", "status", "reason", "need", "exhaustive", "samples",
               "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp", "max_rel",
-              "bound", "bound_ratio", "violations", "exceptional", "flags", "unmeasured",
+              "bound", "bound_ratio", "violations", "unbounded", "interval_bound",
+              "interval_bound_ratio", "interval_unbounded", "exceptional", "flags", "unmeasured",
               "mismatches", "histogram", "by_magnitude", "ref_prec", "worst",
               "incorrectly_rounded", "resolved_exactly")
 FLOAT_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp",
-                "max_rel", "bound", "bound_ratio")
+                "max_rel", "bound", "bound_ratio", "interval_bound", "interval_bound_ratio")
 NESTED_FIELDS = ("attrs", "exceptional", "flags", "histogram", "by_magnitude", "worst")
 ROUTE_ORDER = {"forward": 0, "tangent": 1, "gradient": 2}
 
@@ -88,7 +89,7 @@ def document(rows, selection) -> dict:
         "histogram_edges_ulp": list(HIST_EDGES),
         "reference": getattr(selection, "reference_text", COVERAGE_REFERENCE),
         "units": {"max_ulp": "ulp", "p99_ulp": "ulp", "mean_ulp": "ulp", "max_rel": "1",
-                  "bound": "ulp", "ref_prec": "bits"}}),
+                  "bound": "ulp", "interval_bound": "ulp", "ref_prec": "bits"}}),
         "rows": sorted((clean(r) for r in rows), key=row_key)}
 
 

@@ -14,7 +14,7 @@ Public names (shared/ARCHITECTURE.md):
 - ``certificates(name)``; ``ports`` (``value``, ``frozen``, ...).
 """
 
-from . import families  # noqa: F401  (registers every operator)
+from . import apriori, families  # noqa: F401  (families registers every operator)
 from . import ports
 from .certs import Certificate, certificates
 from .codec import VERSION, decode, encode

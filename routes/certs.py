@@ -8,7 +8,9 @@ theorem).  Kinds:
   sampled domain;
 - ``convention``: a rule fixed by a convention (a subgradient at a kink, a tie split);
 - ``prepared``: the prepared pullback returns the dense one at active inputs, None elsewhere;
-- ``roundoff``: a floating-point error bound of a route, measured against the reference;
+- ``roundoff``: a floating-point error bound of a route, measured against the reference: a
+  fixed number of ulps (``roundoff``) or a formula of the inputs (``apriori``,
+  routes/apriori.py);
 - ``enclosure``: an interval transfer encloses the real forward value.
 
 A declaration lists specs: the strings ``"algebraic"``, ``"derivative"``, ``"prepared"``
@@ -85,6 +87,17 @@ def roundoff(ulps: float, formats=("bfloat16", "binary16", "float8_e4m3fn"),
                      f"{f}-{m}]" for f in formats for m in modes)
     return Spec("roundoff", evidence, text,
                 bound={"ulps": ulps, "formats": tuple(formats), "modes": tuple(modes)})
+
+
+APRIORI_TESTS = "tests/test_routes_apriori.py"
+
+
+def apriori(statement: str) -> Spec:
+    """A roundoff certificate by formula: routes.apriori's bound of the operator, for every
+    format, mode and policy it applies to, checked on samples by tests/test_routes_apriori.py
+    and on every sample of the coverage run."""
+    return Spec("roundoff", (f"{APRIORI_TESTS}::test_apriori_bound_holds[{{id}}]",), statement,
+                bound={"formula": "routes.apriori", "formats": "any", "modes": "any"})
 
 
 _CERTS: dict[str, tuple] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import attributes as A
-from ..certs import STANDARD, Spec
+from ..certs import STANDARD, Spec, apriori
 from ..ports import frozen, value
 from ..registry import define
 from .reduction import constant_draw, matmul2, mp_array, uniform_sampler
@@ -122,7 +122,10 @@ define(
            "Gradients: g @ y^T and x^T @ g, summed over the batch axes broadcasting "
            "stretched; an empty inner extent gives zeros."),
     bad_attributes=tuple((at, "matmul: " + m) for at, m in _MM_BAD),
-    certificates=("prepared",),
+    certificates=("prepared",
+                  apriori("per entry a dot product: gamma_(k+1)(u_A) sum|x_i y_i| + n eta_A "
+                          "(1 + gamma_k) plus the final rounding into storage "
+                          "(routes/apriori.py)")),
 )
 
 
@@ -208,5 +211,7 @@ define(
            "for x.  The spec registers an algebraic certificate for input 2 (x) only."),
     certificates=(Spec("algebraic", (STANDARD["algebraic"][0],), STANDARD["algebraic"][1],
                        inputs=(2,)),
-                  "prepared"),
+                  "prepared",
+                  apriori("the dot products' bound E, then one addition: E + u (|x||W|^T + "
+                          "|b| + E) (routes/apriori.py)")),
 )

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from .. import attributes as A
-from ..certs import convention
+from ..certs import apriori, convention
 from ..ports import value
 from ..registry import define
 from ..samples import SPECIALS, extremes, into
@@ -247,7 +247,9 @@ define(
     certificates=("algebraic", "prepared",
                   convention(f"{TESTS}::test_reduce_max_splits_ties_equally",
                              "a max/min attained by k entries gives each 1/k of the cotangent; "
-                             "a NaN result shares it among the NaN entries")),
+                             "a NaN result shares it among the NaN entries"),
+                  apriori("sum: gamma_k(u_A) sum|x| (k the depth of the policy's order) plus "
+                          "the final rounding into storage; max/min exact (routes/apriori.py)")),
 )
 
 
@@ -299,7 +301,9 @@ define(
                     ({"axes": (3,)}, "mean: axes must be < rank 2 (got [3])"),
                     ({"axes": ()}, "mean: axes must name at least one axis"),
                     ({"shape": (2, 0)}, "mean: the reduced axes must have positive extents")),
-    certificates=("prepared",),
+    certificates=("prepared",
+                  apriori("E_s/n + u (sum|x| + E_s)/n + eta, E_s the sum's bound, when n is a "
+                          "value of the format (routes/apriori.py)")),
 )
 
 
