@@ -2,6 +2,7 @@
 native), accumulation policies, error metrics and standard-model bounds."""
 
 from .backend import CAPABILITIES, Backend, CapabilityError
+from .bounding import BoundingBackend, bounding
 from .emulated import EmulatedBackend, emulated
 from .exact import ExactBackend, ExactnessError, exact
 from .native import NativeBackend, native
