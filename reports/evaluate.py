@@ -5,7 +5,8 @@ routes asked for; it yields one row per (route, port) (shared/ARCHITECTURE.md ro
 The routes of a task share their sample inputs, so forward, tangent and gradient errors of a
 row set are measured on the same points.
 
-Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``measurement``):
+Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``bounds``,
+``measurement``):
 
 1. Inputs: the declaration's samplers, one RNG per sample kind seeded from (seed, operator,
    attributes, format, kind) -- not from the mode, policy or implementation, so those compare
@@ -31,6 +32,15 @@ Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``m
    2**(emax+2)] in magnitude (exp(1e38) has an exponent no rational can hold; the clamped
    value rounds alike, measures alike above, and within 2**-64 ulp below).  Non-scalar outputs (index, Boolean, integer) are
    compared exactly (``mismatches``).
+5. Bounds (emulated implementation): every sample's error against (a) the operator's
+   roundoff certificate -- a fixed number of ulps, or an a priori formula of the inputs
+   (routes.apriori) under the task's declared policy: ``bound`` (the largest, in ulps),
+   ``bound_ratio`` (the largest measured / bound), and (b) the rigorous bound of the same
+   rule evaluated under numerics.bounding (enclosures of the exact value and of every value
+   the model allows the implementation to compute): ``interval_bound``,
+   ``interval_bound_ratio``.  A sample above either bound is a violation (``violations``);
+   samples without a finite bound (overflow, NaN, an undecided comparison) are counted in
+   ``unbounded`` / ``interval_unbounded``.
 """
 
 from __future__ import annotations
@@ -481,16 +491,16 @@ def measure_port(row, comp, exact, fmt, bound, apriori=None, interval=None):
     row["by_magnitude"] = by_magnitude(m.ulp, exact, fmt)
     if apriori is not None:
         _check(row, "", apriori, m, exact, fmt)
-    if interval is not None:
-        _check(row, "interval_", interval, m, exact, fmt)
-        row["violations"] = (row["violations"] or 0) + row.pop("interval_violations")
-    if bound is not None and apriori is None:
+    elif bound is not None:
         row["bound"] = bound
         a = np.abs(m.ulp[~np.isnan(m.ulp)])
         row["violations"] = int((a > bound).sum())
         top = stats["max"]
         if top is not None:
             row["bound_ratio"] = top / bound if bound > 0 else (0.0 if top == 0 else np.inf)
+    if interval is not None:
+        _check(row, "interval_", interval, m, exact, fmt)
+        row["violations"] = (row["violations"] or 0) + row.pop("interval_violations")
     return m.ulp
 
 
@@ -500,6 +510,10 @@ def _check(row, prefix, b, m, exact, fmt):
     bound (``violations``) and those without a finite bound (``unbounded``)."""
     a = np.abs(np.asarray(m.abs, dtype=np.float64).reshape(-1))
     ok = np.isfinite(b) & ~np.isnan(a)
+    # The measured error carries the exact value's own stand-ins: rounded to binary64
+    # (_exact_values: 2**-53 relative) and clamped below 2**(qmin-64) (clamp_exact).
+    mag = np.abs(np.asarray(exact, dtype=np.float64).reshape(-1))
+    b = b + np.where(np.isfinite(mag), mag, 0.0) * 2.0 ** -50 + 2.0 ** (fmt.qmin - 62)
     row[prefix + "unbounded"] = int(b.size - ok.sum())
     row[prefix + "violations"] = int((a[ok] > b[ok]).sum())
     if not ok.any():
@@ -741,21 +755,28 @@ def interval_bounds(task, d, fmt, wanted) -> dict:
     out = {}
     for route in wanted:
         ports = [i for i, _, _ in route_ports(d.op, route)]
-        per_draw = []
-        for k in range(len(d.inputs)):
-            bk.reset()
-            got = run_routes(rule, d.subset([k]), [route])[route]
-            if isinstance(got, Exception):
-                per_draw = None
-                break
-            ys = got[0]
-            bad = bk.undecided
-            per_draw.append(tuple(
-                np.full(np.shape(ys[i]), np.inf) if bad else
-                np.asarray(numerics.bounding_error(ys[i]), dtype=np.float64) for i in ports))
-        if per_draw is not None:
-            out[route] = per_draw
+        try:
+            per_draw = []
+            for k in range(len(d.inputs)):
+                bk.reset()
+                got = run_routes(rule, d.subset([k]), [route])[route]
+                if isinstance(got, Exception):
+                    raise got
+                ys, bad = got[0], bk.undecided
+                per_draw.append(tuple(_enclosure_bound(ys[i], bad) for i in ports))
+        except Exception:                                   # noqa: BLE001 (no bound)
+            continue
+        out[route] = per_draw
     return out
+
+
+def _enclosure_bound(y, undecided):
+    """Absolute error bounds of one output of the bounding backend (inf: no claim -- an
+    undecided comparison, or an output that carries no enclosure, such as words)."""
+    a = np.asarray(y)
+    if undecided or a.dtype.names is None:
+        return np.full(a.shape, np.inf)
+    return np.asarray(numerics.BoundingBackend.error_bound(a), dtype=np.float64)
 
 
 def _measure_route(task, d, fmt, backend, route, got, ref, prec, timer, bounds):
