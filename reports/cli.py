@@ -352,7 +352,8 @@ def _exact(value) -> str:
 # ----- run -------------------------------------------------------------------------------------
 
 _RUN_LISTS = ("ops", "families", "formats", "modes", "routes", "policies", "implementations")
-_RUN_KEYS = _RUN_LISTS + ("samples", "seed", "exhaustive", "jobs", "out", "csv", "gate")
+_RUN_KEYS = _RUN_LISTS + ("samples", "seed", "exhaustive", "jobs", "out", "csv", "gate",
+                         "executor", "scheduler")
 
 
 def _add_run(sub, common):
@@ -381,6 +382,7 @@ def _add_run(sub, common):
                    help="every finite input for elementwise unary operators in formats of at "
                         "most 16 bits")
     p.add_argument("--jobs", metavar="N", type=int, help="worker processes (default: all cores)")
+    _add_executor(p)
     p.add_argument("--out", metavar="PATH", help="results file (default results/coverage.json)")
     p.add_argument("--csv", metavar="PATH", help="also write the rows as CSV")
     p.add_argument("--resume", action="store_true",
@@ -427,6 +429,8 @@ def _run_config(path) -> dict:
             raise UsageError(f"config file {path}: exhaustive must be true or false")
         elif key in ("out", "csv", "gate") and not isinstance(value, str):
             raise UsageError(f"config file {path}: {key} must be a path")
+        elif key in ("executor", "scheduler") and not isinstance(value, str):
+            raise UsageError(f"config file {path}: {key} must be a name or an address")
     return data
 
 
@@ -525,10 +529,11 @@ def cmd_run(args) -> int:
         _check_gate_baseline(args.gate, out)
     if args.html:
         _check_report_dir(args.html)
+    executor, scheduler = _executor(args)
     try:
         outcome = runner.run(sel, out, jobs=args.jobs, resume=args.resume, csv=csv,
-                             progress=not args.quiet)
-    except ValueError as exc:              # a checkpoint of another run
+                             progress=not args.quiet, executor=executor, scheduler=scheduler)
+    except ValueError as exc:              # a checkpoint of another run; Dask cannot run
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
@@ -547,6 +552,37 @@ def cmd_run(args) -> int:
     if args.gate:
         return _gate(args.gate, out)
     return EXIT_OK
+
+
+def _add_executor(p):
+    """The --executor and --scheduler options of ``run`` and ``measure``."""
+    p.add_argument("--executor", metavar="NAME",
+                   help="where the work units run: local (this machine's worker processes, "
+                        "the default) or dask (a Dask cluster; pip install "
+                        "'roundoff-coverage[dask]')")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="the Dask scheduler to send the units to (tcp://HOST:PORT; implies "
+                        "--executor dask); with --executor dask and no address, a "
+                        "LocalCluster of --jobs worker processes on this machine")
+
+
+def _executor(args) -> tuple:
+    """(executor, scheduler address or None) of the options.  Dask is imported here, so a
+    missing extra fails before any work, not after the planning."""
+    from . import executors
+    executor = args.executor or (executors.DASK if args.scheduler else executors.LOCAL)
+    if executor not in executors.EXECUTORS:
+        raise UsageError(f"unknown executor {executor!r} (choose from "
+                         f"{', '.join(executors.EXECUTORS)})")
+    if executor == executors.LOCAL and args.scheduler:
+        raise UsageError(f"--scheduler {args.scheduler}: the local executor has no scheduler; "
+                         f"use --executor dask")
+    if executor == executors.DASK:
+        try:
+            executors.require()
+        except executors.ExecutorError as exc:
+            raise UsageError(str(exc)) from None
+    return executor, args.scheduler
 
 
 # ----- gate ------------------------------------------------------------------------------------
@@ -698,6 +734,7 @@ def _add_measure(sub, common):
     p.add_argument("--arity", type=int, choices=(1, 2), help="arguments of a C function")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the samples")
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: all cores)")
+    _add_executor(p)
     p.add_argument("--out", metavar="PATH", help="results file (default results/measure.json)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted measurement from its checkpoint")
@@ -713,13 +750,15 @@ def cmd_measure(args) -> int:
         raise UsageError(f"--jobs must be >= 1 (got {args.jobs})")
     out = _writable(args.out or "results/measure.json", "output file")
     samples = None if args.exhaustive else (1_000_000 if args.samples is None else args.samples)
+    executor, scheduler = _executor(args)
     try:
         outcome = measure.measure(args.target, fmt, samples=samples, seed=args.seed,
                                   reference=args.reference, arity=args.arity, out=out,
-                                  jobs=args.jobs, resume=args.resume, progress=not args.quiet)
+                                  jobs=args.jobs, resume=args.resume, progress=not args.quiet,
+                                  executor=executor, scheduler=scheduler)
     except measure.MeasureError as exc:
         raise UsageError(str(exc)) from None
-    except ValueError as exc:              # a checkpoint of another measurement
+    except ValueError as exc:              # a checkpoint of another measurement; Dask
         raise UsageError(str(exc)) from None
     if outcome.interrupted:
         print(f"{PROG}: interrupted: {outcome.resumed} + finished chunks kept in "

@@ -16,10 +16,13 @@ the maximum error, its input and the count of results that are not correctly rou
 exact; the histogram, the mean and the p99 (read off a histogram with steps of 1/1024 ulp
 below 4 ulps) carry the screen's uncertainty, at most 2**(p-40) ulp per input.
 
-The work is cut into chunks of CHUNK inputs, run in worker processes, checkpointed as they
-finish (``<out>.partial.jsonl``, resumable) and merged in chunk order, so the results file is
-the same whatever ``jobs`` is.  The row has the coverage run's schema (route ``forward``,
-port ``out``, implementation = the target) plus ``incorrectly_rounded``.
+The work is cut into chunks of CHUNK inputs, run in worker processes or on a Dask cluster
+(reports/executors.py), checkpointed as they finish (``<out>.partial.jsonl``, resumable
+across executors) and merged in chunk order, so the results file is the same whatever
+``jobs``, the executor or the finishing order.  A chunk that fails on the cluster (twice)
+leaves the row with status ``error``, naming the chunk.  The row has the coverage run's
+schema (route ``forward``, port ``out``, implementation = the target) plus
+``incorrectly_rounded``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import numerics
 from numerics import metrics, screen
 from numerics.native import UFUNCS, resolve as native_dtype
 
-from . import results, runner
+from . import executors, results, runner
 from .evaluate import clamp_exact
 
 CHUNK = 1 << 22
@@ -549,28 +552,39 @@ class MeasureOutcome:
     interrupted: bool = False
 
 
-_WORKER = {}
+_TARGETS = {}                            # targets rebuilt in a worker process, by spec
 
 
-def _init(spec, fmt, reference, arity):
+def _init():
     import numba
     numba.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER["target"] = target(spec, fmt, reference, arity)
 
 
-def _work(args):
-    m, j = args
-    return j, run_chunk(m, _WORKER["target"], j)
+def _work(m: Measurement, j: int) -> dict:
+    """Chunk ``j`` in a worker process (local pool or Dask): the target is rebuilt from its
+    spec once per process (a ctypes or numba target cannot travel between processes)."""
+    key = (m.target, m.format, m.reference, m.arity)
+    if key not in _TARGETS:
+        _TARGETS[key] = target(*key)
+    return run_chunk(m, _TARGETS[key], j)
 
 
 def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=None,
             arity=None, out=None, jobs: int | None = None, resume: bool = False,
-            progress: bool = False, stream=None) -> MeasureOutcome:
+            progress: bool = False, stream=None, executor: str = "local",
+            scheduler: str | None = None) -> MeasureOutcome:
     """Measure ``spec`` (a target string or a callable) in ``fmt``: ``samples`` random
     inputs, or every input with samples=None.  With ``out``, the results file is written
-    (and checkpointed as chunks finish); callables run in this process (jobs ignored)."""
+    (and checkpointed as chunks finish); callables run in this process (jobs ignored; the
+    dask executor refuses them).  ``executor``: ``local`` or ``dask`` (the cluster at
+    ``scheduler``, or a LocalCluster of ``jobs`` workers).  A chunk that fails on the
+    cluster makes the row's status ``error`` (see ``_failed``)."""
     fmt_obj = formats.get(fmt)
+    python = callable(spec) and not isinstance(spec, str)
+    if python and executor == executors.DASK:
+        raise MeasureError("a Python callable target runs in this process only: name it as "
+                           "package.module:function to measure it on a Dask cluster")
     t = target(spec, fmt_obj, reference, arity)
     label = fmt_obj.name if fmt_obj.name in formats.CATALOG else fmt_obj.spec
     m = Measurement(t.spec, label, t.reference, t.arity, samples, seed)
@@ -598,7 +612,8 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
     summaries = dict(done)
     old = signal.signal(signal.SIGTERM, runner.raise_interrupt)
     try:
-        for j, summ in _execute(m, t, todo, jobs, callable(spec) and not isinstance(spec, str)):
+        announce = executors.announcer(stream) if progress else None
+        for j, summ in _execute(m, t, todo, jobs, python, executor, scheduler, announce):
             summaries[j] = summ
             outcome.ran += 1
             if ckpt is not None:
@@ -613,7 +628,9 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
     outcome.wall = time.perf_counter() - t0
     if outcome.interrupted:
         return outcome
-    outcome.row = row(m, t, [summaries[j] for j in range(n)])
+    parts = [summaries[j] for j in range(n)]
+    failed = [j for j, p in enumerate(parts) if "error" in p]
+    outcome.row = _failed(m, t, parts, failed) if failed else row(m, t, parts)
     if out is not None:
         results.write(out, results.document([outcome.row], m))
         with contextlib.suppress(FileNotFoundError):
@@ -621,23 +638,41 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
     return outcome
 
 
-def _execute(m, t, todo, jobs, local):
-    jobs = jobs or os.cpu_count() or 1
-    if local or jobs <= 1 or len(todo) <= 1:
-        for j in todo:
-            yield j, run_chunk(m, t, j)
+def _execute(m, t, todo, jobs, python, executor="local", scheduler=None, announce=None):
+    """Yield (j, summary) of every chunk as it finishes; a chunk that failed on the cluster
+    yields ``{"error": message}`` (checkpointed like a summary)."""
+    units = [(j, (m, j)) for j in todo]
+    if executor == executors.DASK:
+        for j, got in executors.dask(_work, units, scheduler=scheduler, workers=jobs,
+                                     announce=announce):
+            yield j, ({"error": got.message} if isinstance(got, executors.Failed) else got)
         return
-    ctx = runner.pool_context("reports.measure")
-    pool = ctx.Pool(min(jobs, len(todo)), initializer=_init,
-                    initargs=(t.spec, m.format, t.reference, t.arity))
-    try:
-        yield from pool.imap_unordered(_work, [(m, j) for j in todo])
-        pool.close()
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+    yield from executors.local(_work, units, jobs or os.cpu_count() or 1, serial=python,
+                               inline=lambda m, j: run_chunk(m, t, j), initializer=_init,
+                               preload="reports.measure")
+
+
+def _failed(m: Measurement, t: Target, parts: list, failed: list) -> dict:
+    """The row of a measurement with failed chunks: status ``error``, the reason naming the
+    chunks, their input ranges and the first message; the statistics are those of the
+    chunks that finished (``samples`` counts their inputs only), so a partial measurement
+    is still readable but can never pass for a complete one."""
+    ok = [p for p in parts if "error" not in p]
+    first = parts[failed[0]]["error"]
+    spans = ", ".join(f"{j} (inputs {j * CHUNK}..{min((j + 1) * CHUNK, m.total) - 1})"
+                      for j in failed[:5]) + (", ..." if len(failed) > 5 else "")
+    reason = (f"{len(failed)} of {len(parts)} chunks failed: {spans}; first error: {first}")
+    if ok:
+        out = row(m, t, ok)
+    else:
+        empty = {"n": 0, "counts": [0] * len(metrics.CLASSES), "hist": [0] * len(
+            metrics.HIST_EDGES), "fine": [0] * (screen.FINE_BINS + 1), "measured": 0, "nan": 0,
+            "sum_abs": 0.0, "max_rel": 0.0, "not_cr": 0, "resolved": 0, "lower": -math.inf,
+            "cands": [], "dropped": None, "worst": None}
+        out = row(m, t, [empty])
+        out["max_rel"] = None                      # nothing was measured
+    out.update(status="error", reason=reason)
+    return out
 
 
 def row(m: Measurement, t: Target, parts: list) -> dict:
@@ -705,5 +740,5 @@ def text(o: MeasureOutcome) -> str:
         lines.append("exceptional outcomes: " + ", ".join(f"{k} {v}" for k, v in
                                                           sorted(r["exceptional"].items())))
     if r["reason"]:
-        lines.append(f"note: {r['reason']}")
+        lines.append(f"{'error' if r['status'] == 'error' else 'note'}: {r['reason']}")
     return "\n".join(lines)

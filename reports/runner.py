@@ -1,5 +1,6 @@
-"""The coverage run: plan the tasks of a selection, run them over processes with a checkpoint,
-and write the results file.
+"""The coverage run: plan the tasks of a selection, run them on an executor (this machine's
+processes or a Dask cluster, reports/executors.py) with a checkpoint, and write the results
+file.
 
 ``Selection`` holds what a run covers (operators, formats, modes, routes, policies,
 implementations, draws, seed, exhaustive).  ``plan(selection) -> [Task]``; ``run(selection,
@@ -7,8 +8,9 @@ out, jobs, ...) -> Outcome`` executes the tasks (reports/evaluate.py measures on
 each finished task's rows to the checkpoint ``<out>.partial.jsonl`` as it finishes, writes
 the results file atomically (reports/results.py) and removes the checkpoint.  An interrupted
 run (Ctrl-C, SIGTERM, a kill) keeps every line already in the checkpoint; ``resume=True``
-skips the tasks found there.  Results do not depend on ``jobs``: each task's random streams
-are seeded from (seed, its key) and rows are sorted before writing.
+skips the tasks found there, whichever executor wrote them.  Results do not depend on
+``jobs``, the executor or the order in which tasks finish: each task's random streams are
+seeded from (seed, its key) and rows are sorted before writing.
 
 Default operator instances: each declaration's examples, plus growth sizes where the
 operator exists -- reduce (sum) and mean over 16, 256 and 4096 elements (4 rows of them at
@@ -19,10 +21,8 @@ samples only (they are the expensive tasks).
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import json
-import multiprocessing
 import os
 import signal
 import sys
@@ -33,8 +33,8 @@ import formats
 import numerics
 import routes
 
-from . import results
-from .evaluate import PHASES, ROUTES, Task, batchable, evaluate, sample_kinds
+from . import executors, results
+from .evaluate import PHASES, ROUTES, Task, _status_rows, batchable, evaluate, sample_kinds
 
 DEFAULT_FORMATS = ("bfloat16", "binary16", "float8_e4m3fn", "float8_e5m2", "binary32")
 DEFAULT_DRAWS = 3
@@ -166,19 +166,17 @@ def _init_worker():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _run_chunk(chunk):
+def _unit(task: Task, execute=None):
+    """(rows, phases) of one task, on whichever executor runs it: ``execute`` (tests) or
+    evaluate, numba on one thread (the run's parallelism is its processes), and the peak
+    resident set of the process so far in ``phases["peak_kib"]``."""
     import resource
-    out = [(t.key, *evaluate(t)) for t in chunk]
+
+    import numba
+    numba.set_num_threads(1)
+    rows, phases = (execute or evaluate)(task)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss      # KiB on Linux
-    return [(key, rows, dict(phases, peak_kib=peak)) for key, rows, phases in out]
-
-
-def _chunks(tasks, jobs):
-    """Chunks of up to 8 tasks for the pool, dealt round-robin from the cost-sorted list so
-    every chunk mixes one expensive task with cheap ones."""
-    size = max(1, min(8, len(tasks) // (jobs * 16) or 1))
-    count = -(-len(tasks) // size)
-    return [tasks[j::count] for j in range(count)]
+    return rows, dict(phases, peak_kib=peak)
 
 
 class Interrupted(Exception):
@@ -307,10 +305,14 @@ class Outcome:
 
 
 def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=None,
-        progress: bool = True, stream=None, execute=None) -> Outcome:
+        progress: bool = True, stream=None, execute=None, executor: str = "local",
+        scheduler: str | None = None) -> Outcome:
     """Run the selection, checkpointing into ``<out>.partial.jsonl``; write ``out`` (and
-    ``csv``) at the end.  ``execute(task) -> (rows, phases)`` replaces ``evaluate`` (only
-    with jobs=1: tests).  ValueError for a checkpoint of another run."""
+    ``csv``) at the end.  ``executor``: ``local`` (``jobs`` processes) or ``dask`` (the
+    cluster at ``scheduler``, or a LocalCluster of ``jobs`` workers; reports/executors.py).
+    ``execute(task) -> (rows, phases)`` replaces ``evaluate`` (tests: in this process with
+    the local executor, shipped by value to the workers with dask).  ValueError for a
+    checkpoint of another run; executors.ExecutorError when Dask cannot run."""
     t0 = time.perf_counter()
     jobs = jobs or os.cpu_count() or 1
     tasks = plan(sel)
@@ -329,7 +331,8 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
     collected = dict(done)
     old_term = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
-        for key, rows, phases in _execute(todo, jobs, execute):
+        announce = executors.announcer(stream) if progress else None
+        for key, rows, phases in _execute(todo, jobs, execute, executor, scheduler, announce):
             ckpt.add(key, rows)
             collected[key] = rows
             for p in PHASES:
@@ -356,46 +359,26 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
     return outcome
 
 
-def _execute(todo, jobs, execute):
-    """Yield (key, rows, phases) of every task as it finishes."""
-    if jobs <= 1 or len(todo) <= 1 or execute is not None:
-        import numba
-        numba.set_num_threads(1)
-        fn = execute or evaluate
-        for t in todo:
-            yield (t.key, *fn(t))
+def _execute(todo, jobs, execute=None, executor="local", scheduler=None, announce=None):
+    """Yield (key, rows, phases) of every task as it finishes, on ``executor``; a task that
+    failed on the cluster (executors.Failed) yields error rows with the failure's message,
+    one per route, as evaluate does for a task that cannot start."""
+    units = [(t.key, (t, execute)) for t in todo]
+    if executor == executors.DASK:
+        tasks = {t.key: t for t in todo}
+        for key, got in executors.dask(_unit, units, scheduler=scheduler, workers=jobs,
+                                       announce=announce):
+            if isinstance(got, executors.Failed):
+                task = tasks[key]
+                got = ([r for route in task.routes
+                        for r in _status_rows(task, None, route, "error", got.message)], {})
+            yield (key, *got)
         return
-    ctx = pool_context()
-    pool = ctx.Pool(min(jobs, len(todo)), initializer=_init_worker)
-    try:
-        for chunk in pool.imap_unordered(_run_chunk, _chunks(todo, jobs)):
-            yield from chunk
-        pool.close()
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
-        # Release the pool's semaphores now: an interrupted run exits right after, and the
-        # resource tracker would report them as leaked.
-        del pool
-        gc.collect()
-
-
-def pool_context(preload="reports.evaluate"):
-    """forkserver where it exists: workers fork from a clean server that has imported the
-    operator table (fork from a parent whose numba thread pool is running is unsafe)."""
-    # An interrupted run terminates the pool while its queue locks are alive; the resource
-    # tracker (started with the parent's -W options) would then warn about them on exit.
-    quiet = "ignore::UserWarning:multiprocessing.resource_tracker"
-    if quiet not in sys.warnoptions:
-        sys.warnoptions.append(quiet)
-    methods = multiprocessing.get_all_start_methods()
-    if "forkserver" in methods:
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([preload])
-        return ctx
-    return multiprocessing.get_context("spawn")
+    # A test's ``execute`` is a closure: it runs here, pickle cannot send it to the pool.
+    for key, got in executors.local(_unit, units, jobs, serial=execute is not None,
+                                    initializer=_init_worker, preload="reports.evaluate",
+                                    batched=True):
+        yield (key, *got)
 
 
 def check_selection(sel: Selection) -> None:
