@@ -752,22 +752,31 @@ def interval_bounds(task, d, fmt, wanted) -> dict:
         return {}
     if rule is None:
         return {}
-    out = {}
-    for route in wanted:
-        ports = [i for i, _, _ in route_ports(d.op, route)]
-        try:
-            per_draw = []
-            for k in range(len(d.inputs)):
+    ports = {r: [i for i, _, _ in route_ports(d.op, r)] for r in wanted}
+    out = {r: [] for r in wanted}
+    for k in range(len(d.inputs)):
+        # Every route of a draw in one evaluation (one forward pass); only when a comparison
+        # came out undecided are the routes redone one by one, so that the undecided one
+        # does not take the others' bounds with it.
+        bk.reset()
+        got = run_routes(rule, d.subset([k]), [r for r in wanted if out[r] is not None])
+        split = bk.undecided
+        for r in wanted:
+            if out[r] is None:
+                continue
+            ys, bad = got[r], False
+            if split:
                 bk.reset()
-                got = run_routes(rule, d.subset([k]), [route])[route]
-                if isinstance(got, Exception):
-                    raise got
-                ys, bad = got[0], bk.undecided
-                per_draw.append(tuple(_enclosure_bound(ys[i], bad) for i in ports))
-        except Exception:                                   # noqa: BLE001 (no bound)
-            continue
-        out[route] = per_draw
-    return out
+                ys = run_routes(rule, d.subset([k]), [r])[r]
+                bad = bk.undecided
+            if isinstance(ys, Exception):
+                out[r] = None
+                continue
+            try:
+                out[r].append(tuple(_enclosure_bound(ys[0][i], bad) for i in ports[r]))
+            except Exception:                               # noqa: BLE001 (no bound)
+                out[r] = None
+    return {r: v for r, v in out.items() if v is not None}
 
 
 def _enclosure_bound(y, undecided):
