@@ -100,6 +100,22 @@ def apriori(statement: str) -> Spec:
                 bound={"formula": "routes.apriori", "formats": "any", "modes": "any"})
 
 
+BOUNDING_TESTS = "tests/test_numerics_bounding.py"
+
+
+def enclosure_bound(name: str, need) -> Certificate:
+    """The rigorous per-sample roundoff bound every operator gets from numerics.bounding when
+    its rule runs there (``need`` not among the capabilities the enclosures lack)."""
+    return Certificate(name, "roundoff",
+                       (f"{BOUNDING_TESTS}::test_forward_enclosures_hold_and_are_mostly_"
+                        f"available",),
+                       "rigorous per-sample bound: the rule evaluated on enclosures of the "
+                       "exact value and of every value the model can compute "
+                       "(numerics.bounding), checked on every sample of the coverage run",
+                       None, {"formula": "numerics.bounding", "formats": "any",
+                              "modes": "any"})
+
+
 _CERTS: dict[str, tuple] = {}
 
 

@@ -143,6 +143,7 @@ def define(name: str, family: str, *, attributes=(), ports, forward, certificate
     decl = Decl(name, family, attributes, ports, forward, **pieces)
     _TABLE[name] = decl
     certs.register(name, certificates)
+    _add_enclosure_bound(name)
     return decl
 
 
@@ -320,6 +321,18 @@ class Op:
     def __repr__(self):
         args = "".join(f", {k}={v!r}" for k, v in self.attrs.items())
         return f"op({self.name!r}{args})"
+
+
+def _add_enclosure_bound(name):
+    """Append the numerics.bounding certificate when the declaration's rule runs there: its
+    capability need (at every example, for needs that depend on the attributes) is one the
+    bounding backend supplies."""
+    from numerics.bounding import BoundingBackend
+    decl = _TABLE[name]
+    needs = {op(name, **dict(attrs)).need for attrs in decl.examples.values()} \
+        if callable(decl.needs) else {decl.needs}
+    if all(n is None or n in BoundingBackend.capabilities for n in needs):
+        certs._CERTS[name] = certs._CERTS[name] + (certs.enclosure_bound(name, decl.needs),)
 
 
 def withdraw(name: str) -> None:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import numerics
 import routes
 from routes import certs
 from routes.vocabulary import spec_gradient_kinds
@@ -38,8 +39,11 @@ def test_every_certificate_points_at_a_collected_test(name, collected):
 def test_roundoff_certificates_carry_their_bound():
     for name in routes.names():
         for cert in routes.certificates(name):
-            if cert.kind == "roundoff" and "formula" in cert.bound:
+            if cert.kind == "roundoff" and cert.bound.get("formula") == "routes.apriori":
                 assert name in routes.apriori.FORMULAS and cert.bound["formats"] == "any"
+            elif cert.kind == "roundoff" and cert.bound.get("formula") == "numerics.bounding":
+                attrs = next(iter(routes.declaration(name).examples.values()))
+                assert routes.op(name, **attrs).rule(numerics.bounding("bfloat16")) is not None
             elif cert.kind == "roundoff":
                 assert cert.bound["ulps"] >= 0 and cert.bound["formats"]
 

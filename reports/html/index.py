@@ -152,7 +152,8 @@ def coverage(report: model.Report) -> str:
                                           report.formats])
     return ('<section id="coverage"><h2>Coverage by family and format</h2>'
             '<p>Counts of route ports (rows of the results): <i>measured</i> have errors '
-            'against exact values; <i>bounded</i> of those also have a certified bound; '
+            'against exact values; <i>bounded</i> of those also have a certified or a '
+            'rigorous (enclosure) bound; '
             '<i>without a rule</i> need a capability the backend lacks; <i>not '
             'differentiable</i> have no tangent or gradient route; <i>failed</i> raised an '
             'error.  Zero counts are left out.</p>'

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 STATUSES = ("ok", "no_rule", "not_differentiable", "error")
 TEXT_FIELDS = ("op", "route", "format", "mode", "policy", "implementation")
 FLOAT_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "max_rel", "bound", "bound_ratio",
+                "interval_bound", "interval_bound_ratio",
                 "min_signed_ulp", "max_signed_ulp")
 INT_FIELDS = ("samples", "violations", "mismatches", "unmeasured", "ref_prec")
 ROUTE_ORDER = ("forward", "tangent", "gradient")
@@ -221,7 +222,7 @@ def coverage(report: Report) -> list[tuple]:
         c = counts.setdefault((r.family, r.format), [0, 0, 0, 0, 0])
         if r.status == "ok":
             c[0] += 1
-            if r.bound is not None:
+            if r.bound is not None or r.interval_bound is not None:
                 c[1] += 1
         else:
             c[{"no_rule": 2, "not_differentiable": 3, "error": 4}[r.status]] += 1

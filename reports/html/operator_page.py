@@ -96,6 +96,9 @@ def _row(report, r) -> str:
                ("max relative error", rel(r.max_rel)),
                ("bound", ulp(r.bound) if r.bound is not None else "no certified bound"),
                ("bound ratio", ratio(r.bound_ratio)),
+               ("rigorous bound (enclosures)", ulp(r.interval_bound)
+                if r.interval_bound is not None else "none"),
+               ("rigorous bound ratio", ratio(r.interval_bound_ratio)),
                ("violations", count(r.violations, "sample") if r.violations is not None
                 else "–"),
                ("unmeasurable errors", count(r.unmeasured, "sample")),
