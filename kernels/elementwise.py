@@ -1,0 +1,384 @@
+"""Elementwise kernels: one thread per element, each body the operator's rule
+(routes/families/elementwise.py, transcendental.py, extrema.py, activation.py) spelt with the
+device primitives of kernels.primitives, in the rule's order of primitives.
+
+``ELEMENTWISE`` maps an operator name to an ``Entry``: arity (value inputs), the frozen
+scalar ports, the forward body and the gradient bodies (one per value input), and the
+primitives each route performs (the contract is derived from them, kernels.contract).  A
+factory receives the flavour's primitive table ``P`` and the device decorator and returns
+device functions ``f(x[, y], c0, c1, rp)`` (``c0``, ``c1`` the frozen scalars, 0 where
+unused) and gradients ``g(x[, y], v, c0, c1, rp)`` (``v`` the cotangent).  Selections
+(``where`` in a rule) are plain branches on comparisons, which round nothing.
+"""
+
+from __future__ import annotations
+
+# numba.cuda at module level: the simulator swaps the module's global `cuda` for its
+# per-thread fake inside kernels (a local import would not be swapped).
+from numba import cuda
+
+from typing import Callable, NamedTuple
+
+
+class Entry(NamedTuple):
+    arity: int                        # value inputs (1 or 2)
+    frozen: tuple                     # names of frozen scalar ports, in port order
+    forward: Callable                 # factory(P, dev) -> device function
+    forward_prims: frozenset          # primitives of the forward route
+    gradient: Callable | None         # factory(P, dev) -> tuple of device functions
+    gradient_prims: frozenset         # primitives of the gradient route (forward's included)
+    accepts: Callable = lambda attrs: True   # the attributes this kernel implements
+
+
+def _f(*names):
+    return frozenset(names)
+
+
+# ----- arithmetic ------------------------------------------------------------------------------
+def _add(P, dev):
+    add = P["add"]
+    return dev(lambda x, y, c0, c1, rp: add(x, y, rp))
+
+
+def _add_grad(P, dev):
+    ident = dev(lambda x, y, v, c0, c1, rp: v)
+    return ident, ident
+
+
+def _sub(P, dev):
+    sub = P["subtract"]
+    return dev(lambda x, y, c0, c1, rp: sub(x, y, rp))
+
+
+def _sub_grad(P, dev):
+    neg = P["negative"]
+    return (dev(lambda x, y, v, c0, c1, rp: v), dev(lambda x, y, v, c0, c1, rp: neg(v, rp)))
+
+
+def _mul(P, dev):
+    mul = P["multiply"]
+    return dev(lambda x, y, c0, c1, rp: mul(x, y, rp))
+
+
+def _mul_grad(P, dev):
+    mul = P["multiply"]
+    return (dev(lambda x, y, v, c0, c1, rp: mul(v, y, rp)),
+            dev(lambda x, y, v, c0, c1, rp: mul(x, v, rp)))
+
+
+def _div(P, dev):
+    div = P["divide"]
+    return dev(lambda x, y, c0, c1, rp: div(x, y, rp))
+
+
+def _div_grad(P, dev):
+    # (tx - out ty) / y as routes' _div_d: v / y, and -((v * out) / y) with out = x / y.
+    div, mul, neg = P["divide"], P["multiply"], P["negative"]
+    return (dev(lambda x, y, v, c0, c1, rp: div(v, y, rp)),
+            dev(lambda x, y, v, c0, c1, rp: neg(div(mul(v, div(x, y, rp), rp), y, rp), rp)))
+
+
+def _neg(P, dev):
+    neg = P["negative"]
+    return dev(lambda x, c0, c1, rp: neg(x, rp))
+
+
+def _neg_grad(P, dev):
+    neg = P["negative"]
+    return (dev(lambda x, v, c0, c1, rp: neg(v, rp)),)
+
+
+def _abs(P, dev):
+    ab = P["abs"]
+    return dev(lambda x, c0, c1, rp: ab(x, rp))
+
+
+def _abs_grad(P, dev):
+    neg = P["negative"]
+
+    @dev
+    def g(x, v, c0, c1, rp):
+        # sign(x) v by selection; 0 at +-0 and NaN (routes' _abs_d).
+        if x > 0.0:
+            return v
+        if x < 0.0:
+            return neg(v, rp)
+        return 0.0
+    return (g,)
+
+
+def _sqrt(P, dev):
+    sq = P["sqrt"]
+
+    @dev
+    def f(x, c0, c1, rp):
+        # c0 = 1: clampNegative, sqrt(where(x < 0, 0, x)); NaN fails x < 0 and stays.
+        if c0 == 1.0 and x < 0.0:
+            return sq(0.0, rp)
+        return sq(x, rp)
+    return f
+
+
+def _sqrt_grad(P, dev):
+    sq, mul, div = P["sqrt"], P["multiply"], P["divide"]
+
+    @dev
+    def g(x, v, c0, c1, rp):
+        # (v * 0.5) / y (raw); at clampNegative 0 where x <= 0 or NaN (routes' _sqrt_d).
+        if c0 == 1.0 and not x > 0.0:
+            return 0.0
+        return div(mul(v, 0.5, rp), sq(x, rp), rp)
+    return (g,)
+
+
+def _reciprocal(P, dev):
+    div = P["divide"]
+    return dev(lambda x, c0, c1, rp: div(1.0, x, rp))
+
+
+def _reciprocal_grad(P, dev):
+    div, mul, neg = P["divide"], P["multiply"], P["negative"]
+
+    @dev
+    def g(x, v, c0, c1, rp):
+        y = div(1.0, x, rp)                       # -(v * y^2), square = y * y rounded once
+        return neg(mul(v, mul(y, y, rp), rp), rp)
+    return (g,)
+
+
+def _scale(P, dev):
+    mul = P["multiply"]
+    return dev(lambda x, c0, c1, rp: mul(c0, x, rp))
+
+
+def _scale_grad(P, dev):
+    mul = P["multiply"]
+    return (dev(lambda x, v, c0, c1, rp: mul(c0, v, rp)),)
+
+
+# ----- transcendental ----------------------------------------------------------------------------
+def _unary(prim):
+    def factory(P, dev):
+        f = P[prim]
+        return dev(lambda x, c0, c1, rp: f(x, rp))
+    return factory
+
+
+def _exp_grad(P, dev):
+    ex, mul = P["exp"], P["multiply"]
+    return (dev(lambda x, v, c0, c1, rp: mul(v, ex(x, rp), rp)),)
+
+
+def _log_grad(P, dev):
+    div = P["divide"]
+    return (dev(lambda x, v, c0, c1, rp: div(v, x, rp)),)
+
+
+def _sin_grad(P, dev):
+    mul, cos = P["multiply"], P["cos"]
+    return (dev(lambda x, v, c0, c1, rp: mul(v, cos(x, rp), rp)),)
+
+
+def _cos_grad(P, dev):
+    mul, sin, neg = P["multiply"], P["sin"], P["negative"]
+    return (dev(lambda x, v, c0, c1, rp: neg(mul(v, sin(x, rp), rp), rp)),)
+
+
+def _safe_log(P, dev):
+    log, mx = P["log"], P["maximum"]
+    return dev(lambda x, c0, c1, rp: log(mx(x, c0, rp), rp))
+
+
+# ----- extrema -----------------------------------------------------------------------------------
+def _max(P, dev):
+    mx = P["maximum"]
+    return dev(lambda x, y, c0, c1, rp: mx(x, y, rp))
+
+
+def _min(P, dev):
+    mn = P["minimum"]
+    return dev(lambda x, y, c0, c1, rp: mn(x, y, rp))
+
+
+def _share(P, dev):
+    mul = P["multiply"]
+
+    @dev
+    def share(a, b, v, rp):
+        # a's share of v in max(a, b): all where a > b, none where a < b, half at a tie or
+        # a NaN (routes' extrema._share).
+        if a > b:
+            return v
+        if a < b:
+            return 0.0
+        return mul(v, 0.5, rp)
+    return share
+
+
+def _max_grad(P, dev):
+    share = _share(P, dev)
+    return (dev(lambda x, y, v, c0, c1, rp: share(x, y, v, rp)),
+            dev(lambda x, y, v, c0, c1, rp: share(y, x, v, rp)))
+
+
+def _min_grad(P, dev):
+    share = _share(P, dev)
+    return (dev(lambda x, y, v, c0, c1, rp: share(y, x, v, rp)),
+            dev(lambda x, y, v, c0, c1, rp: share(x, y, v, rp)))
+
+
+def _clamp(P, dev):
+    mx, mn = P["maximum"], P["minimum"]
+    return dev(lambda x, c0, c1, rp: mn(mx(x, c0, rp), c1, rp))
+
+
+def _clamp_grad(P, dev):
+    @dev
+    def g(x, v, c0, c1, rp):
+        # Inclusive at the bounds; NaN fails both comparisons (routes' extrema._inside).
+        if x >= c0 and x <= c1:
+            return v
+        return 0.0
+    return (g,)
+
+
+# ----- activations -------------------------------------------------------------------------------
+def _relu(P, dev):
+    mx = P["maximum"]
+    return dev(lambda x, c0, c1, rp: mx(x, 0.0, rp))
+
+
+def _relu_grad(P, dev):
+    @dev
+    def g(x, v, c0, c1, rp):
+        if x > 0.0:
+            return v
+        return 0.0
+    return (g,)
+
+
+def _sigmoid_fn(P, dev):
+    ex, neg, add, div = P["exp"], P["negative"], P["add"], P["divide"]
+    # 1 / (1 + exp(-x)), activation._sigmoid's order.
+    return dev(lambda x, rp: div(1.0, add(1.0, ex(neg(x, rp), rp), rp), rp))
+
+
+def _sigmoid(P, dev):
+    s = _sigmoid_fn(P, dev)
+    return dev(lambda x, c0, c1, rp: s(x, rp))
+
+
+def _sigmoid_grad(P, dev):
+    s, mul, sub = _sigmoid_fn(P, dev), P["multiply"], P["subtract"]
+
+    @dev
+    def g(x, v, c0, c1, rp):
+        y = s(x, rp)                               # v * (y * (1 - y))
+        return mul(v, mul(y, sub(1.0, y, rp), rp), rp)
+    return (g,)
+
+
+def _silu(P, dev):
+    s, mul = _sigmoid_fn(P, dev), P["multiply"]
+    return dev(lambda x, c0, c1, rp: mul(x, s(x, rp), rp))
+
+
+def _silu_grad(P, dev):
+    s, mul, sub, add = _sigmoid_fn(P, dev), P["multiply"], P["subtract"], P["add"]
+
+    @dev
+    def g(x, v, c0, c1, rp):
+        sx = s(x, rp)                              # v * (s * (1 + x * (1 - s)))
+        return mul(v, mul(sx, add(1.0, mul(x, sub(1.0, sx, rp), rp), rp), rp), rp)
+    return (g,)
+
+
+def _tanh_grad(P, dev):
+    th, mul, sub = P["tanh"], P["multiply"], P["subtract"]
+
+    @dev
+    def g(x, v, c0, c1, rp):
+        y = th(x, rp)                              # v * (1 - y * y)
+        return mul(v, sub(1.0, mul(y, y, rp), rp), rp)
+    return (g,)
+
+
+_SCALAR = lambda a: a.get("element", "scalar") == "scalar"       # noqa: E731
+
+ELEMENTWISE = {
+    "add": Entry(2, (), _add, _f("add"), _add_grad, _f("add"), _SCALAR),
+    "sub": Entry(2, (), _sub, _f("subtract"), _sub_grad, _f("subtract", "negative")),
+    "mul": Entry(2, (), _mul, _f("multiply"), _mul_grad, _f("multiply"), _SCALAR),
+    "div": Entry(2, (), _div, _f("divide"), _div_grad, _f("divide", "multiply", "negative"),
+                 lambda a: a.rounding_mode == "none"),
+    "neg": Entry(1, (), _neg, _f("negative"), _neg_grad, _f("negative")),
+    "abs": Entry(1, (), _abs, _f("abs"), _abs_grad, _f("abs", "negative")),
+    "sqrt": Entry(1, (), _sqrt, _f("sqrt"), _sqrt_grad, _f("sqrt", "multiply", "divide")),
+    "reciprocal": Entry(1, (), _reciprocal, _f("divide"), _reciprocal_grad,
+                        _f("divide", "multiply", "negative")),
+    "scale": Entry(1, ("factor",), _scale, _f("multiply"), _scale_grad, _f("multiply")),
+    "safeLog": Entry(1, ("eps",), _safe_log, _f("maximum", "log"), None, frozenset()),
+    "exp": Entry(1, (), _unary("exp"), _f("exp"), _exp_grad, _f("exp", "multiply")),
+    "log": Entry(1, (), _unary("log"), _f("log"), _log_grad, _f("log", "divide")),
+    "sin": Entry(1, (), _unary("sin"), _f("sin"), _sin_grad, _f("sin", "cos", "multiply")),
+    "cos": Entry(1, (), _unary("cos"), _f("cos"), _cos_grad,
+                 _f("cos", "sin", "multiply", "negative")),
+    "max": Entry(2, (), _max, _f("maximum"), _max_grad, _f("maximum", "multiply"), _SCALAR),
+    "min": Entry(2, (), _min, _f("minimum"), _min_grad, _f("minimum", "multiply"), _SCALAR),
+    "clamp": Entry(1, ("lo", "hi"), _clamp, _f("maximum", "minimum"), _clamp_grad,
+                   _f("maximum", "minimum")),
+    "relu": Entry(1, (), _relu, _f("maximum"), _relu_grad, _f("maximum")),
+    "sigmoid": Entry(1, (), _sigmoid, _f("exp", "negative", "add", "divide"), _sigmoid_grad,
+                     _f("exp", "negative", "add", "divide", "multiply", "subtract")),
+    "silu": Entry(1, (), _silu, _f("exp", "negative", "add", "divide", "multiply"), _silu_grad,
+                  _f("exp", "negative", "add", "divide", "multiply", "subtract")),
+    "tanh": Entry(1, (), _unary("tanh"), _f("tanh"), _tanh_grad,
+                  _f("tanh", "multiply", "subtract")),
+}
+
+
+def attribute_scalars(name, attrs) -> tuple[float, float]:
+    """Constants a body reads from the attributes (c0 of sqrt: 1 at clampNegative)."""
+    if name == "sqrt":
+        return (1.0 if attrs.mode == "clampNegative" else 0.0), 0.0
+    return 0.0, 0.0
+
+
+def make_kernels(entry: Entry, P: dict, simulated: bool):
+    """(forward kernel, gradient kernel or None) of ``entry`` for the primitive table ``P``.
+    Kernels: forward(x[, y], out, c0, c1, rp); gradient(x[, y], v, out0[, out1], c0, c1, rp)."""
+    dev = cuda.jit(device=True)
+    f = entry.forward(P, dev)
+    if entry.arity == 1:
+        @cuda.jit
+        def fwd(x, out, c0, c1, rp):
+            i = cuda.grid(1)
+            if i < out.size:
+                out[i] = f(x[i], c0, c1, rp)
+    else:
+        @cuda.jit
+        def fwd(x, y, out, c0, c1, rp):
+            i = cuda.grid(1)
+            if i < out.size:
+                out[i] = f(x[i], y[i], c0, c1, rp)
+    if entry.gradient is None:
+        return fwd, None
+    gs = entry.gradient(P, dev)
+    if entry.arity == 1:
+        g0 = gs[0]
+
+        @cuda.jit
+        def grad(x, v, out0, c0, c1, rp):
+            i = cuda.grid(1)
+            if i < out0.size:
+                out0[i] = g0(x[i], v[i], c0, c1, rp)
+    else:
+        g0, g1 = gs
+
+        @cuda.jit
+        def grad(x, y, v, out0, out1, c0, c1, rp):
+            i = cuda.grid(1)
+            if i < out0.size:
+                out0[i] = g0(x[i], y[i], v[i], c0, c1, rp)
+                out1[i] = g1(x[i], y[i], v[i], c0, c1, rp)
+    return fwd, grad

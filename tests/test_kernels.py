@@ -1,0 +1,416 @@
+"""Kernels (issue 8, phase 1) in numba's CUDA simulator against numerics.emulated and the
+exact reference, on tiny inputs.
+
+One subprocess with NUMBA_ENABLE_CUDASIM=1 (it must be set before numba is imported) runs
+every case and prints the outputs as bit patterns; this process then checks each case
+against its kernel's contract: bit for bit with ``o.rule(numerics.emulated(fmt, mode))`` where
+the contract claims ``bitwise`` agreement (``screened``: except where an exact transcendental
+value lies within the margin of a rounding boundary, detected here by the reference), and
+within the claimed ulps of ``o.rule(numerics.reference(200))`` where it claims a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import formats
+import kernels
+import numerics
+import routes
+from kernels import gpu_check
+from numerics import metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
+DIRECTED = ("toward_zero", "upward", "nearest_away", "odd")
+SPEC = os.path.join(os.path.dirname(ROOT), "shared", "spec", "operators.tsv")
+
+
+def _instances():
+    """(op, kinds) of every kernel at tiny sizes."""
+    out = []
+    for name in kernels.names():
+        if name == "reduce":
+            out += [(routes.op("reduce", shape=(3, 4), op=r, axes=(1,)), ("ordinary", "special"))
+                    for r in ("sum", "prod", "max", "min")]
+            out.append((routes.op("reduce", shape=(2, 3, 2), axes=(0, 2), keepdim=True),
+                        ("ordinary",)))
+        elif name in ("softmax", "logSoftmax"):
+            out += [(routes.op(name, shape=(3, 5), axis=1), ("ordinary", "edges", "special")),
+                    (routes.op(name, shape=(4, 2), axis=0), ("ordinary",))]
+        elif name in ("matmul", "scaledMatmul"):
+            out += [(routes.op(name, x_shape=(2, 3), y_shape=(3, 4)), ("ordinary",)),
+                    (routes.op(name, x_shape=(2, 1, 2, 3), y_shape=(3, 3, 2)), ("ordinary",))]
+        else:
+            o = routes.op(name, shape=(10,))
+            out.append((o, tuple(k for k in ("ordinary", "edges", "special")
+                                 if k in o.decl.samples)))
+    out.append((routes.op("sqrt", shape=(10,), mode="clampNegative"), ("special",)))
+    return out
+
+
+def _cases():
+    rng = np.random.default_rng(2024)
+    cases = []
+    for o, kinds in _instances():
+        k = kernels.of_op(o)
+        for fmt in FORMATS:
+            for kind in kinds:
+                for route in k.routes:
+                    cases.append(_case(o, fmt, "nearest_even", route, kind, rng))
+    for name in ("add", "mul", "div", "sqrt", "exp", "sin", "relu", "sigmoid"):
+        o = routes.op(name, shape=(10,))
+        for fmt in ("bfloat16", "binary16", "float8_e4m3fn"):
+            for mode in DIRECTED:
+                cases.append(_case(o, fmt, mode, "forward", "ordinary", rng))
+    return cases
+
+
+def _case(o, fmt, mode, route, kind, rng):
+    xs = o.samples(rng, formats.get(fmt), kind)
+    cots = None
+    if route == "gradient":
+        cots = tuple(formats.round_to(rng.uniform(-2, 2, p.shape), fmt) for p in o.outputs)
+    return {"id": f"{o.name}-{'x'.join(map(str, o.outputs[0].shape))}-{route}-{fmt}-{mode}-"
+                  f"{kind}-{len(_SEEN)}",
+            "op": o, "fmt": fmt, "mode": mode, "route": route, "xs": xs, "cots": cots,
+            "_": _SEEN.append(1)}
+
+
+_SEEN = []
+
+
+def _bits(a):
+    return np.asarray(a, dtype=np.float64).reshape(-1).view(np.int64).tolist()
+
+
+_SCRIPT = textwrap.dedent("""
+    import os, sys, json, time
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    import numpy as np
+    import kernels, routes
+    cases = json.load(open(sys.argv[1]))
+    out = {}
+    t = time.time()
+    for c in cases:
+        o = routes.decode(c["op"])
+        xs = [np.array(b, dtype=np.int64).view(np.float64).reshape(s)
+              for b, s in zip(c["xs"], c["shapes"])]
+        cots = None
+        if c["cots"] is not None:
+            cots = [np.array(b, dtype=np.int64).view(np.float64).reshape(s)
+                    for b, s in zip(c["cots"], c["cot_shapes"])]
+        res, dev = kernels.run(o, xs, c["fmt"], c["mode"], c["route"], cots)
+        out[c["id"]] = {"device": dev, "outputs": [None if r is None else
+                        np.asarray(r).reshape(-1).view(np.int64).tolist() for r in res]}
+    print(json.dumps({"results": out, "seconds": time.time() - t}))
+""")
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    """{case id: (outputs, device)} from one simulator subprocess, and the case list."""
+    cases = _cases()
+    wire = [{"id": c["id"], "op": routes.encode(c["op"]), "fmt": c["fmt"], "mode": c["mode"],
+             "route": c["route"], "xs": [_bits(x) for x in c["xs"]],
+             "shapes": [list(np.shape(x)) for x in c["xs"]],
+             "cots": None if c["cots"] is None else [_bits(g) for g in c["cots"]],
+             "cot_shapes": None if c["cots"] is None else [list(np.shape(g)) for g in c["cots"]]}
+            for c in cases]
+    path = tmp_path_factory.mktemp("kernels") / "cases.json"
+    path.write_text(json.dumps(wire))
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(path)], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"simulator: {len(cases)} cases in {time.time() - start:.1f} s "
+          f"({doc['seconds']:.1f} s of kernels)")
+    return cases, doc["results"]
+
+
+class _Screen:
+    """Wraps an emulated backend's transcendental primitives to note whether any exact value
+    lies within ``margin`` (relative) of a rounding boundary of the format (reference at
+    200 bits, then rounding its binary64 neighbourhood)."""
+
+    def __init__(self, xp, fmt, mode, margin):
+        self.ambiguous = False
+        ref = numerics.reference(200)
+        for name in ("exp", "log", "sin", "cos", "tanh"):
+            orig = getattr(xp, name)
+
+            def wrapped(a, _orig=orig, _name=name, **kw):
+                exact = ref.to_float64(getattr(ref, _name)(ref.asarray(np.asarray(a))))
+                y = np.asarray(exact, dtype=np.float64)
+                ok = np.isfinite(y) & (y != 0)
+                lo = formats.round_to(np.where(ok, y * (1 - margin), 1.0), fmt, mode)
+                hi = formats.round_to(np.where(ok, y * (1 + margin), 1.0), fmt, mode)
+                if np.any(lo.view(np.int64) != hi.view(np.int64)):
+                    self.ambiguous = True
+                return _orig(a, **kw)
+            setattr(xp, name, wrapped)
+
+
+def _evaluate(c, backend):
+    rule = c["op"].rule(backend)
+    if c["route"] == "forward":
+        return rule.forward(c["xs"])
+    return rule.backward(c["xs"], c["cots"])
+
+
+def _same(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return (a.view(np.int64) == b.view(np.int64)) | (np.isnan(a) & np.isnan(b))
+
+
+def _check(c, got):
+    k = kernels.of_op(c["op"])
+    claim = k.claim(c["route"], c["fmt"], c["mode"])
+    fmt = formats.get(c["fmt"])
+    xp = numerics.emulated(fmt, c["mode"])
+    screen = _Screen(xp, fmt, c["mode"], claim.margin) if claim.agreement == "screened" else None
+    emu = _evaluate(c, xp)
+    outs = [None if g is None else np.array(g, dtype=np.int64).view(np.float64)
+            for g in got["outputs"]]
+    assert got["device"] == "simulator"
+    assert len(outs) == len(emu)
+    compare = claim.agreement == "bitwise" or (claim.agreement == "screened"
+                                               and not screen.ambiguous)
+    for out, e in zip(outs, emu):
+        assert (out is None) == (e is None)
+        if out is None:
+            continue
+        e = np.asarray(e, dtype=np.float64).reshape(-1)
+        if compare:
+            bad = ~_same(out, e)
+            assert not bad.any(), (f"{c['id']}: kernel {out[bad][:4]} != emulated "
+                                   f"{e[bad][:4]} (inputs {[np.ravel(x)[:4] for x in c['xs']]})")
+    if claim.max_ulp is not None:
+        exact = _evaluate(c, numerics.reference(200))
+        for out, e, em in zip(outs, exact, emu):
+            e = _clamped(np.asarray(e).reshape(-1), fmt)
+            err = metrics.ulp_error(out, e, fmt)
+            emu_err = metrics.ulp_error(np.asarray(em).reshape(-1), e, fmt)
+            assert not np.any(np.isnan(err) & ~np.isnan(emu_err)), c["id"]
+            worst = float(np.nanmax(np.abs(err))) if np.any(~np.isnan(err)) else 0.0
+            assert worst <= claim.max_ulp, f"{c['id']}: {worst} ulp > claimed {claim.max_ulp}"
+    return compare
+
+
+def _clamped(exact, fmt):
+    """Exact values beyond 2**(emax+2) (exp of a large format value) replaced by that power
+    with their sign, and nonzero ones below 2**(qmin-60) by that power: metrics clamps the
+    first to the extended range anyway and the second moves an error by 2**-58 ulp, and
+    metrics cannot read an mpf whose exponent is far outside binary64's."""
+    import mpmath
+    out = exact.copy()
+    for i, v in enumerate(exact):
+        if not hasattr(v, "_mpf_") or not mpmath.isfinite(v) or v == 0:
+            continue
+        size = int(v.exp) + int(v.bc)        # 2**(size-1) <= |v| < 2**size (exponent, not value)
+        if size > fmt.emax + 3:
+            out[i] = mpmath.ldexp(1 if v > 0 else -1, fmt.emax + 2)
+        elif size < fmt.qmin - 60:
+            out[i] = mpmath.ldexp(1 if v > 0 else -1, fmt.qmin - 60)
+    return out
+
+
+def test_every_kernel_meets_its_contract_in_the_simulator(simulated):
+    """Every case: bitwise (or screened) agreement with numerics.emulated and the ulp claim
+    against the exact reference, as the kernel's contract states."""
+    cases, results = simulated
+    compared = 0
+    for c in cases:
+        compared += _check(c, results[c["id"]])
+    # Nearly every case is compared bit for bit (the screen excludes almost nothing).
+    assert compared >= 0.8 * len(cases)
+
+
+def test_check_fails_on_a_wrong_bit(simulated):
+    """The comparison can fail: one flipped low bit in a kernel output is caught."""
+    cases, results = simulated
+    c = next(c for c in cases if c["op"].name == "add" and c["fmt"] == "bfloat16")
+    got = json.loads(json.dumps(results[c["id"]]))
+    got["outputs"][0][0] ^= 1 << 50                      # a bfloat16-visible bit (not a NaN)
+    with pytest.raises(AssertionError):
+        _check(c, got)
+
+
+def test_kernels_exist_exactly_for_operators_with_a_cuda_entry():
+    with open(SPEC, encoding="utf-8") as fh:
+        rows = [line.rstrip("\n").split("\t") for line in fh][1:]
+    cuda = {r[1]: r[3] for r in rows}
+    for name in kernels.names():
+        assert cuda[name] in ("yes", "at some attributes"), name
+        assert name in routes.names()
+    for name in routes.names():
+        if cuda.get(name, "no") == "no":
+            assert kernels.of_op(name) is None, name
+
+
+def test_of_op_returns_none_without_a_kernel():
+    assert kernels.of_op("tan") is None
+    assert kernels.of_op(routes.op("tan")) is None
+    assert kernels.of_op("no-such-operator") is None
+    assert kernels.of_op(routes.op("div", rounding_mode="floor")) is None
+    assert kernels.of_op(routes.op("add", element="int8")) is None
+    assert kernels.of_op(routes.op("div")).name == "div"
+    assert kernels.of_op(routes.op("reduce", op="max")).kind == "reduce"
+
+
+def test_every_contract_has_its_fields_and_claims():
+    for name in kernels.names():
+        k = kernels.of_op(name)
+        con = k.contract
+        assert con.order in ("fixed", "implementation_defined")
+        assert isinstance(con.fma, bool) and isinstance(con.ftz, bool)
+        assert con.policy == "strict"
+        for route in k.routes:
+            for fmt in FORMATS:
+                claim = k.claim(route, fmt)
+                assert claim.agreement in ("bitwise", "screened", "none")
+                assert claim.max_ulp is None or claim.max_ulp >= 0
+    assert kernels.of_op("add").claim("forward", "bfloat16").max_ulp == 0.5
+    assert kernels.of_op("add").claim("forward", "bfloat16", "upward").max_ulp \
+        == 1 + 2.0 ** (8 - 52)
+    assert kernels.of_op("exp").claim("forward", "binary64").max_ulp == 1.0
+    assert kernels.of_op("exp").claim("forward", "bfloat16").agreement == "screened"
+    assert kernels.of_op("relu").claim("forward", "float8_e4m3fn", "odd") == \
+        ("bitwise", 0.0, 0.0)
+    assert kernels.of_op("matmul").claim("forward", "binary32").max_ulp is None
+    assert kernels.of_op("softmax").routes == ("forward",)
+
+
+def test_formats_and_modes_outside_the_kernels_are_refused_in_one_line():
+    from kernels.contract import flavour
+    for fmt, mode, fragment in (("binary64", "upward", "nearest even only"),
+                                ("bfloat16", "stochastic", "stochastic"),
+                                ("binary128", "nearest_even", "outside"),
+                                ("e8m30", "nearest_even", "outside")):
+        with pytest.raises(kernels.KernelError, match=fragment) as info:
+            flavour(fmt, mode)
+        assert "\n" not in str(info.value)
+    assert flavour("binary32", "nearest_even") == "binary32"
+    assert flavour("binary32", "upward") == "emulated"
+
+
+def _python(code, **env_changes):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(env_changes)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=300)
+
+
+def test_device_without_gpu_or_simulator_is_a_one_line_error():
+    proc = _python(textwrap.dedent("""
+        import kernels
+        try:
+            kernels.device()
+        except kernels.KernelError as exc:
+            print("ERR", exc)
+        else:
+            print("OK")
+    """))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = proc.stdout.strip()
+    assert line.startswith("ERR kernels: no CUDA GPU"), line
+    assert "NUMBA_ENABLE_CUDASIM=1" in line and "\n" not in line
+
+
+def test_simulator_set_after_numba_import_is_refused():
+    proc = _python(textwrap.dedent("""
+        import os, numba, kernels
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        try:
+            kernels.device()
+        except kernels.KernelError as exc:
+            print("ERR", exc)
+    """))
+    assert "after numba was imported" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+def test_gpu_check_parses_its_arguments():
+    args = gpu_check.parse(["--out", "r.json", "--size", "100", "--formats", "bfloat16,binary32"])
+    assert (args.out, args.size, args.formats, args.seed) == \
+        ("r.json", 100, ("bfloat16", "binary32"), 0)
+    for argv, fragment in ((["--size", "3"], "--out"), (["--out", "r", "--size", "0"], "--size"),
+                           (["--out", "r", "--formats", "nope"], "--formats"),
+                           (["--out", "r", "--seed", "-1"], "--seed")):
+        with pytest.raises(SystemExit, match=fragment):
+            gpu_check.parse(argv)
+    assert gpu_check.instance("matmul", 10).attrs.x_shape == (64, 64)
+    assert gpu_check.instance("relu", 10).attrs.shape == (10,)
+
+
+def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
+    out = tmp_path / "gpu.json"
+    for env in ({}, {"NUMBA_ENABLE_CUDASIM": "1"}):
+        proc = subprocess.run([sys.executable, "-m", "kernels.gpu_check", "--out", str(out)],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300,
+                              env={**{k: v for k, v in os.environ.items()
+                                      if k != "NUMBA_ENABLE_CUDASIM"}, **env})
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "GPU" in proc.stderr
+        assert not out.exists()
+
+
+_PTX = textwrap.dedent("""
+    import types, json
+    import numba
+    import numba.cuda.dispatcher as d
+    # Device functions compile for the current device's compute capability; there is no
+    # driver here, so name one (sm_90): NVVM compiles to PTX without a GPU.
+    d.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    from numba import cuda
+    from kernels.primitives import build
+    from kernels.elementwise import ELEMENTWISE, make_kernels
+    from kernels.products import make_matmul
+    from kernels.rows import make_reduce
+    f, i = numba.float64, numba.int64
+    v, rp = f[::1], i[::1]
+    out = {}
+    for flav in ("binary64", "binary32", "emulated"):
+        P = build(flav, False)
+        fwd = make_kernels(ELEMENTWISE["mul"], P, False)[0]
+        out[flav + "-mul"] = cuda.compile_ptx(fwd.py_func, (v, v, v, f, f, rp), cc=(9, 0))[0]
+        mm = make_matmul(P)
+        out[flav + "-matmul"] = cuda.compile_ptx(mm.py_func, (f[:, :, ::1],) * 3 + (i, f, rp),
+                                                 cc=(9, 0))[0]
+        red = make_reduce(P)
+        out[flav + "-reduce"] = cuda.compile_ptx(red.py_func, (f[:, ::1], v, i, rp),
+                                                 cc=(9, 0))[0]
+    print(json.dumps(out))
+""")
+
+
+def test_gpu_build_compiles_to_ptx_without_fma_contraction():
+    """The GPU build (libdevice bit casts and _rn intrinsics) compiles with NVVM, and the
+    multiply-then-add of matmul and of sums stays two rounded operations: no fma in the PTX
+    (plain a * b + c would be contracted: FACTS, numba's CUDA target)."""
+    probe = _python("from numba.cuda.cudadrv import nvvm; print(nvvm.is_available())")
+    if probe.stdout.strip().splitlines()[-1:] != ["True"]:
+        pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
+    proc = _python(_PTX)
+    err = proc.stderr.lower()
+    if proc.returncode != 0 and "nvvm" in err and any(
+            w in err for w in ("not found", "cannot be found", "could not", "cannot find",
+                               "no such file", "not available")):
+        pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ptx = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key, text in ptx.items():
+        assert ".entry" in text, key
+        assert "fma." not in text, f"{key}: FMA contraction in the PTX"
+    assert "mul.rn.f64" in ptx["binary64-matmul"] and "add.rn.f64" in ptx["binary64-matmul"]
+    assert "mul.rn.f32" in ptx["binary32-matmul"]
