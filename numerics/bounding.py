@@ -56,7 +56,7 @@ import numpy as np
 import formats
 
 from .backend import EXACT_PRIMITIVES, Backend
-from .policy import Policy, preset
+from .policy import for_backend
 
 DTYPE = np.dtype([("clo", np.float64), ("chi", np.float64), ("elo", np.float64),
                   ("ehi", np.float64)])
@@ -396,14 +396,7 @@ class BoundingBackend(Backend):
             raise ValueError(f"bounding: {self.fmt.label} does not fit binary64; enclosures "
                              f"are binary64 intervals")
         self.mode = mode
-        if policy is None:
-            policy = preset("strict", self.fmt)
-        elif isinstance(policy, str):
-            policy = preset(policy, self.fmt)
-        if not isinstance(policy, Policy) or policy.storage != self.fmt:
-            raise ValueError(f"bounding: the policy's storage format must be {self.fmt.label} "
-                             f"(got {getattr(policy, 'label', policy)!r})")
-        self.policy = policy
+        self.policy = policy = for_backend(policy, self.fmt, "bounding")
         self.name = f"bounding({self.fmt.label},{mode},{policy.label})"
         self._state = _state if _state is not None else {"undecided": False}
         self._acc = None

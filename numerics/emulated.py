@@ -31,7 +31,7 @@ from formats.fast import round_params, threads_for
 from . import eft
 from .backend import CAPABILITIES, Backend
 from .mpfr_path import MpfrPath
-from .policy import Policy, preset
+from .policy import for_backend
 
 _EFT_OPS = {"add": eft.ADD, "subtract": eft.SUBTRACT, "multiply": eft.MULTIPLY,
             "divide": eft.DIVIDE, "sqrt": eft.SQRT, "fma": eft.FMA}
@@ -75,14 +75,7 @@ class EmulatedBackend(Backend):
         self.fmt = formats.get(fmt)
         formats.mode_code(mode)
         self.mode = mode
-        if policy is None:
-            policy = preset("strict", self.fmt)
-        elif isinstance(policy, str):
-            policy = preset(policy, self.fmt)
-        if not isinstance(policy, Policy) or policy.storage != self.fmt:
-            raise ValueError(f"emulated: the policy's storage format must be {self.fmt.label} "
-                             f"(got {getattr(policy, 'label', policy)!r})")
-        self.policy = policy
+        self.policy = policy = for_backend(policy, self.fmt, "emulated")
         self.seed = seed
         self.calls = 0
         self.name = f"emulated({self.fmt.label},{mode},{policy.label})"

@@ -94,3 +94,16 @@ def preset(name: str, storage) -> Policy:
     if name == "blocked32":
         return Policy(storage, order="blocked:32", name="blocked32")
     raise ValueError(f"unknown policy {name!r}; presets are {', '.join(PRESETS)}")
+
+
+def for_backend(policy, fmt, who: str) -> Policy:
+    """A backend's policy: None (strict), a preset name, or a Policy whose storage format is
+    ``fmt``; ValueError naming the backend ``who`` otherwise."""
+    if policy is None:
+        policy = preset("strict", fmt)
+    elif isinstance(policy, str):
+        policy = preset(policy, fmt)
+    if not isinstance(policy, Policy) or policy.storage != fmt:
+        raise ValueError(f"{who}: the policy's storage format must be {fmt.label} "
+                         f"(got {getattr(policy, 'label', policy)!r})")
+    return policy

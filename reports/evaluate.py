@@ -525,11 +525,11 @@ def _check(row, prefix, b, m, exact, fmt):
     row[prefix + "bound_ratio"] = float(ratio.max())
 
 
-def _ulps(exact, fmt) -> np.ndarray:
-    """ulp(x) of each exact value in ``fmt`` (numerics.metrics' ulp: the exponent stops at
-    the top binade and at qmin; 2**qmin for zeros and non-finite values)."""
+def _binades(exact, missing) -> np.ndarray:
+    """floor(log2 |x|) of each exact value (float64 or mpmath), ``missing`` for zeros and
+    non-finite values."""
     flat = np.asarray(exact).reshape(-1)
-    e = np.full(flat.size, fmt.qmin + fmt.precision - 1, dtype=np.int64)
+    e = np.full(flat.size, missing, dtype=np.int64)
     if flat.dtype == np.float64:
         fin = np.isfinite(flat) & (flat != 0)
         e[fin] = np.frexp(np.abs(flat[fin]))[1].astype(np.int64) - 1
@@ -537,7 +537,14 @@ def _ulps(exact, fmt) -> np.ndarray:
         for i, v in enumerate(flat):
             mpf = getattr(v, "_mpf_", None)
             if mpf is not None and mpf[1]:
-                e[i] = mpf[2] + mpf[3] - 1
+                e[i] = mpf[2] + mpf[3] - 1                  # exponent + bit count - 1
+    return e
+
+
+def _ulps(exact, fmt) -> np.ndarray:
+    """ulp(x) of each exact value in ``fmt`` (numerics.metrics' ulp: the exponent stops at
+    the top binade and at qmin; 2**qmin for zeros and non-finite values)."""
+    e = _binades(exact, fmt.qmin + fmt.precision - 1)
     q = np.maximum(np.minimum(e, fmt.emax) - fmt.precision + 1, fmt.qmin)
     return np.ldexp(1.0, q.astype(np.int32))
 
@@ -548,16 +555,7 @@ def by_magnitude(ulp, exact, fmt) -> list:
     subnormals, beyond the range); exact zeros and non-finite values are left out.  The
     error against input magnitude for elementwise operators, against the result's for
     the others."""
-    flat = np.asarray(exact).reshape(-1)
-    e = np.full(flat.size, np.iinfo(np.int64).min, dtype=np.int64)
-    if flat.dtype == np.float64:
-        fin = np.isfinite(flat) & (flat != 0)
-        e[fin] = np.frexp(np.abs(flat[fin]))[1].astype(np.int64) - 1
-    else:
-        for i, v in enumerate(flat):
-            mpf = getattr(v, "_mpf_", None)
-            if mpf is not None and mpf[1]:
-                e[i] = mpf[2] + mpf[3] - 1                  # exponent + bit count - 1
+    e = _binades(exact, np.iinfo(np.int64).min)
     a = np.abs(np.asarray(ulp).reshape(-1))
     keep = (e != np.iinfo(np.int64).min) & ~np.isnan(a)
     if not keep.any():
