@@ -15,9 +15,13 @@ from __future__ import annotations
 
 # numba.cuda at module level: the simulator swaps the module's global `cuda` for its
 # per-thread fake inside kernels (a local import would not be swapped).
+import numpy as np
 from numba import cuda
 
 from typing import Callable, NamedTuple
+
+from .base import Kernel, flat
+from .contract import Contract
 
 
 class Entry(NamedTuple):
@@ -382,3 +386,36 @@ def make_kernels(entry: Entry, P: dict, simulated: bool):
                 out0[i] = g0(x[i], y[i], v[i], c0, c1, rp)
                 out1[i] = g1(x[i], y[i], v[i], c0, c1, rp)
     return fwd, grad
+
+
+def launch(o, xs, cotangents, route, ctx):
+    """An elementwise kernel over the flat elements (module docstring of kernels.base)."""
+    e = ELEMENTWISE[o.name]
+    fwd, grad = ctx.compile(o.name, lambda: make_kernels(e, ctx.P, ctx.simulated))
+    values = [flat(x) for x in xs[:e.arity]]
+    frozen = [float(x) for x in xs[e.arity:]]
+    c0, c1 = attribute_scalars(o.name, o.attrs)
+    if frozen:
+        c0 = frozen[0]
+    if len(frozen) > 1:
+        c1 = frozen[1]
+    shape = o.outputs[0].shape
+    n = values[0].size
+    if route == "forward":
+        out = np.empty(n)
+        ctx.launch(fwd, n, *values, out, c0, c1, ctx.rp)
+        return (out.reshape(shape),)
+    (v,) = ctx.cotangents(o, cotangents)
+    grads = [np.empty(n) for _ in range(e.arity)]
+    ctx.launch(grad, n, *values, flat(v), *grads, c0, c1, ctx.rp)
+    return tuple(g.reshape(x.shape) for g, x in zip(grads, xs)) + (None,) * len(e.frozen)
+
+
+# sigmoid and silu are compositions (several roundings); every other entry is one rounding.
+_COMPOSITE = ("sigmoid", "silu")
+KERNELS = tuple(
+    Kernel(name, "elementwise",
+           Contract(e.forward_prims, e.gradient_prims if e.gradient is not None else None,
+                    single=name not in _COMPOSITE),
+           launch, e.accepts)
+    for name, e in ELEMENTWISE.items())

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 # numba.cuda at module level: the simulator swaps the module's global `cuda` for its
 # per-thread fake inside kernels (a local import would not be swapped).
+import numpy as np
 from numba import cuda
+
+from .base import Kernel
+from .contract import Contract
 
 
 def make_matmul(P: dict):
@@ -33,3 +37,26 @@ def make_matmul(P: dict):
                 acc = mul(acc, scale, rp)
             out[b, i, j] = acc
     return matmul
+
+
+def launch(o, xs, cotangents, route, ctx):
+    a = o.attrs
+    x, y = xs[0], xs[1]
+    batch = np.broadcast_shapes(a.x_shape[:-2], a.y_shape[:-2])
+    m, kk, n = a.x_shape[-2], a.x_shape[-1], a.y_shape[-1]
+    shape = tuple(batch) + (m, n)
+    if kk == 0:
+        return (np.zeros(shape),)
+    xb = np.ascontiguousarray(np.broadcast_to(x, batch + (m, kk)).reshape(-1, m, kk))
+    yb = np.ascontiguousarray(np.broadcast_to(y, batch + (kk, n)).reshape(-1, kk, n))
+    out = np.empty((xb.shape[0], m, n))
+    scaled = o.name == "scaledMatmul"
+    scale = float(xs[2]) if scaled else 1.0
+    kern = ctx.compile("matmul", lambda: make_matmul(ctx.P))
+    ctx.launch(kern, out.size, xb, yb, out, 1 if scaled else 0, scale, ctx.rp)
+    return (out.reshape(shape),)
+
+
+KERNELS = tuple(Kernel(name, "matmul",
+                       Contract(frozenset({"multiply", "add"}), None, False), launch)
+                for name in ("matmul", "scaledMatmul"))

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 # numba.cuda at module level: the simulator swaps the module's global `cuda` for its
 # per-thread fake inside kernels (a local import would not be swapped).
+import numpy as np
 from numba import cuda
+
+from routes.families.reduction import kept_shape, to_last
+
+from .base import Kernel
+from .contract import Contract
 
 REDUCE_OPS = ("sum", "prod", "max", "min")
 _CODE = {"sum": 0, "prod": 1, "max": 2, "min": 3}
@@ -74,3 +80,41 @@ def make_softmax(P: dict):
                 for j in range(n):
                     out[r, j] = sub(out[r, j], ls, rp)
     return softmax
+
+
+def launch_reduce(o, xs, cotangents, route, ctx):
+    a = o.attrs
+    x = xs[0]
+    shape = kept_shape(a.shape, a.axes, a.keepdim)
+    if x.size == 0 or any(a.shape[ax] == 0 for ax in a.axes):
+        return (np.full(shape, 1.0 if a.op == "prod" else 0.0),)
+    moved = to_last(x, a.axes)
+    rows = np.ascontiguousarray(moved.reshape(-1, moved.shape[-1]), dtype=np.float64)
+    out = np.empty(rows.shape[0])
+    kern = ctx.compile("reduce", lambda: make_reduce(ctx.P))
+    ctx.launch(kern, rows.shape[0], rows, out, reduce_code(a.op), ctx.rp)
+    return (out.reshape(shape),)
+
+
+def launch_softmax(o, xs, cotangents, route, ctx):
+    axis = o.attrs.axis
+    moved = np.moveaxis(xs[0], axis, -1)
+    rows = np.ascontiguousarray(moved.reshape(-1, moved.shape[-1]), dtype=np.float64)
+    out = np.empty_like(rows)
+    kern = ctx.compile("softmax", lambda: make_softmax(ctx.P))
+    ctx.launch(kern, rows.shape[0], rows, out, 1 if o.name == "logSoftmax" else 0, ctx.rp)
+    return (np.moveaxis(out.reshape(moved.shape), -1, axis),)
+
+
+_f = frozenset
+KERNELS = (
+    # reduce: sum and prod in sequential order (many roundings), max and min exact.
+    Kernel("reduce", "reduce",
+           Contract(_f({"add", "multiply", "maximum", "minimum"}), None, False), launch_reduce),
+    Kernel("softmax", "softmax",
+           Contract(_f({"maximum", "subtract", "exp", "add", "divide"}), None, False),
+           launch_softmax),
+    Kernel("logSoftmax", "softmax",
+           Contract(_f({"maximum", "subtract", "exp", "add", "log"}), None, False),
+           launch_softmax),
+)

@@ -1,12 +1,7 @@
-"""Kernels (issue 8, phase 1) in numba's CUDA simulator against numerics.emulated and the
-exact reference, on tiny inputs.
-
-One subprocess with NUMBA_ENABLE_CUDASIM=1 (it must be set before numba is imported) runs
-every case and prints the outputs as bit patterns; this process then checks each case
-against its kernel's contract: bit for bit with ``o.rule(numerics.emulated(fmt, mode))`` where
-the contract claims ``bitwise`` agreement (``screened``: except where an exact transcendental
-value lies within the margin of a rounding boundary, detected here by the reference), and
-within the claimed ulps of ``o.rule(numerics.reference(200))`` where it claims a bound.
+"""Kernels of the elementwise, row (reduce, softmax) and product (matmul) modules in numba's
+CUDA simulator against numerics.emulated and the exact reference, on tiny inputs
+(tests/kernel_harness.py: one simulator subprocess, each case checked against its kernel's
+contract); and the table, contracts, device selection and gpu_check's command line.
 """
 
 from __future__ import annotations
@@ -16,18 +11,15 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 
-import formats
 import kernels
-import numerics
 import routes
 from routes.vocabulary import VOCABULARY
-from kernels import gpu_check
-from numerics import metrics
+from kernels import elementwise, gpu_check, products, rows
+from kernel_harness import _pack, case as _case, check as _check, simulate, unpack
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
@@ -35,9 +27,9 @@ DIRECTED = ("toward_zero", "upward", "nearest_away", "odd")
 
 
 def _instances():
-    """(op, kinds) of every kernel at tiny sizes."""
+    """(op, kinds) of every kernel of these modules at tiny sizes."""
     out = []
-    for name in kernels.names():
+    for name in (k.name for m in (elementwise, rows, products) for k in m.KERNELS):
         if name == "reduce":
             out += [(routes.op("reduce", shape=(3, 4), op=r, axes=(1,)), ("ordinary", "special"))
                     for r in ("sum", "prod", "max", "min")]
@@ -74,155 +66,11 @@ def _cases():
     return cases
 
 
-def _case(o, fmt, mode, route, kind, rng):
-    xs = o.samples(rng, formats.get(fmt), kind)
-    cots = None
-    if route == "gradient":
-        cots = tuple(formats.round_to(rng.uniform(-2, 2, p.shape), fmt) for p in o.outputs)
-    return {"id": f"{o.name}-{'x'.join(map(str, o.outputs[0].shape))}-{route}-{fmt}-{mode}-"
-                  f"{kind}-{len(_SEEN)}",
-            "op": o, "fmt": fmt, "mode": mode, "route": route, "xs": xs, "cots": cots,
-            "_": _SEEN.append(1)}
-
-
-_SEEN = []
-
-
-def _bits(a):
-    return np.asarray(a, dtype=np.float64).reshape(-1).view(np.int64).tolist()
-
-
-_SCRIPT = textwrap.dedent("""
-    import os, sys, json, time
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    import numpy as np
-    import kernels, routes
-    cases = json.load(open(sys.argv[1]))
-    out = {}
-    t = time.time()
-    for c in cases:
-        o = routes.decode(c["op"])
-        xs = [np.array(b, dtype=np.int64).view(np.float64).reshape(s)
-              for b, s in zip(c["xs"], c["shapes"])]
-        cots = None
-        if c["cots"] is not None:
-            cots = [np.array(b, dtype=np.int64).view(np.float64).reshape(s)
-                    for b, s in zip(c["cots"], c["cot_shapes"])]
-        res, dev = kernels.run(o, xs, c["fmt"], c["mode"], c["route"], cots)
-        out[c["id"]] = {"device": dev, "outputs": [None if r is None else
-                        np.asarray(r).reshape(-1).view(np.int64).tolist() for r in res]}
-    print(json.dumps({"results": out, "seconds": time.time() - t}))
-""")
-
-
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory):
-    """{case id: (outputs, device)} from one simulator subprocess, and the case list."""
+    """The case list and {case id: result} from one simulator subprocess."""
     cases = _cases()
-    wire = [{"id": c["id"], "op": routes.encode(c["op"]), "fmt": c["fmt"], "mode": c["mode"],
-             "route": c["route"], "xs": [_bits(x) for x in c["xs"]],
-             "shapes": [list(np.shape(x)) for x in c["xs"]],
-             "cots": None if c["cots"] is None else [_bits(g) for g in c["cots"]],
-             "cot_shapes": None if c["cots"] is None else [list(np.shape(g)) for g in c["cots"]]}
-            for c in cases]
-    path = tmp_path_factory.mktemp("kernels") / "cases.json"
-    path.write_text(json.dumps(wire))
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    start = time.time()
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(path)], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"simulator: {len(cases)} cases in {time.time() - start:.1f} s "
-          f"({doc['seconds']:.1f} s of kernels)")
-    return cases, doc["results"]
-
-
-class _Screen:
-    """Wraps an emulated backend's transcendental primitives to note whether any exact value
-    lies within ``margin`` (relative) of a rounding boundary of the format (reference at
-    200 bits, then rounding its binary64 neighbourhood)."""
-
-    def __init__(self, xp, fmt, mode, margin):
-        self.ambiguous = False
-        ref = numerics.reference(200)
-        for name in ("exp", "log", "sin", "cos", "tanh"):
-            orig = getattr(xp, name)
-
-            def wrapped(a, _orig=orig, _name=name, **kw):
-                exact = ref.to_float64(getattr(ref, _name)(ref.asarray(np.asarray(a))))
-                y = np.asarray(exact, dtype=np.float64)
-                ok = np.isfinite(y) & (y != 0)
-                lo = formats.round_to(np.where(ok, y * (1 - margin), 1.0), fmt, mode)
-                hi = formats.round_to(np.where(ok, y * (1 + margin), 1.0), fmt, mode)
-                if np.any(lo.view(np.int64) != hi.view(np.int64)):
-                    self.ambiguous = True
-                return _orig(a, **kw)
-            setattr(xp, name, wrapped)
-
-
-def _evaluate(c, backend):
-    rule = c["op"].rule(backend)
-    if c["route"] == "forward":
-        return rule.forward(c["xs"])
-    return rule.backward(c["xs"], c["cots"])
-
-
-def _same(a, b):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return (a.view(np.int64) == b.view(np.int64)) | (np.isnan(a) & np.isnan(b))
-
-
-def _check(c, got):
-    k = kernels.of_op(c["op"])
-    claim = k.claim(c["route"], c["fmt"], c["mode"])
-    fmt = formats.get(c["fmt"])
-    xp = numerics.emulated(fmt, c["mode"])
-    screen = _Screen(xp, fmt, c["mode"], claim.margin) if claim.agreement == "screened" else None
-    emu = _evaluate(c, xp)
-    outs = [None if g is None else np.array(g, dtype=np.int64).view(np.float64)
-            for g in got["outputs"]]
-    assert got["device"] == "simulator"
-    assert len(outs) == len(emu)
-    compare = claim.agreement == "bitwise" or (claim.agreement == "screened"
-                                               and not screen.ambiguous)
-    for out, e in zip(outs, emu):
-        assert (out is None) == (e is None)
-        if out is None:
-            continue
-        e = np.asarray(e, dtype=np.float64).reshape(-1)
-        if compare:
-            bad = ~_same(out, e)
-            assert not bad.any(), (f"{c['id']}: kernel {out[bad][:4]} != emulated "
-                                   f"{e[bad][:4]} (inputs {[np.ravel(x)[:4] for x in c['xs']]})")
-    if claim.max_ulp is not None:
-        exact = _evaluate(c, numerics.reference(200))
-        for out, e, em in zip(outs, exact, emu):
-            e = _clamped(np.asarray(e).reshape(-1), fmt)
-            err = metrics.ulp_error(out, e, fmt)
-            emu_err = metrics.ulp_error(np.asarray(em).reshape(-1), e, fmt)
-            assert not np.any(np.isnan(err) & ~np.isnan(emu_err)), c["id"]
-            worst = float(np.nanmax(np.abs(err))) if np.any(~np.isnan(err)) else 0.0
-            assert worst <= claim.max_ulp, f"{c['id']}: {worst} ulp > claimed {claim.max_ulp}"
-    return compare
-
-
-def _clamped(exact, fmt):
-    """Exact values beyond 2**(emax+2) (exp of a large format value) replaced by that power
-    with their sign, and nonzero ones below 2**(qmin-60) by that power: metrics clamps the
-    first to the extended range anyway and the second moves an error by 2**-58 ulp, and
-    metrics cannot read an mpf whose exponent is far outside binary64's."""
-    import mpmath
-    out = exact.copy()
-    for i, v in enumerate(exact):
-        if not hasattr(v, "_mpf_") or not mpmath.isfinite(v) or v == 0:
-            continue
-        size = int(v.exp) + int(v.bc)        # 2**(size-1) <= |v| < 2**size (exponent, not value)
-        if size > fmt.emax + 3:
-            out[i] = mpmath.ldexp(1 if v > 0 else -1, fmt.emax + 2)
-        elif size < fmt.qmin - 60:
-            out[i] = mpmath.ldexp(1 if v > 0 else -1, fmt.qmin - 60)
-    return out
+    return cases, simulate(cases, tmp_path_factory.mktemp("kernels"))
 
 
 def test_every_kernel_meets_its_contract_in_the_simulator(simulated):
@@ -241,7 +89,9 @@ def test_check_fails_on_a_wrong_bit(simulated):
     cases, results = simulated
     c = next(c for c in cases if c["op"].name == "add" and c["fmt"] == "bfloat16")
     got = json.loads(json.dumps(results[c["id"]]))
-    got["outputs"][0][0] ^= 1 << 50                      # a bfloat16-visible bit (not a NaN)
+    out = unpack(got["outputs"][0])
+    out.view(np.int64).reshape(-1)[0] ^= 1 << 50        # a bfloat16-visible bit (not a NaN)
+    got["outputs"][0] = _pack(out)
     with pytest.raises(AssertionError):
         _check(c, got)
 

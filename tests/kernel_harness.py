@@ -1,0 +1,199 @@
+"""The harness every kernel test file uses: cases (one route of one operator instance in one
+format and mode on sampled inputs), one simulator subprocess that runs a list of cases, and
+the check of a case against its kernel's contract.
+
+``simulate(cases, folder)`` runs every case with NUMBA_ENABLE_CUDASIM=1 (it must be set before
+numba is imported, hence the subprocess) and returns {case id: result}; ``check(case, result)``
+asserts what the contract claims: bit for bit with ``o.rule(numerics.emulated(fmt, mode))``
+where it claims ``bitwise`` agreement (``screened``: except where an exact transcendental value
+lies within the margin of a rounding boundary, detected with the reference), and within the
+claimed ulps of ``o.rule(numerics.reference(200))`` where it claims a bound.  It returns
+whether the case was compared bit for bit.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+
+import formats
+import kernels
+import numerics
+import routes
+from numerics import metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ids = itertools.count()
+
+
+def case(o, fmt, mode, route, kind, rng, inputs=None):
+    """One case: ``inputs`` (one array per input port) or the operator's samples of ``kind``;
+    random cotangents of the format for the gradient route."""
+    xs = o.samples(rng, formats.get(fmt), kind) if inputs is None else tuple(inputs)
+    cots = None
+    if route == "gradient":
+        cots = tuple(formats.round_to(rng.uniform(-2, 2, p.shape), fmt).reshape(p.shape)
+                     if p.differentiable else None for p in o.outputs)
+    shape = "x".join(map(str, o.outputs[0].shape)) if o.outputs else "-"
+    return {"id": f"{o.name}-{shape}-{route}-{fmt}-{mode}-{kind}-{next(_ids)}",
+            "op": o, "fmt": fmt, "mode": mode, "route": route, "xs": xs, "cots": cots}
+
+
+def _pack(a):
+    if a is None:
+        return None
+    a = np.array(a, order="C")              # (ascontiguousarray would make 0-d arrays 1-d)
+    return {"dtype": a.dtype.str, "shape": list(a.shape),
+            "data": base64.b64encode(a.tobytes()).decode()}
+
+
+def unpack(d):
+    if d is None:
+        return None
+    return np.frombuffer(base64.b64decode(d["data"]), dtype=np.dtype(d["dtype"])) \
+        .reshape(d["shape"]).copy()
+
+
+_SCRIPT = textwrap.dedent("""
+    import os, sys, json, time
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+    import kernels, routes
+    from kernel_harness import unpack, _pack
+    cases = json.load(open(sys.argv[1]))
+    out = {}
+    t = time.time()
+    for c in cases:
+        o = routes.decode(c["op"])
+        xs = [unpack(x) for x in c["xs"]]
+        cots = None if c["cots"] is None else [unpack(g) for g in c["cots"]]
+        try:
+            res, dev = kernels.run(o, xs, c["fmt"], c["mode"], c["route"], cots)
+        except Exception as exc:
+            out[c["id"]] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        out[c["id"]] = {"device": dev, "outputs": [_pack(r) for r in res]}
+    print(json.dumps({"results": out, "seconds": time.time() - t}))
+""")
+
+
+def simulate(cases, folder):
+    """{case id: {"device", "outputs"} or {"error"}} from one simulator subprocess."""
+    wire = [{"id": c["id"], "op": routes.encode(c["op"]), "fmt": c["fmt"], "mode": c["mode"],
+             "route": c["route"], "xs": [_pack(x) for x in c["xs"]],
+             "cots": None if c["cots"] is None else [_pack(g) for g in c["cots"]]}
+            for c in cases]
+    path = os.path.join(str(folder), "cases.json")
+    with open(path, "w") as f:
+        json.dump(wire, f)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT, path], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"simulator: {len(cases)} cases in {time.time() - start:.1f} s "
+          f"({doc['seconds']:.1f} s of kernels)")
+    return doc["results"]
+
+
+class _Screen:
+    """Wraps an emulated backend's transcendental primitives to note whether any exact value
+    lies within ``margin`` (relative) of a rounding boundary of the format (reference at
+    200 bits, then rounding its binary64 neighbourhood)."""
+
+    def __init__(self, xp, fmt, mode, margin):
+        self.ambiguous = False
+        ref = numerics.reference(200)
+        for name in ("exp", "log", "sin", "cos", "tanh"):
+            orig = getattr(xp, name)
+
+            def wrapped(a, _orig=orig, _name=name, **kw):
+                exact = ref.to_float64(getattr(ref, _name)(ref.asarray(np.asarray(a))))
+                y = np.asarray(exact, dtype=np.float64)
+                ok = np.isfinite(y) & (y != 0)
+                lo = formats.round_to(np.where(ok, y * (1 - margin), 1.0), fmt, mode)
+                hi = formats.round_to(np.where(ok, y * (1 + margin), 1.0), fmt, mode)
+                if np.any(lo.view(np.int64) != hi.view(np.int64)):
+                    self.ambiguous = True
+                return _orig(a, **kw)
+            setattr(xp, name, wrapped)
+
+
+def evaluate(c, backend):
+    """The case's route under ``backend`` (the rule's values)."""
+    rule = c["op"].rule(backend)
+    if c["route"] == "forward":
+        return rule.forward(c["xs"])
+    return rule.backward(c["xs"], c["cots"])
+
+
+def same(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return (a.view(np.int64) == b.view(np.int64)) | (np.isnan(a) & np.isnan(b))
+
+
+def check(c, got):
+    """Assert the case's result meets its kernel's contract; whether it was compared bit
+    for bit."""
+    assert "error" not in got, f"{c['id']}: {got.get('error')}"
+    k = kernels.of_op(c["op"])
+    claim = k.claim(c["route"], c["fmt"], c["mode"])
+    fmt = formats.get(c["fmt"])
+    xp = numerics.emulated(fmt, c["mode"])
+    screen = _Screen(xp, fmt, c["mode"], claim.margin) if claim.agreement == "screened" else None
+    emu = evaluate(c, xp)
+    outs = [unpack(g) for g in got["outputs"]]
+    assert got["device"] == "simulator"
+    assert len(outs) == len(emu)
+    compare = claim.agreement == "bitwise" or (claim.agreement == "screened"
+                                               and not screen.ambiguous)
+    for out, e in zip(outs, emu):
+        assert (out is None) == (e is None), c["id"]
+        if out is None:
+            continue
+        out = np.asarray(out).reshape(-1)
+        e = np.asarray(e).reshape(-1)
+        if compare:
+            bad = ~same(out, e)
+            assert not bad.any(), (f"{c['id']}: kernel {out[bad][:4]} != emulated "
+                                   f"{e[bad][:4]} (inputs {[np.ravel(x)[:4] for x in c['xs']]})")
+    if claim.max_ulp is not None:
+        exact = evaluate(c, numerics.reference(200))
+        for out, e, em in zip(outs, exact, emu):
+            if out is None:
+                continue
+            out = np.asarray(out, dtype=np.float64).reshape(-1)
+            e = clamped(np.asarray(e).reshape(-1), fmt)
+            err = metrics.ulp_error(out, e, fmt)
+            emu_err = metrics.ulp_error(np.asarray(em, dtype=np.float64).reshape(-1), e, fmt)
+            assert not np.any(np.isnan(err) & ~np.isnan(emu_err)), c["id"]
+            worst = float(np.nanmax(np.abs(err))) if np.any(~np.isnan(err)) else 0.0
+            assert worst <= claim.max_ulp, f"{c['id']}: {worst} ulp > claimed {claim.max_ulp}"
+    return compare
+
+
+def clamped(exact, fmt):
+    """Exact values beyond 2**(emax+2) (exp of a large format value) replaced by that power
+    with their sign, and nonzero ones below 2**(qmin-60) by that power: metrics clamps the
+    first to the extended range anyway and the second moves an error by 2**-58 ulp, and
+    metrics cannot read an mpf whose exponent is far outside binary64's."""
+    import mpmath
+    out = exact.copy()
+    for i, v in enumerate(exact):
+        if not hasattr(v, "_mpf_") or not mpmath.isfinite(v) or v == 0:
+            continue
+        size = int(v.exp) + int(v.bc)        # 2**(size-1) <= |v| < 2**size (exponent, not value)
+        if size > fmt.emax + 3:
+            out[i] = mpmath.ldexp(1 if v > 0 else -1, fmt.emax + 2)
+        elif size < fmt.qmin - 60:
+            out[i] = mpmath.ldexp(1 if v > 0 else -1, fmt.qmin - 60)
+    return out
