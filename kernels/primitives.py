@@ -116,6 +116,13 @@ def _binary64_ops(simulated, dev):
         def sqrt(a):
             return np.sqrt(np.float64(a))
         exp, log, sin, cos, tanh = np.exp, np.log, np.sin, np.cos, np.tanh
+        expm1, log1p, sinh = np.expm1, np.log1p, np.sinh
+
+        def erf(a):
+            return np.float64(math.erf(a))
+
+        def rsqrt(a):
+            return np.float64(1.0) / np.sqrt(np.float64(a))
         fadd, fsub, fmul, fdiv = (lambda a, b: np.float32(a) + np.float32(b),
                                   lambda a, b: np.float32(a) - np.float32(b),
                                   lambda a, b: np.float32(a) * np.float32(b),
@@ -132,6 +139,7 @@ def _binary64_ops(simulated, dev):
         sub = (lambda g: dev(lambda a, b: g(a, -b)))(add)
         fadd, fsub, fmul, fdiv, fsqrt = ld.fadd_rn, ld.fsub_rn, ld.fmul_rn, ld.fdiv_rn, ld.fsqrt_rn
         exp, log, sin, cos, tanh = math.exp, math.log, math.sin, math.cos, math.tanh
+        expm1, log1p, sinh, erf, rsqrt = math.expm1, math.log1p, math.sinh, math.erf, ld.rsqrt
         _f32 = np.float32
 
         def _wrap2(g):
@@ -164,14 +172,18 @@ def _binary64_ops(simulated, dev):
 
     return {"f2b": f2b, "b2f": b2f, "add": add, "sub": sub, "mul": mul, "div": div,
             "sqrt": sqrt, "exp": exp, "log": log, "sin": sin, "cos": cos, "tanh": tanh,
+            "expm1": expm1, "log1p": log1p, "sinh": sinh, "erf": erf, "rsqrt": rsqrt,
             "fadd": fadd, "fsub": fsub, "fmul": fmul, "fdiv": fdiv, "fsqrt": fsqrt,
             "max": ieee_max, "min": ieee_min}
 
 
+NAMES = ("negative", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh",
+         "add", "subtract", "multiply", "divide", "maximum", "minimum",
+         "square", "expm1", "log1p", "sinh", "erf", "rsqrt")
+
+
 def _named(fns):
-    names = ("negative", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh",
-             "add", "subtract", "multiply", "divide", "maximum", "minimum")
-    return dict(zip(names, fns))
+    return dict(zip(NAMES, fns, strict=True))
 
 
 def _native64(f, dev):
@@ -184,7 +196,10 @@ def _native64(f, dev):
         dev(lambda a, rp: cos(a)), dev(lambda a, rp: tanh(a)),
         dev(lambda a, b, rp: add(a, b)), dev(lambda a, b, rp: sub(a, b)),
         dev(lambda a, b, rp: mul(a, b)), dev(lambda a, b, rp: div(a, b)),
-        dev(lambda a, b, rp: mx(a, b)), dev(lambda a, b, rp: mn(a, b))))
+        dev(lambda a, b, rp: mx(a, b)), dev(lambda a, b, rp: mn(a, b)),
+        dev(lambda a, rp: mul(a, a)), dev(lambda a, rp: f["expm1"](a)),
+        dev(lambda a, rp: f["log1p"](a)), dev(lambda a, rp: f["sinh"](a)),
+        dev(lambda a, rp: f["erf"](a)), dev(lambda a, rp: f["rsqrt"](a))))
 
 
 def _native32(f, simulated, dev):
@@ -202,7 +217,12 @@ def _native32(f, simulated, dev):
         dev(lambda a, rp: f64(f32(tanh(f64(a))))),
         dev(lambda a, b, rp: f64(fadd(a, b))), dev(lambda a, b, rp: f64(fsub(a, b))),
         dev(lambda a, b, rp: f64(fmul(a, b))), dev(lambda a, b, rp: f64(fdiv(a, b))),
-        dev(lambda a, b, rp: mx(a, b)), dev(lambda a, b, rp: mn(a, b))))
+        dev(lambda a, b, rp: mx(a, b)), dev(lambda a, b, rp: mn(a, b)),
+        dev(lambda a, rp: f64(fmul(a, a))), dev(lambda a, rp: f64(f32(f["expm1"](f64(a))))),
+        dev(lambda a, rp: f64(f32(f["log1p"](f64(a))))),
+        dev(lambda a, rp: f64(f32(f["sinh"](f64(a))))),
+        dev(lambda a, rp: f64(f32(f["erf"](f64(a))))),
+        dev(lambda a, rp: f64(f32(f["rsqrt"](f64(a)))))))
 
 
 def _emulated(f, simulated, dev):
@@ -241,6 +261,17 @@ def _emulated(f, simulated, dev):
             return b2f((rp[1] - 2 + 1023) << 52)
         return y
 
+    @dev
+    def overflow_beyond(y, a, rp):
+        """y = f(a) of expm1 or sinh, with binary64's overflow to +-inf on finite a replaced
+        by +-2**(emax+2): the exact value lies beyond the format's range, so the stand-in
+        rounds as it does (numerics.emulated's _OVERFLOWING)."""
+        if (y == math.inf or y == -math.inf) and a == a and a != math.inf and a != -math.inf:
+            return math.copysign(b2f((rp[2] + 2 + 1023) << 52), y)
+        return y
+
+    expm1, log1p, sinh, erf, rsqrt = f["expm1"], f["log1p"], f["sinh"], f["erf"], f["rsqrt"]
+
     # Exact primitives are rounded too: the rounding maps -0 to +0 in formats without -0
     # (fnuz) and NaN to the format's image of it, as the emulated backend's exact path does.
     return _named((
@@ -251,4 +282,9 @@ def _emulated(f, simulated, dev):
         dev(lambda a, rp: rnd(tanh(a), rp)),
         dev(lambda a, b, rp: rnd(add(a, b), rp)), dev(lambda a, b, rp: rnd(sub(a, b), rp)),
         dev(lambda a, b, rp: rnd(mul(a, b), rp)), dev(lambda a, b, rp: rnd(div(a, b), rp)),
-        dev(lambda a, b, rp: rnd(mx(a, b), rp)), dev(lambda a, b, rp: rnd(mn(a, b), rp))))
+        dev(lambda a, b, rp: rnd(mx(a, b), rp)), dev(lambda a, b, rp: rnd(mn(a, b), rp)),
+        dev(lambda a, rp: rnd(mul(a, a), rp)),
+        dev(lambda a, rp: rnd(overflow_beyond(expm1(a), a, rp), rp)),
+        dev(lambda a, rp: rnd(log1p(a), rp)),
+        dev(lambda a, rp: rnd(overflow_beyond(sinh(a), a, rp), rp)),
+        dev(lambda a, rp: rnd(erf(a), rp)), dev(lambda a, rp: rnd(rsqrt(a), rp))))

@@ -28,6 +28,7 @@ import formats
 import kernels
 import numerics
 import routes
+from kernels.contract import TRANSCENDENTAL
 from numerics import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,7 +114,7 @@ class _Screen:
     def __init__(self, xp, fmt, mode, margin):
         self.ambiguous = False
         ref = numerics.reference(200)
-        for name in ("exp", "log", "sin", "cos", "tanh"):
+        for name in sorted(TRANSCENDENTAL):
             orig = getattr(xp, name)
 
             def wrapped(a, _orig=orig, _name=name, **kw):
