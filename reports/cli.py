@@ -374,7 +374,9 @@ def _add_run(sub, common):
     p.add_argument("--policies", metavar="LIST", help="accumulation policy presets (default: "
                    "strict)")
     p.add_argument("--implementations", metavar="LIST",
-                   help="emulated and/or native (default: emulated)")
+                   help="emulated, native and/or cuda (the operators' CUDA kernels on a GPU, "
+                        "or in numba's simulator under NUMBA_ENABLE_CUDASIM=1; default: "
+                        "emulated)")
     p.add_argument("--samples", metavar="N", type=int,
                    help="sampler draws per sample kind and task (default: 3)")
     p.add_argument("--seed", metavar="N", type=int, help="seed of every random stream (default 0)")
@@ -530,6 +532,8 @@ def cmd_run(args) -> int:
     if args.html:
         _check_report_dir(args.html)
     executor, scheduler = _executor(args)
+    if "cuda" in sel.implementations:
+        _cuda_device()
     try:
         outcome = runner.run(sel, out, jobs=args.jobs, resume=args.resume, csv=csv,
                              progress=not args.quiet, executor=executor, scheduler=scheduler)
@@ -552,6 +556,17 @@ def cmd_run(args) -> int:
     if args.gate:
         return _gate(args.gate, out)
     return EXIT_OK
+
+
+def _cuda_device() -> str:
+    """The device ``--implementations cuda`` runs on (a GPU, or numba's CUDA simulator under
+    NUMBA_ENABLE_CUDASIM=1), or UsageError when neither can run: asked for CUDA, the run stops
+    before any work instead of writing rows that all say so."""
+    import kernels
+    try:
+        return kernels.device()
+    except kernels.KernelError as exc:
+        raise UsageError(f"--implementations cuda: {exc}") from None
 
 
 def _add_executor(p):

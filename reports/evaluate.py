@@ -16,8 +16,9 @@ Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``b
    an operator; runner.plan) feed every finite value of the format to the one value input
    instead.  Tangents and cotangents: standard normal
    values rounded once (nearest even) into the format, from RNGs of their own.
-2. The route under the implementation: ``numerics.emulated(format, mode, policy)`` or
-   ``numerics.native(dtype)``.
+2. The route under the implementation: ``numerics.emulated(format, mode, policy)``,
+   ``numerics.native(dtype)``, or the operator's CUDA kernel (``cuda``: reports/cuda.py,
+   which also checks the kernel's contract).
 3. The reference: the same rule under ``numerics.reference(p + 64)`` on the same rounded
    inputs, tangents and cotangents (p the format's precision).  Escalation, once: the
    points whose measurement could depend on the reference's own error -- the largest error
@@ -208,7 +209,7 @@ def base_row(task, route, port, status, reason=None, need=None) -> dict:
             "max_signed_ulp": None, "max_rel": None, "bound": None, "bound_ratio": None,
             "violations": None, "unbounded": None, "interval_bound": None,
             "interval_bound_ratio": None, "interval_unbounded": None, "exceptional": {},
-            "flags": None, "unmeasured": 0,
+            "flags": None, "unmeasured": 0, "contract": None,
             "mismatches": None, "histogram": None, "by_magnitude": None, "ref_prec": None,
             "worst": None}
 
@@ -680,6 +681,9 @@ def evaluate(task: Task):
             pending.append(route)
     if not pending:
         return rows, timer.t
+    if task.implementation == "cuda":
+        from . import cuda
+        return rows + cuda.measure(task, o, fmt, pending, timer), timer.t
     try:
         backend, problem = implementation(task, fmt)
     except Exception as exc:                                  # noqa: BLE001

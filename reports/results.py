@@ -28,10 +28,11 @@ ROW_FIELDS = ("op", "instance", "attrs", "route", "port", "format", "mode", "pol
               "bound", "bound_ratio", "violations", "unbounded", "interval_bound",
               "interval_bound_ratio", "interval_unbounded", "exceptional", "flags", "unmeasured",
               "mismatches", "histogram", "by_magnitude", "ref_prec", "worst",
-              "incorrectly_rounded", "resolved_exactly")
+              "incorrectly_rounded", "resolved_exactly", "contract")
 FLOAT_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp",
                 "max_rel", "bound", "bound_ratio", "interval_bound", "interval_bound_ratio")
-NESTED_FIELDS = ("attrs", "exceptional", "flags", "histogram", "by_magnitude", "worst")
+NESTED_FIELDS = ("attrs", "exceptional", "flags", "histogram", "by_magnitude", "worst",
+                 "contract")
 ROUTE_ORDER = {"forward": 0, "tangent": 1, "gradient": 2}
 
 

@@ -38,7 +38,7 @@ from .evaluate import PHASES, ROUTES, Task, _status_rows, batchable, evaluate, s
 
 DEFAULT_FORMATS = ("bfloat16", "binary16", "float8_e4m3fn", "float8_e5m2", "binary32")
 DEFAULT_DRAWS = 3
-IMPLEMENTATIONS = ("emulated", "native")
+IMPLEMENTATIONS = ("emulated", "native", "cuda")
 # Growth instances: (operator, label, attributes); draws capped at GROWTH_DRAWS.
 GROWTH = tuple(
     [("reduce", f"sum-n{n}", {"shape": (4, n), "op": "sum", "axes": (1,)}) for n in (16, 256, 4096)]
@@ -393,4 +393,4 @@ def check_selection(sel: Selection) -> None:
     for i in sel.implementations:
         if i not in IMPLEMENTATIONS:
             raise ValueError(f"unknown implementation {i!r} (choose from "
-                             f"{', '.join(IMPLEMENTATIONS)}; cuda comes with the kernels layer)")
+                             f"{', '.join(IMPLEMENTATIONS)})")
