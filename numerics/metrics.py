@@ -5,7 +5,8 @@ Contract: ``ulp_error``, ``relative_error``, ``absolute_error``, ``error_bits`` 
 ``fmt`` (or an object array of exact numbers for formats wider than binary64) -- and ``exact``
 -- a float64 array, or an object array of mpmath mpf, gmpy2 mpfr/mpq/mpz, Fraction or int --
 broadcast them together and return one number per element.  ``measure`` gives them all from
-one parse; ``summary`` / ``merge_summaries`` reduce ulp errors to JSON-ready statistics.
+one parse; ``summary`` / ``merge_summaries`` reduce ulp errors to JSON-ready statistics;
+``clamp_exact`` brings exact mpf values of any exponent into the range they are read in.
 
 Exactness.  Both arguments are read exactly.  On the float64 path the difference is formed
 after scaling both values by the exact power of two 1/ulp, so the ulp error is the correctly
@@ -44,6 +45,7 @@ from typing import NamedTuple
 
 import gmpy2
 import numpy as np
+from mpmath import libmp
 from mpmath.libmp import finf, fnan, fninf, fzero
 
 import formats
@@ -484,3 +486,20 @@ def merge_summaries(parts) -> dict:
                         "counts": [sum(c) for c in zip(*(p["histogram"]["counts"]
                                                          for p in parts))]}
     return out
+
+
+def clamp_exact(e, fmt):
+    """Exact values with |x| >= 2**(emax+2) replaced by +-2**(emax+2) (metrics clamps them
+    to the extended format's +-Omega anyway) and 0 < |x| < 2**(qmin-64) by +-2**(qmin-64):
+    their ulp errors, x / 2**qmin away from the computed value's, move by < 2**-64."""
+    top, tiny = fmt.emax + 2, fmt.qmin - 64
+    flat = np.asarray(e, dtype=object).reshape(-1).copy()
+    for i, v in enumerate(flat):
+        m = getattr(v, "_mpf_", None)
+        if m is None or not m[1]:                      # not mpf, or zero/inf/NaN
+            continue
+        sign, man, exp, bc = m
+        mag = exp + bc - 1                             # floor(log2 |v|)
+        if mag >= top or mag < tiny:
+            flat[i] = type(v)(libmp.from_man_exp(-1 if sign else 1, top if mag >= top else tiny))
+    return flat.reshape(np.shape(e))

@@ -57,6 +57,7 @@ import formats
 import numerics
 import routes
 from numerics import metrics
+from numerics.metrics import clamp_exact
 
 REF_EXTRA, REF_ESCALATED = 64, 192
 ROUTES = ("forward", "tangent", "gradient")
@@ -381,23 +382,6 @@ def _computed(y, fmt, backend):
         return np.asarray(a, dtype=np.float64) if a.dtype != object else \
             np.asarray(backend.to_float64(a), dtype=np.float64)
     return a
-
-
-def clamp_exact(e, fmt):
-    """Exact values with |x| >= 2**(emax+2) replaced by +-2**(emax+2) (metrics clamps them
-    to the extended format's +-Omega anyway) and 0 < |x| < 2**(qmin-64) by +-2**(qmin-64):
-    their ulp errors, x / 2**qmin away from the computed value's, move by < 2**-64."""
-    top, tiny = fmt.emax + 2, fmt.qmin - 64
-    flat = np.asarray(e, dtype=object).reshape(-1).copy()
-    for i, v in enumerate(flat):
-        m = getattr(v, "_mpf_", None)
-        if m is None or not m[1]:                      # not mpf, or zero/inf/NaN
-            continue
-        sign, man, exp, bc = m
-        mag = exp + bc - 1                             # floor(log2 |v|)
-        if mag >= top or mag < tiny:
-            flat[i] = type(v)(libmp.from_man_exp(-1 if sign else 1, top if mag >= top else tiny))
-    return flat.reshape(np.shape(e))
 
 
 # ----- measuring -------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ A route regressed when, against the baseline:
 - it has more bound violations, more mismatches (exactly compared ports), more unmeasurable
   errors, or an exceptional outcome class (``nan_from_finite``, ``overflow_to_inf``, ...)
   the baseline row did not have;
+- it is a CUDA kernel's row (``--implementations cuda``) whose contract held in the baseline
+  and does not now (reports/cuda.py);
 - it was measured (status ``ok``) in the baseline and is now missing or not ``ok``.
 
 Improvements (a metric that shrank by more than the tolerance, fewer violations or
@@ -344,6 +346,11 @@ def _judge(b, c, metric, tol, mode):
             worse.append(f"{what} {bv} -> {cv}{extra}")
         elif cv < bv:
             better.append(f"{what} {bv} -> {cv}")
+    bk, ck = b.get("contract"), c.get("contract")
+    if isinstance(ck, dict) and ck.get("held") is False and \
+            not (isinstance(bk, dict) and bk.get("held") is False):
+        worse.append(f"kernel contract broken ({ck.get('agreement')} agreement: "
+                     f"{ck.get('differing')} elements differ from the model)")
     bx, cx = _classes(b.get("exceptional")), _classes(c.get("exceptional"))
     new = sorted(k for k in cx if k not in bx)
     if new:

@@ -49,7 +49,7 @@ from numerics import metrics, screen
 from numerics.native import UFUNCS, resolve as native_dtype
 
 from . import executors, results, runner
-from .evaluate import clamp_exact
+from numerics.metrics import clamp_exact
 
 CHUNK = 1 << 22
 EXHAUSTIVE_MAX = 1 << 32
@@ -483,7 +483,7 @@ def _exact(name, fmt, xs, out, idx, summ):
                            start_prec=fmt.precision + 64)
     t = out[idx]
     # Exact values beyond 2**(emax+2) (exp(1e10) has an exponent no rational holds) or below
-    # 2**(qmin-64) measure alike clamped (reports.evaluate.clamp_exact).
+    # 2**(qmin-64) measure alike clamped (numerics.metrics.clamp_exact).
     meas = metrics.measure(t, clamp_exact(res.values, fmt), fmt)
     if summ is not None:
         err = meas.ulp

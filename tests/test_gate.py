@@ -150,6 +150,11 @@ def test_p99_metric_ignores_a_grown_maximum(capsys, tmp_path):
     ({}, {"status": "no_rule", "reason": "lacks capability exp"}, "status ok -> no_rule"),
     ({}, {"max_ulp": "inf"}, "max_ulp 0.5 -> inf ulp"),
     ({}, {"max_ulp": None}, "max_ulp no longer measurable"),
+    ({"implementation": "cuda", "contract": {"held": True, "agreement": "bitwise",
+                                             "differing": 0}},
+     {"implementation": "cuda", "contract": {"held": False, "agreement": "bitwise",
+                                             "differing": 3}},
+     "kernel contract broken (bitwise agreement: 3 elements differ from the model)"),
 ])
 def test_each_kind_of_regression_fails(capsys, tmp_path, before, after, words):
     status, out, err = gate_files(capsys, tmp_path, [row(**before)], [row(**after)])

@@ -65,6 +65,7 @@ class Row:
     values: dict = field(default_factory=dict)       # FLOAT_FIELDS and INT_FIELDS
     exceptional: dict = field(default_factory=dict)
     flags: list | None = None
+    contract: dict | None = None
     histogram: list | None = None
     by_magnitude: list | None = None
     worst: dict | None = None
@@ -133,6 +134,11 @@ def normalize(index: int, raw, families: dict) -> Row:
         row.flags = flags
     else:
         problems.append("flags is not a list of names")
+    contract = raw.get("contract")
+    if contract is None or isinstance(contract, dict):
+        row.contract = contract
+    else:
+        problems.append("contract is not an object")
     # Figures and the reproducer are optional: a defect there loses that figure only
     # (svg.py and operator.py check their shapes), not the row.
     row.histogram = raw.get("histogram") if isinstance(raw.get("histogram"), list) else None

@@ -108,6 +108,8 @@ def _row(report, r) -> str:
                ("reference precision", bits(r.ref_prec))]
     if r.mismatches is not None:
         metrics.insert(1, ("mismatches (exact comparison)", count(r.mismatches, "sample")))
+    if r.contract is not None:
+        metrics.append(("kernel contract", _contract(r.contract)))
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in metrics)
     if r.histogram is None and r.mismatches is not None:
         figures = ('<p class="note">Outputs compared exactly (integers, indices or Booleans): '
@@ -118,6 +120,17 @@ def _row(report, r) -> str:
     return (f'<div class="row" id="r{r.index}">{head}<dl class="metrics">{dl}</dl>'
             f'<div class="figures">{figures}{svg.bound_bar(r.max_ulp, r.bound, r.violations)}'
             f"</div>{_worst(report, r)}</div>")
+
+
+def _contract(c: dict) -> str:
+    """A kernel's contract and whether it held (reports/cuda.py), in words."""
+    claim = c.get("max_ulp")
+    parts = [f"{'held' if c.get('held') else 'NOT held'}: agreement with the model "
+             f"{c.get('agreement', '?')}",
+             f"{c.get('differing', '?')} elements differing from it",
+             f"claimed max {ulp(claim) if isinstance(claim, (int, float)) else 'none'}",
+             f"order {c.get('order', '?')}, fma {c.get('fma', '?')}, ftz {c.get('ftz', '?')}"]
+    return "; ".join(parts)
 
 
 def _worst(report, r) -> str:
