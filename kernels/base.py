@@ -61,7 +61,10 @@ class Context:
     rp: np.ndarray
 
     def compile(self, key, make):
-        """``make()``, compiled once per process for (key, flavour, simulator or GPU)."""
+        """``make()``, compiled once per process for (key, flavour, simulator or GPU).  One key
+        names one kernel factory across modules (the shared matmul, reduce and softmax row
+        kernels are reused under their names): a module's own kernels take keys prefixed
+        with the module (``"conv.pool"``, ``("elementwise", name)``)."""
         k = (key, self.flavour, self.simulated)
         if k not in _compiled:
             _compiled[k] = make()

@@ -20,6 +20,8 @@ from numba import cuda
 
 from typing import Callable, NamedTuple
 
+from routes.families.activation import _GELU_C, _RSQRT2, _RSQRT2PI, _SQRT_2_OVER_PI
+
 from .base import Kernel, flat
 from .contract import Contract
 
@@ -307,6 +309,100 @@ def _tanh_grad(P, dev):
     return (g,)
 
 
+def _softplus(P, dev):
+    mul, ex, l1p, div = P["multiply"], P["exp"], P["log1p"], P["divide"]
+
+    @dev
+    def f(x, c0, c1, rp):
+        # c0 = beta, c1 = threshold (frozen ports): x where beta x > threshold (NaN fails the
+        # comparison), else log1p(exp(beta x)) / beta (activation._softplus's order).
+        bx = mul(c0, x, rp)
+        if bx > c1:
+            return x
+        return div(l1p(ex(bx, rp), rp), c0, rp)
+    return f
+
+
+def _softplus_grad(P, dev):
+    mul, s = P["multiply"], _sigmoid_fn(P, dev)
+
+    @dev
+    def g(x, v, c0, c1, rp):
+        bx = mul(c0, x, rp)                        # v where beta x > threshold, else
+        if bx > c1:                                # v * sigmoid(beta x) (_softplus_d)
+            return v
+        return mul(v, s(bx, rp), rp)
+    return (g,)
+
+
+# gelu's literals as decimal strings (activation's own), read by xp.full_like: each rounded
+# once into the format.  On the device: the binary64 nearest of the literal rounded into the
+# format by one multiplication by 1, which gives the same value as rounding the literal
+# itself in every format and mode of the kernels (no binary64 nearest of these literals lies
+# on a point or a midpoint of a grid of precision <= 25: tests/test_kernels_movement.py).
+_GELU_LITERALS = (float(_RSQRT2), float(_RSQRT2PI), float(_SQRT_2_OVER_PI), float(_GELU_C))
+
+
+def _literal(P, dev):
+    mul = P["multiply"]
+    return dev(lambda c, rp: mul(c, 1.0, rp))
+
+
+def _gelu_parts(P, dev):
+    """cdf(x) = 0.5 (1 + erf(x / sqrt 2)) (approximate none) and tanh_parts(x) = (c,
+    sigmoid(2 z)), z = sqrt(2/pi) (x + c x^3) (activation._gelu_tanh_parts), in the rule's
+    order of primitives; 1 (ones_like) is exact in every format."""
+    mul, add, erf, lit = P["multiply"], P["add"], P["erf"], _literal(P, dev)
+    s = _sigmoid_fn(P, dev)
+    r2, k, c3 = _GELU_LITERALS[0], _GELU_LITERALS[2], _GELU_LITERALS[3]
+
+    @dev
+    def cdf(x, rp):
+        return mul(lit(0.5, rp), add(1.0, erf(mul(x, lit(r2, rp), rp), rp), rp), rp)
+
+    @dev
+    def tanh_parts(x, rp):
+        c = lit(c3, rp)
+        inner = mul(lit(k, rp), add(x, mul(c, mul(x, mul(x, x, rp), rp), rp), rp), rp)
+        return c, s(add(inner, inner, rp), rp)
+    return cdf, tanh_parts
+
+
+def _gelu(P, dev):
+    mul = P["multiply"]
+    cdf, tanh_parts = _gelu_parts(P, dev)
+
+    @dev
+    def f(x, c0, c1, rp):
+        # c0 = 1: approximate tanh, x sigmoid(2 z); else x Phi(x) (activation._gelu).
+        if c0 == 1.0:
+            return mul(x, tanh_parts(x, rp)[1], rp)
+        return mul(x, cdf(x, rp), rp)
+    return f
+
+
+def _gelu_grad(P, dev):
+    mul, add, sub, neg, ex = (P["multiply"], P["add"], P["subtract"], P["negative"],
+                              P["exp"])
+    lit = _literal(P, dev)
+    cdf, tanh_parts = _gelu_parts(P, dev)
+    rpi, k = _GELU_LITERALS[1], _GELU_LITERALS[2]
+
+    @dev
+    def g(x, v, c0, c1, rp):
+        if c0 == 1.0:
+            # v (s + 2x (s (1 - s)) z'), z' = sqrt(2/pi) (1 + 3 (c x^2)) (activation._gelu_d).
+            c, s = tanh_parts(x, rp)
+            dinner = mul(lit(k, rp), add(1.0, mul(lit(3.0, rp), mul(c, mul(x, x, rp), rp),
+                                                  rp), rp), rp)
+            right = mul(add(x, x, rp), mul(mul(s, sub(1.0, s, rp), rp), dinner, rp), rp)
+            return mul(v, add(s, right, rp), rp)
+        # v (Phi(x) + x phi(x)), phi(x) = exp(-0.5 (x x)) / sqrt(2 pi).
+        pdf = mul(lit(rpi, rp), ex(mul(neg(lit(0.5, rp), rp), mul(x, x, rp), rp), rp), rp)
+        return mul(v, add(cdf(x, rp), mul(x, pdf, rp), rp), rp)
+    return (g,)
+
+
 _SCALAR = lambda a: a.get("element", "scalar") == "scalar"       # noqa: E731
 
 ELEMENTWISE = {
@@ -338,6 +434,13 @@ ELEMENTWISE = {
                   _f("exp", "negative", "add", "divide", "multiply", "subtract")),
     "tanh": Entry(1, (), _unary("tanh"), _f("tanh"), _tanh_grad,
                   _f("tanh", "multiply", "subtract")),
+    # Both approximations in one entry: the primitive sets are their unions.
+    "gelu": Entry(1, (), _gelu, _f("multiply", "add", "erf", "exp", "negative", "divide"),
+                  _gelu_grad, _f("multiply", "add", "erf", "exp", "negative", "divide",
+                                 "subtract")),
+    "softplus": Entry(1, ("beta", "threshold"), _softplus,
+                      _f("multiply", "exp", "log1p", "divide"), _softplus_grad,
+                      _f("multiply", "exp", "negative", "add", "divide")),
 }
 
 
@@ -345,6 +448,8 @@ def attribute_scalars(name, attrs) -> tuple[float, float]:
     """Constants a body reads from the attributes (c0 of sqrt: 1 at clampNegative)."""
     if name == "sqrt":
         return (1.0 if attrs.mode == "clampNegative" else 0.0), 0.0
+    if name == "gelu":                                # c0 of gelu: 1 at approximate tanh
+        return (1.0 if attrs.approximate == "tanh" else 0.0), 0.0
     return 0.0, 0.0
 
 
@@ -391,7 +496,8 @@ def make_kernels(entry: Entry, P: dict, simulated: bool):
 def launch(o, xs, cotangents, route, ctx):
     """An elementwise kernel over the flat elements (module docstring of kernels.base)."""
     e = ELEMENTWISE[o.name]
-    fwd, grad = ctx.compile(o.name, lambda: make_kernels(e, ctx.P, ctx.simulated))
+    fwd, grad = ctx.compile(("elementwise", o.name),
+                            lambda: make_kernels(e, ctx.P, ctx.simulated))
     values = [flat(x) for x in xs[:e.arity]]
     frozen = [float(x) for x in xs[e.arity:]]
     c0, c1 = attribute_scalars(o.name, o.attrs)
@@ -411,8 +517,9 @@ def launch(o, xs, cotangents, route, ctx):
     return tuple(g.reshape(x.shape) for g, x in zip(grads, xs)) + (None,) * len(e.frozen)
 
 
-# sigmoid and silu are compositions (several roundings); every other entry is one rounding.
-_COMPOSITE = ("sigmoid", "silu")
+# sigmoid, silu, gelu and softplus are compositions (several roundings); every other entry is
+# one rounding.
+_COMPOSITE = ("sigmoid", "silu", "gelu", "softplus")
 KERNELS = tuple(
     Kernel(name, "elementwise",
            Contract(e.forward_prims, e.gradient_prims if e.gradient is not None else None,

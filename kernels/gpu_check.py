@@ -3,14 +3,18 @@
     python -m kernels.gpu_check --out results/gpu.json [--size N] [--formats a,b] [--seed S]
 
 For every kernel of the table, every format asked for and every route the kernel has, one
-operator instance at a realistic size (``--size`` elements for elementwise operators, rows
-of 64 for reduce and softmax, 64 x 64 x 64 products for matmul) runs on the device with
-ordinary and special samples of the operator (routes' samplers), and the file records per
+operator instance at a realistic size (``instance``: ``--size`` elements for elementwise
+operators, rows of 64 for reductions and normalizations, 64 x 64 x 64 products at the
+default size; other operators at their default attributes, drawn repeatedly up to
+``--size`` output elements) runs on the device with ordinary and special samples of the
+operator (routes' samplers), and the file records per
 (operator, route, format): the largest ulp error against
 ``o.rule(numerics.reference(200))`` (numerics.metrics), the contract's claim, the elements
 that differ from numerics.emulated where the contract claims agreement, and whether the
-contract held.  The device field says which GPU ran it.  Without a GPU the script exits 2
-with one line: simulator results are never presented as GPU accuracy.
+contract held.  The device field says which GPU ran it; progress goes to stderr.  Without
+a GPU the script exits 2 with one line: simulator results are never presented as GPU
+accuracy (``measure`` itself runs anywhere ``kernels.run`` does: the tests call it in the
+simulator).
 
 Exit status: 0 every contract held, 1 some contract failed, 2 bad usage or no GPU.
 """
@@ -63,9 +67,9 @@ def parse(argv=None) -> argparse.Namespace:
 
 def instance(name: str, size: int):
     """The operator instance measured for kernel ``name`` at about ``size`` elements: rows of
-    64 for reduce and softmax, 64 x 64 x 64 products, ``size`` elements for the elementwise
-    kernels, and the operator's default instance for the others (drawn repeatedly, see
-    ``draws``)."""
+    64 for reduce, mean, softmax and the normalizations, (n x 64) (64 x n) products with
+    n = size / 64 up to 64, ``size`` elements for the elementwise kernels, and the operator's
+    default instance for the others (drawn repeatedly, see ``draws``)."""
     import routes
     import kernels
     side = 64
@@ -75,7 +79,21 @@ def instance(name: str, size: int):
     if name in ("softmax", "logSoftmax"):
         return routes.op(name, shape=(rows, side), axis=1)
     if name in ("matmul", "scaledMatmul"):
-        return routes.op(name, x_shape=(side, side), y_shape=(side, side))
+        n = min(side, max(2, size // side))
+        return routes.op(name, x_shape=(n, side), y_shape=(side, n))
+    if name == "mean":
+        return routes.op("mean", shape=(rows, side), axes=(1,))
+    if name == "layerNorm":
+        return routes.op(name, shape=(rows, side))
+    if name == "batchNorm":
+        return routes.op(name, shape=(side, rows))
+    if name == "batchNormRunning":
+        return routes.op(name, shape=(rows, side), axis=1)
+    if name == "linear":
+        return routes.op(name, batch=(rows,), in_features=side, out_features=side)
+    if name == "conv":
+        return routes.op(name, shape=(max(1, size // 512), 8, side), out_channels=8,
+                         kernel=(3,), padding=(1,))
     if kernels.of_op(name).kind == "elementwise":
         return routes.op(name, shape=(size,))
     return routes.op(name)
@@ -125,7 +143,8 @@ def measure(name, fmt, route, size, rng) -> dict:
                 differ += int(np.sum(~same))
                 samples += c.size
                 if port.scalar:
-                    e = metrics.clamp_exact(np.asarray(e, dtype=object).reshape(-1), fmt)
+                    e = metrics.clamp_exact(np.asarray(e, dtype=object).reshape(-1),
+                                            formats.get(fmt))
                     err = np.abs(metrics.ulp_error(c, e, fmt))
                     if np.any(~np.isnan(err)):
                         worst = max(worst, float(np.nanmax(err)))

@@ -69,7 +69,7 @@ def _read(o, inputs, fmt, mode):
                .reshape(np.shape(x)) if p.scalar else np.asarray(x)
                for x, p in zip(inputs, o.inputs))
     for x, p, name in zip(xs, o.inputs, o.input_names):
-        if tuple(np.shape(x)) != tuple(p.shape):
+        if tuple(np.shape(x)) != tuple(p.array_shape):
             raise KernelError(f"kernels: {o.name}: input {name} must have shape "
-                              f"{list(p.shape)} (got {list(np.shape(x))})")
+                              f"{list(p.array_shape)} (got {list(np.shape(x))})")
     return xs

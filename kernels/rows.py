@@ -1,23 +1,38 @@
-"""Row kernels: reduce (sum, prod, max, min), softmax and logSoftmax, one thread per output
-row, every loop in sequential order (element 0 first), which is the emulated backend's
-"strict" policy: ``Backend._sequential`` folds acc = x[0], then acc = op(acc, x[j]) for
-j = 1, 2, ... (numerics/backend.py).  The host moves the reduced axes last and flattens them
-(data movement, routes.families.reduction.to_last), so a kernel sees a C-contiguous
-(rows, n) array.  A fixed order per output element is what makes the result reproducible
-and comparable bit for bit; the error of a sequential sum is gamma_(n-1) sum|x_i| (Higham
-2002, 4.2), which routes.apriori bounds per sample.
+"""Row kernels: reduce (sum, prod, max, min), mean, softmax and logSoftmax (forward and
+gradient), one thread per output row, every loop in sequential order (element 0 first),
+which is the emulated backend's "strict" policy: ``Backend._sequential`` folds acc = x[0],
+then acc = op(acc, x[j]) for j = 1, 2, ... (numerics/backend.py).  The host moves the
+reduced axes last and flattens them (data movement, routes.families.reduction.to_last), so
+a kernel sees a C-contiguous (rows, n) array.  A fixed order per output element is what
+makes the result reproducible and comparable bit for bit; the error of a sequential sum is
+gamma_(n-1) sum|x_i| (Higham 2002, 4.2), which routes.apriori bounds per sample.
+
+Rules mirrored (routes/families/reduction.py, softmax_attention.py):
+
+- mean: ``xp.divide(xp.sum(x, axes), xp.constant(n))``: the sequential sum, then one division
+  by the count n rounded once into the format (on the host, ``ctx.round``); gradient
+  ``xp.divide(spread(g), xp.constant(n))``: the cotangent spread over its group (data
+  movement, on the host) and divided elementwise by the same rounded n.
+- softmax gradient ``_softmax_lin``: y * (g - sum(g * y)), y the forward value recomputed by
+  the same row code, the products g_j y_j rounded, summed sequentially, each g_j - s rounded,
+  then multiplied by y_j.
+- logSoftmax gradient ``_log_softmax_lin`` (transpose): g - exp(y) * sum(g), y the forward
+  value, sum(g) sequential, exp(y_j) rounded, its product with the sum rounded, then the
+  difference.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 # numba.cuda at module level: the simulator swaps the module's global `cuda` for its
 # per-thread fake inside kernels (a local import would not be swapped).
-import numpy as np
 from numba import cuda
 
-from routes.families.reduction import kept_shape, to_last
+from routes.families.reduction import kept_shape, spread, to_last
 
-from .base import Kernel
+from .base import Kernel, flat
 from .contract import Contract
 
 REDUCE_OPS = ("sum", "prod", "max", "min")
@@ -51,35 +66,102 @@ def make_reduce(P: dict):
     return reduce
 
 
-def make_softmax(P: dict):
-    """softmax(x[rows, n], out[rows, n], log, rp): routes' _softmax (log = 0) and
-    log_softmax (log = 1): m = max (exact, NaN-propagating), z = x - m rounded, e = exp(z),
-    s = sequential sum of e; softmax e / s, logSoftmax z - log(s)."""
+def make_mean(P: dict):
+    """mean(x[rows, n], out[rows], count, rp): the sequential sum of each row divided once by
+    ``count`` (n rounded into the format).  n >= 1."""
+    add, div = P["add"], P["divide"]
+
+    @cuda.jit
+    def mean(x, out, count, rp):
+        r = cuda.grid(1)
+        if r < out.size:
+            acc = x[r, 0]
+            for j in range(1, x.shape[1]):
+                acc = add(acc, x[r, j], rp)
+            out[r] = div(acc, count, rp)
+    return mean
+
+
+def make_divide_by(P: dict):
+    """divide_by(v[n], out[n], c, rp): out = v / c elementwise (mean's gradient)."""
+    div = P["divide"]
+
+    @cuda.jit
+    def divide_by(v, out, c, rp):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = div(v[i], c, rp)
+    return divide_by
+
+
+def softmax_row(P: dict):
+    """The device function row(x, out, r, log, rp) writing routes' _softmax (log = 0) or
+    log_softmax (log = 1) of row r of x into row r of out: m = max (exact, NaN-propagating),
+    z = x - m rounded, e = exp(z), s = sequential sum of e; softmax e / s, logSoftmax
+    z - log(s).  The forward and gradient kernels share it, so the gradient's y is the
+    forward's, bit for bit."""
     add, sub, div, mx, ex, lg = (P["add"], P["subtract"], P["divide"], P["maximum"],
                                  P["exp"], P["log"])
+
+    @cuda.jit(device=True)
+    def row(x, out, r, log, rp):
+        n = x.shape[1]
+        m = x[r, 0]
+        for j in range(1, n):
+            m = mx(m, x[r, j], rp)
+        s = 0.0
+        for j in range(n):
+            z = sub(x[r, j], m, rp)
+            e = ex(z, rp)
+            s = e if j == 0 else add(s, e, rp)
+            out[r, j] = e if log == 0 else z
+        if log == 0:
+            for j in range(n):
+                out[r, j] = div(out[r, j], s, rp)
+        else:
+            ls = lg(s, rp)
+            for j in range(n):
+                out[r, j] = sub(out[r, j], ls, rp)
+    return row
+
+
+def make_softmax(P: dict):
+    """softmax(x[rows, n], out[rows, n], log, rp): one row per thread (``softmax_row``)."""
+    row = softmax_row(P)
 
     @cuda.jit
     def softmax(x, out, log, rp):
         r = cuda.grid(1)
         if r < x.shape[0]:
+            row(x, out, r, log, rp)
+    return softmax
+
+
+def make_softmax_grad(P: dict):
+    """softmax_grad(x[rows, n], g[rows, n], out[rows, n], log, rp): the pullback of the
+    cotangent g at the forward value y (computed into out first, then overwritten entry by
+    entry, each entry read before it is written).
+    softmax (log = 0): s = sum_j g_j * y_j sequentially, out_j = y_j * (g_j - s);
+    logSoftmax (log = 1): s = sum_j g_j sequentially, out_j = g_j - exp(y_j) * s."""
+    row = softmax_row(P)
+    add, sub, mul, ex = P["add"], P["subtract"], P["multiply"], P["exp"]
+
+    @cuda.jit
+    def softmax_grad(x, g, out, log, rp):
+        r = cuda.grid(1)
+        if r < x.shape[0]:
+            row(x, out, r, log, rp)
             n = x.shape[1]
-            m = x[r, 0]
-            for j in range(1, n):
-                m = mx(m, x[r, j], rp)
             s = 0.0
             for j in range(n):
-                z = sub(x[r, j], m, rp)
-                e = ex(z, rp)
-                s = e if j == 0 else add(s, e, rp)
-                out[r, j] = e if log == 0 else z
-            if log == 0:
-                for j in range(n):
-                    out[r, j] = div(out[r, j], s, rp)
-            else:
-                ls = lg(s, rp)
-                for j in range(n):
-                    out[r, j] = sub(out[r, j], ls, rp)
-    return softmax
+                t = mul(g[r, j], out[r, j], rp) if log == 0 else g[r, j]
+                s = t if j == 0 else add(s, t, rp)
+            for j in range(n):
+                if log == 0:
+                    out[r, j] = mul(out[r, j], sub(g[r, j], s, rp), rp)
+                else:
+                    out[r, j] = sub(g[r, j], mul(ex(out[r, j], rp), s, rp), rp)
+    return softmax_grad
 
 
 def launch_reduce(o, xs, cotangents, route, ctx):
@@ -96,25 +178,65 @@ def launch_reduce(o, xs, cotangents, route, ctx):
     return (out.reshape(shape),)
 
 
+def launch_mean(o, xs, cotangents, route, ctx):
+    a = o.attrs
+    count = ctx.round(math.prod(a.shape[ax] for ax in a.axes))
+    if route == "gradient":
+        (g,) = ctx.cotangents(o, cotangents)
+        v = flat(spread(g, a.shape, a.axes))
+        out = np.empty(v.size)
+        kern = ctx.compile("divide_by", lambda: make_divide_by(ctx.P))
+        ctx.launch(kern, v.size, v, out, float(count), ctx.rp)
+        return (out.reshape(a.shape),)
+    shape = kept_shape(a.shape, a.axes, a.keepdim)
+    x = xs[0]
+    if x.size == 0:                                  # the rule's constant 0 (check: n >= 1)
+        return (np.zeros(shape),)
+    moved = to_last(x, a.axes)
+    rows = np.ascontiguousarray(moved.reshape(-1, moved.shape[-1]), dtype=np.float64)
+    out = np.empty(rows.shape[0])
+    kern = ctx.compile("mean", lambda: make_mean(ctx.P))
+    ctx.launch(kern, rows.shape[0], rows, out, float(count), ctx.rp)
+    return (out.reshape(shape),)
+
+
+def softmax_rows(x, axis):
+    """x with ``axis`` moved last, as C-contiguous float64 rows, and the moved shape."""
+    moved = np.moveaxis(x, axis, -1)
+    return np.ascontiguousarray(moved.reshape(-1, moved.shape[-1]), dtype=np.float64), \
+        moved.shape
+
+
 def launch_softmax(o, xs, cotangents, route, ctx):
     axis = o.attrs.axis
-    moved = np.moveaxis(xs[0], axis, -1)
-    rows = np.ascontiguousarray(moved.reshape(-1, moved.shape[-1]), dtype=np.float64)
+    log = 1 if o.name == "logSoftmax" else 0
+    rows, shape = softmax_rows(xs[0], axis)
     out = np.empty_like(rows)
-    kern = ctx.compile("softmax", lambda: make_softmax(ctx.P))
-    ctx.launch(kern, rows.shape[0], rows, out, 1 if o.name == "logSoftmax" else 0, ctx.rp)
-    return (np.moveaxis(out.reshape(moved.shape), -1, axis),)
+    if route == "gradient":
+        (g,) = ctx.cotangents(o, cotangents)
+        grows, _ = softmax_rows(g, axis)
+        kern = ctx.compile("softmax_grad", lambda: make_softmax_grad(ctx.P))
+        ctx.launch(kern, rows.shape[0], rows, grows, out, log, ctx.rp)
+    else:
+        kern = ctx.compile("softmax", lambda: make_softmax(ctx.P))
+        ctx.launch(kern, rows.shape[0], rows, out, log, ctx.rp)
+    return (np.moveaxis(out.reshape(shape), -1, axis),)
 
 
 _f = frozenset
+_SOFTMAX = _f({"maximum", "subtract", "exp", "add", "divide"})
+_LOG_SOFTMAX = _f({"maximum", "subtract", "exp", "add", "log"})
 KERNELS = (
     # reduce: sum and prod in sequential order (many roundings), max and min exact.
     Kernel("reduce", "reduce",
            Contract(_f({"add", "multiply", "maximum", "minimum"}), None, False), launch_reduce),
+    # mean: a sequential sum, then one division by the rounded count; its gradient is one
+    # division per element.
+    Kernel("mean", "reduce", Contract(_f({"add", "divide"}), _f({"divide"}), False),
+           launch_mean),
+    # The gradients recompute the forward value (the same row code) before the pullback.
     Kernel("softmax", "softmax",
-           Contract(_f({"maximum", "subtract", "exp", "add", "divide"}), None, False),
-           launch_softmax),
+           Contract(_SOFTMAX, _SOFTMAX | {"multiply"}, False), launch_softmax),
     Kernel("logSoftmax", "softmax",
-           Contract(_f({"maximum", "subtract", "exp", "add", "log"}), None, False),
-           launch_softmax),
+           Contract(_LOG_SOFTMAX, _LOG_SOFTMAX | {"multiply"}, False), launch_softmax),
 )

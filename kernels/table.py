@@ -13,7 +13,8 @@ import importlib
 
 from .base import Kernel
 
-MODULES = ("elementwise", "rows", "products")
+MODULES = ("elementwise", "rows", "products", "movement", "norms", "attention", "losses",
+           "draws", "conv", "spectral")
 
 TABLE = {k.name: k for m in MODULES
          for k in importlib.import_module(f"{__package__}.{m}").KERNELS}

@@ -18,7 +18,7 @@ import pytest
 import kernels
 import routes
 from routes.vocabulary import VOCABULARY
-from kernels import elementwise, gpu_check, products, rows
+from kernels import elementwise, gpu_check
 from kernel_harness import _pack, case as _case, check as _check, simulate, unpack
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,9 +27,12 @@ DIRECTED = ("toward_zero", "upward", "nearest_away", "odd")
 
 
 def _instances():
-    """(op, kinds) of every kernel of these modules at tiny sizes."""
+    """(op, kinds) of the elementwise, reduce, softmax and matmul kernels at tiny sizes (the
+    other kernels have test files of their own)."""
     out = []
-    for name in (k.name for m in (elementwise, rows, products) for k in m.KERNELS):
+    names = [k.name for k in elementwise.KERNELS] + ["reduce", "softmax", "logSoftmax",
+                                                     "matmul", "scaledMatmul"]
+    for name in names:
         if name == "reduce":
             out += [(routes.op("reduce", shape=(3, 4), op=r, axes=(1,)), ("ordinary", "special"))
                     for r in ("sum", "prod", "max", "min")]
@@ -138,7 +141,7 @@ def test_every_contract_has_its_fields_and_claims():
     assert kernels.of_op("relu").claim("forward", "float8_e4m3fn", "odd") == \
         ("bitwise", 0.0, 0.0)
     assert kernels.of_op("matmul").claim("forward", "binary32").max_ulp is None
-    assert kernels.of_op("softmax").routes == ("forward",)
+    assert kernels.of_op("softmax").routes == ("forward", "gradient")
 
 
 def test_formats_and_modes_outside_the_kernels_are_refused_in_one_line():
@@ -198,7 +201,8 @@ def test_gpu_check_parses_its_arguments():
                            (["--out", "r", "--seed", "-1"], "--seed")):
         with pytest.raises(SystemExit, match=fragment):
             gpu_check.parse(argv)
-    assert gpu_check.instance("matmul", 10).attrs.x_shape == (64, 64)
+    assert gpu_check.instance("matmul", 4096).attrs.x_shape == (64, 64)
+    assert gpu_check.instance("matmul", 10).attrs.x_shape == (2, 64)
     assert gpu_check.instance("relu", 10).attrs.shape == (10,)
 
 
@@ -264,3 +268,47 @@ def test_gpu_build_compiles_to_ptx_without_fma_contraction():
         assert "fma." not in text, f"{key}: FMA contraction in the PTX"
     assert "mul.rn.f64" in ptx["binary64-matmul"] and "add.rn.f64" in ptx["binary64-matmul"]
     assert "mul.rn.f32" in ptx["binary32-matmul"]
+
+
+_GPU_CHECK = textwrap.dedent("""
+    import json, os
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    import numpy as np
+    import kernels
+    from kernels import gpu_check
+    rng = np.random.default_rng(0)
+    rows = [gpu_check.measure(name, "bfloat16", route, 8, rng)
+            for name in kernels.names() for route in kernels.of_op(name).routes]
+    print(json.dumps(rows))
+""")
+
+
+def test_gpu_check_measures_every_kernel_and_route():
+    """gpu_check's measurement (what it runs on a GPU) in the simulator at a tiny size: one
+    row per kernel and route, every contract held, against the exact reference."""
+    proc = _python(_GPU_CHECK, NUMBA_ENABLE_CUDASIM="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {r["op"] for r in rows} == set(kernels.names())
+    for r in rows:
+        # detach's pullback is no gradient at all (its input is detached): nothing to measure.
+        assert r["device"] == "simulator", r
+        assert r["samples"] > 0 or (r["op"], r["route"]) == ("detach", "gradient"), r
+        assert r["held"] is True, r
+        if r["agreement"] == "bitwise":
+            assert r["differ_from_emulated"] == 0, r
+
+
+def test_every_operator_with_a_cuda_entry_has_a_kernel():
+    """The spec's CUDA column (routes.vocabulary): every operator marked ``yes`` or ``at some
+    attributes`` has a kernel serving its default attributes, and a forward route."""
+    cuda = {row[1]: row[3] for row in VOCABULARY}
+    for name, entry in cuda.items():
+        if entry in ("yes", "at some attributes"):
+            k = kernels.of_op(routes.op(name))
+            assert k is not None, name
+            assert "forward" in k.routes, name
+    # The gradient routes the issue asks for at least.
+    for name in ("add", "mul", "exp", "relu", "gelu", "softplus", "matmul", "linear", "softmax",
+                 "layerNorm", "crossEntropy"):
+        assert "gradient" in kernels.of_op(name).routes, name

@@ -1,0 +1,320 @@
+"""Kernels of the losses (kernels.losses: mseLoss, huberLoss, crossEntropy, distill) and of the
+masks and draws (kernels.draws: dropout, topKMask, bernoulliMask, randUniform) in numba's CUDA
+simulator against numerics.emulated and the exact reference (tests/kernel_harness.py: one
+simulator subprocess, each case checked against its kernel's contract); the device SplitMix64
+words against Python integers; the contracts; the GPU build's PTX where NVVM is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import kernels
+import numerics
+import routes
+from kernel_harness import _pack, case as _case, check as _check, same, simulate, unpack
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
+LOSSES = ("mseLoss", "huberLoss", "crossEntropy", "distill")
+DRAWS = ("dropout", "topKMask", "bernoulliMask", "randUniform")
+KEY_MAX = 2 ** 64 - 1
+
+
+def _instances():
+    """(op, kinds, formats) at tiny sizes: every operator at its default attributes in every
+    format and sample kind; the other reductions, ranks and keys in fewer."""
+    few = ("binary32", "bfloat16", "float8_e4m3fn")
+    out = []
+    for name in LOSSES:
+        o = routes.op(name)
+        kinds = tuple(o.decl.samples)
+        out.append((o, kinds, FORMATS))
+        if name in ("mseLoss", "huberLoss"):
+            out += [(routes.op(name, shape=(5,), reduction="sum"), ("ordinary", "special"), few),
+                    (routes.op(name, shape=(2, 3), reduction="none"), ("ordinary", "edges"),
+                     few)]
+        else:
+            out += [(routes.op(name, shape=(4,), reduction="sum"), ("ordinary", "edges"), few),
+                    (routes.op(name, shape=(2, 3, 2), reduction="none"),
+                     ("ordinary", "special"), few),
+                    (routes.op(name, shape=(3, 2), reduction="mean"), ("edges",), few),
+                    (routes.op(name, shape=(3,), reduction="none"), ("ordinary",),
+                     ("bfloat16",))]
+    for name in DRAWS:
+        o = routes.op(name)
+        out.append((o, tuple(o.decl.samples), FORMATS))
+    out += [(routes.op("dropout", shape=(2, 3)), ("special",), few),
+            (routes.op("topKMask", shape=(2, 5), axis=1, k=2), ("edges", "special"), few),
+            (routes.op("topKMask", shape=(4, 3), axis=0, k=3), ("special",), few),
+            (routes.op("topKMask", shape=(3,), k=0), ("ordinary",), ("bfloat16",)),
+            (routes.op("topKMask", shape=(3,), k=3), ("special",), ("bfloat16",))]
+    for key in (7, KEY_MAX):
+        out += [(routes.op("bernoulliMask", shape=(2, 4), key=key), ("ordinary", "edges"),
+                 FORMATS),
+                (routes.op("randUniform", shape=(2, 4), key=key), ("ordinary",), FORMATS)]
+    return out
+
+
+# Modes other than nearest even: the emulated flavour (bfloat16, float8), and binary32 too.
+DIRECTED = ("toward_zero", "upward", "nearest_away", "odd")
+DIRECTED_CASES = (("mseLoss", {}), ("crossEntropy", {}), ("dropout", {}),
+                  ("topKMask", {"shape": (5,), "k": 2}),
+                  ("bernoulliMask", {"shape": (6,), "key": KEY_MAX}),
+                  ("randUniform", {"shape": (6,), "key": KEY_MAX}))
+
+
+def _cases():
+    rng = np.random.default_rng(2026)
+    cases = []
+    for o, kinds, fmts in _instances():
+        k = kernels.of_op(o)
+        for fmt in fmts:
+            for kind in kinds:
+                for route in k.routes:
+                    cases.append(_case(o, fmt, "nearest_even", route, kind, rng))
+    for name, kw in DIRECTED_CASES:
+        o = routes.op(name, **kw)
+        for fmt in ("binary32", "bfloat16", "float8_e4m3fn"):
+            for mode in DIRECTED:
+                cases.append(_case(o, fmt, mode, "forward", "ordinary", rng))
+    return cases
+
+
+def _bad_target():
+    """crossEntropy with a class index outside [0, C): the kernel refuses it."""
+    o = routes.op("crossEntropy")
+    x = np.zeros(o.attrs.shape)
+    return _case(o, "bfloat16", "nearest_even", "forward", "ordinary", None,
+                 inputs=(x, np.array([0, 3])))
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    """The case list, {case id: result} from one simulator subprocess (the cases and a
+    refused one), and the refused case."""
+    cases, bad = _cases(), _bad_target()
+    return cases, simulate(cases + [bad], tmp_path_factory.mktemp("kernels_losses")), bad
+
+
+def test_every_kernel_meets_its_contract_in_the_simulator(simulated):
+    """Every case: bitwise (or screened) agreement with numerics.emulated and the ulp claim
+    against the exact reference, as the kernel's contract states."""
+    cases, results, _ = simulated
+    compared = sum(_check(c, results[c["id"]]) for c in cases)
+    seen = {(c["op"].name, c["route"]) for c in cases}
+    for name in LOSSES + DRAWS:
+        for route in kernels.of_op(name).routes:
+            assert (name, route) in seen
+    # Binary64 row losses claim no agreement (the device's exp and log are not correctly
+    # rounded); nearly everything else is compared bit for bit.
+    assert compared >= 0.7 * len(cases), (compared, len(cases))
+
+
+def test_draws_are_bitwise_in_every_mode(simulated):
+    """The draws' contract claims bitwise agreement in nearest even only (its primitive is a
+    multiply); the multiply by 1 of an exact binary64 dyadic is the one rounding of the
+    dyadic in every mode, so randUniform, bernoulliMask and topKMask agree bit for bit in
+    the directed modes too (the emulated flavour rounds the binary64 value once)."""
+    cases, results, _ = simulated
+    checked = 0
+    for c in cases:
+        if c["mode"] == "nearest_even" or c["op"].name not in ("randUniform", "bernoulliMask",
+                                                               "topKMask"):
+            continue
+        got = unpack(results[c["id"]]["outputs"][0])
+        want = c["op"].rule(numerics.emulated(c["fmt"], c["mode"])).forward(c["xs"])[0]
+        assert same(got, want).all(), c["id"]
+        checked += 1
+    assert checked == 3 * 3 * len(DIRECTED)
+
+
+def test_check_fails_on_a_wrong_bit(simulated):
+    """The comparison can fail: one flipped low bit in a kernel output is caught."""
+    cases, results, _ = simulated
+    for name in ("mseLoss", "crossEntropy", "randUniform"):
+        c = next(c for c in cases if c["op"].name == name and c["fmt"] == "bfloat16"
+                 and c["route"] == "forward" and c["mode"] == "nearest_even")
+        got = json.loads(json.dumps(results[c["id"]]))
+        out = unpack(got["outputs"][0])
+        out.view(np.int64).reshape(-1)[0] ^= 1 << 50        # a bfloat16-visible bit
+        got["outputs"][0] = _pack(out)
+        with pytest.raises(AssertionError):
+            _check(c, got)
+
+
+def test_a_wrong_mask_entry_is_caught(simulated):
+    cases, results, _ = simulated
+    c = next(c for c in cases if c["op"].name == "topKMask" and c["fmt"] == "bfloat16")
+    got = json.loads(json.dumps(results[c["id"]]))
+    out = unpack(got["outputs"][0])
+    out.reshape(-1)[0] = 1.0 - out.reshape(-1)[0]
+    got["outputs"][0] = _pack(out)
+    with pytest.raises(AssertionError):
+        _check(c, got)
+
+
+def test_out_of_range_target_is_refused_in_one_line(simulated):
+    _, results, bad = simulated
+    err = results[bad["id"]]["error"]
+    assert err.startswith("KernelError: kernels: crossEntropy: target indices must lie in "
+                          "[0, 3)"), err
+    assert "\n" not in err
+
+
+def test_kernels_serve_every_attribute_and_no_other_operator():
+    """No attribute restriction: every reduction, rank and key; the operators of these
+    families without a CUDA entry have no kernel."""
+    for name in LOSSES:
+        for red in ("mean", "sum", "none"):
+            assert kernels.of_op(routes.op(name, reduction=red)).name == name
+    assert kernels.of_op(routes.op("topKMask", shape=(2, 3), axis=1, k=0)).name == "topKMask"
+    assert kernels.of_op(routes.op("randUniform", key=KEY_MAX)).name == "randUniform"
+    for name in ("crossEntropyProbabilities", "randn", "maeLoss", "cosineLoss"):
+        assert kernels.of_op(name) is None
+        assert kernels.of_op(routes.op(name)) is None
+
+
+def test_contracts():
+    assert kernels.of_op("crossEntropy").routes == ("forward", "gradient")
+    assert kernels.of_op("mseLoss").routes == ("forward", "gradient")
+    assert kernels.of_op("huberLoss").routes == ("forward", "gradient")
+    assert kernels.of_op("distill").routes == ("forward", "gradient")
+    assert kernels.of_op("dropout").routes == ("forward", "gradient")
+    for name in ("topKMask", "bernoulliMask", "randUniform"):
+        assert kernels.of_op(name).routes == ("forward",)
+    assert kernels.of_op("crossEntropy").claim("forward", "bfloat16").agreement == "screened"
+    assert kernels.of_op("crossEntropy").claim("gradient", "binary64").agreement == "none"
+    assert kernels.of_op("mseLoss").claim("gradient", "binary16") == ("bitwise", None, 0.0)
+    assert kernels.of_op("topKMask").claim("forward", "float8_e4m3fn", "odd") == \
+        ("bitwise", 0.0, 0.0)
+    assert kernels.of_op("randUniform").claim("forward", "bfloat16").max_ulp == 0.5
+    assert kernels.of_op("bernoulliMask").claim("forward", "bfloat16").max_ulp is None
+
+
+# ----- the generator ---------------------------------------------------------------------------
+def _splitmix_python(key, counter):
+    """SplitMix64 with Python integers, reduced modulo 2**64 after every step (Vigna's
+    splitmix64.c: the state advanced counter + 1 times from the key, then the finalizer)."""
+    m = 2 ** 64
+    z = (key + (counter + 1) * 0x9E3779B97F4A7C15) % m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % m
+    return z ^ (z >> 31)
+
+
+_WORDS = textwrap.dedent("""
+    import os, sys, json, warnings
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+    warnings.simplefilter("ignore", RuntimeWarning)     # numpy's uint64 wrap-around
+    import kernels
+    from kernels.draws import device_words
+    pairs = json.loads(sys.argv[1])
+    keys = [int(k) for k, c in pairs]
+    counters = [int(c) for k, c in pairs]
+    out = device_words(keys, counters)
+    rows = {"words": [str(int(w)) for w in out]}
+    import routes
+    o = routes.op("randUniform", shape=(5,), key=2 ** 64 - 1)
+    rows["uniform"] = [float(v).hex() for v in kernels.run(o, [], "binary64")[0][0]]
+    print(json.dumps(rows))
+""")
+
+
+def test_device_splitmix_words_match_python_integers():
+    """The device's uint64 SplitMix64 (in the simulator, where numpy scalars would promote
+    mixed int64 / uint64 operands to float64 too) against exact Python integer arithmetic,
+    keys and counters at the ends of the range included; and randUniform's binary64 draws
+    under key 2**64 - 1 against k / 2**53 from the Python words."""
+    keys = (0, 1, 7, 42, 2 ** 32 + 3, 2 ** 63, 2 ** 63 - 1, KEY_MAX)
+    counters = (0, 1, 2, 1000, 2 ** 32 + 5, 2 ** 63, KEY_MAX - 1, KEY_MAX)
+    pairs = [(k, c) for k in keys for c in counters]
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    proc = subprocess.run([sys.executable, "-c", _WORDS, json.dumps([[str(k), str(c)]
+                                                                       for k, c in pairs])],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    words = [int(w) for w in got["words"]]
+    for (k, c), w in zip(pairs, words):
+        assert w == _splitmix_python(k, c), (k, c, w)
+    # Under one key the words are distinct (the state steps by an odd constant and the
+    # finalizer is a bijection): nothing collapsed.
+    for i in range(len(keys)):
+        row = words[i * len(counters):(i + 1) * len(counters)]
+        assert len(set(row)) == len(row)
+    want = [float((_splitmix_python(KEY_MAX, i) >> 11) / 2 ** 53).hex() for i in range(5)]
+    assert got["uniform"] == want
+
+
+# ----- the GPU build ---------------------------------------------------------------------------
+_PTX = textwrap.dedent("""
+    import types, json
+    import numba
+    import numba.cuda.dispatcher as d
+    # Device functions compile for the current device's compute capability; there is no
+    # driver here, so name one (sm_90): NVVM compiles to PTX without a GPU.
+    d.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    from numba import cuda
+    from kernels.primitives import build
+    from kernels import draws, losses
+    f, i, u = numba.float64, numba.int64, numba.uint64
+    v, rp, m = f[::1], i[::1], f[:, ::1]
+    out = {}
+    out["words"] = cuda.compile_ptx(draws._words_kernel.py_func, (u[::1], u[::1], u[::1]),
+                                    cc=(9, 0))[0]
+    out["topk"] = cuda.compile_ptx(draws.topk_kernel.py_func, (m, m, i), cc=(9, 0))[0]
+    for flav in ("binary64", "emulated"):
+        P = build(flav, False)
+        uniform, _ = draws.make_draws(P)
+        out[flav + "-uniform"] = cuda.compile_ptx(uniform.py_func, (v, u[::1], rp),
+                                                  cc=(9, 0))[0]
+        terms, grad = losses.make_pointwise(P)
+        out[flav + "-mse-grad"] = cuda.compile_ptx(
+            grad.py_func, (v, v, v, v, v, i, f, i, f, rp), cc=(9, 0))[0]
+        total = losses.make_total(P)
+        out[flav + "-total"] = cuda.compile_ptx(total.py_func, (v, v, i, f, rp), cc=(9, 0))[0]
+    ce, ce_grad, _, _ = losses.make_rows(build("binary64", False))
+    out["binary64-ce-grad"] = cuda.compile_ptx(ce_grad.py_func, (m, i[::1], v, m, i, f, f, rp),
+                                               cc=(9, 0))[0]
+    print(json.dumps(out))
+""")
+
+
+def _python(code):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)
+
+
+def test_gpu_build_compiles_with_integer_splitmix_and_no_fma():
+    """The GPU build compiles with NVVM; the SplitMix64 words are pure 64-bit integer code
+    (no floating-point instruction: no promotion of mixed int64 / uint64 operands to
+    float64), and the sums and products stay separately rounded (no fma)."""
+    probe = _python("from numba.cuda.cudadrv import nvvm; print(nvvm.is_available())")
+    if probe.stdout.strip().splitlines()[-1:] != ["True"]:
+        pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
+    proc = _python(_PTX)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ptx = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key, text in ptx.items():
+        assert ".entry" in text, key
+        # libdevice's exp and log use fma inside their polynomial (within their documented
+        # ulp bounds): only kernels without a transcendental primitive can be fma-free.
+        if key != "binary64-ce-grad":
+            assert "fma." not in text, f"{key}: FMA contraction in the PTX"
+    words = ptx["words"]
+    assert ".f64" not in words and ".f32" not in words, "floating point in the words kernel"
+    assert "mul.lo.s64" in words or "mul.lo.u64" in words
+    assert "xor.b64" in words and "shr.u64" in words
+    # The draw: the word's top 53 bits converted from an unsigned integer, exactly.
+    assert "cvt.rn.f64.u64" in ptx["binary64-uniform"]
+    assert "mul.rn.f64" in ptx["binary64-mse-grad"] and "add.rn.f64" in ptx["binary64-total"]
+    assert "add.rn.f64" in ptx["binary64-ce-grad"] and "mul.rn.f64" in ptx["binary64-ce-grad"]
