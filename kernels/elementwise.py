@@ -195,6 +195,19 @@ def _safe_log(P, dev):
     return dev(lambda x, c0, c1, rp: log(mx(x, c0, rp), rp))
 
 
+def _safe_log_grad(P, dev):
+    div = P["divide"]
+
+    @dev
+    def g(x, v, c0, c1, rp):
+        # v / x where x > eps, +0 elsewhere and at NaN (routes' _safe_log_d: the guarded
+        # entries divide by 1 and are then discarded by the selection).
+        if x > c0:
+            return div(v, x, rp)
+        return 0.0
+    return (g,)
+
+
 # ----- extrema -----------------------------------------------------------------------------------
 def _max(P, dev):
     mx = P["maximum"]
@@ -417,7 +430,8 @@ ELEMENTWISE = {
     "reciprocal": Entry(1, (), _reciprocal, _f("divide"), _reciprocal_grad,
                         _f("divide", "multiply", "negative")),
     "scale": Entry(1, ("factor",), _scale, _f("multiply"), _scale_grad, _f("multiply")),
-    "safeLog": Entry(1, ("eps",), _safe_log, _f("maximum", "log"), None, frozenset()),
+    "safeLog": Entry(1, ("eps",), _safe_log, _f("maximum", "log"), _safe_log_grad,
+                     _f("maximum", "log", "divide")),
     "exp": Entry(1, (), _unary("exp"), _f("exp"), _exp_grad, _f("exp", "multiply")),
     "log": Entry(1, (), _unary("log"), _f("log"), _log_grad, _f("log", "divide")),
     "sin": Entry(1, (), _unary("sin"), _f("sin"), _sin_grad, _f("sin", "cos", "multiply")),
