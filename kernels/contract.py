@@ -38,13 +38,14 @@ Where each number comes from:
   innocuous when 53 >= 2p + 2), hence 0.5 ulp and bitwise agreement.  Other modes round a
   binary64 value within 2**-53 (relative) of the exact one: 1 ulp (directed, odd) or 0.5
   ulp (ties away) plus 2**(p-53) ulp, claimed as 2**(p-52).
-- Transcendental primitives: libdevice's binary64 exp, expm1, log, log1p and rsqrt are
-  within 1 binary64 ulp, sin, cos, tanh, sinh and erf within 2 (CUDA C++ Programming
-  Guide, "Mathematical Functions", double-precision table; the simulator's numpy/glibc
-  values are within these too, its rsqrt 1 / sqrt(a) within 1.5: rsqrt is claimed at 2).  A
-  binary64 value within k ulp, i.e. k 2**-52 relative, rounded into a p-bit format is
-  within 0.5 + k 2**(p-51) ulp (nearest) or 1 + k 2**(p-51) ulp (other modes) of the exact
-  value; in binary64 itself the claim is k ulp.
+- Transcendental primitives: libdevice's binary64 exp, expm1, log and log1p are within 1
+  binary64 ulp, sin, cos, tanh, sinh and erf within 2 (CUDA C++ Programming Guide,
+  "Mathematical Functions", double-precision table; the simulator's numpy/glibc values are
+  within these too); rsqrt is 1 / sqrt(a), two correctly rounded operations, within 1.5
+  (claimed 2) on the GPU and in the simulator.  A binary64 value within k ulp, i.e.
+  k 2**-52 relative, rounded into a p-bit format is within 0.5 + k 2**(p-51) ulp (nearest)
+  or 1 + k 2**(p-51) ulp (other modes) of the exact value; in binary64 itself the claim is
+  k ulp.
 """
 
 from __future__ import annotations
@@ -64,8 +65,7 @@ TRANSCENDENTAL = frozenset({"exp", "log", "sin", "cos", "tanh", "expm1", "log1p"
 # Maximum error in binary64 ulps of libdevice's double-precision functions (CUDA C++
 # Programming Guide, "Mathematical Functions", Table "Double-Precision Mathematical Standard
 # Library Functions with Maximum ULP Error").
-# rsqrt: libdevice's is within 1 ulp; the simulator's 1 / sqrt(a) is two correctly rounded
-# operations, within 1.5 ulp; claimed 2 for both.
+# rsqrt: 1 / sqrt(a), two correctly rounded operations, within 1.5 ulp: claimed 2.
 DEVICE64_ULP = {"exp": 1, "log": 1, "sin": 2, "cos": 2, "tanh": 2, "expm1": 1, "log1p": 1,
                 "sinh": 2, "erf": 2, "rsqrt": 2}
 # Relative distance from a rounding boundary beyond which a screened claim is bitwise: far

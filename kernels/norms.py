@@ -12,8 +12,9 @@ strict policy's ``Backend._sequential``):
     r = rsqrt(var + eps),  xhat_j = d_j * r,  y_j = xhat_j * w_j + b_j
 
 each operation rounded once; eps is the frozen scalar port (rounded by the launcher), rsqrt
-the backend's primitive (binary64 1/sqrt rounded once; libdevice's rsqrt on a GPU: a
-transcendental primitive, hence the screened claim).  The affine weight and bias are
+the backend's primitive (correctly rounded; on the device 1 / sqrt(a) in binary64, two
+correctly rounded operations, rounded once into the format: not correctly rounded, hence
+the screened claim, kernels.primitives).  The affine weight and bias are
 broadcast over x along the channel axis and grouped like x on the host (data movement), so
 w_j and b_j are the parameters of the element x_j.
 
