@@ -77,6 +77,7 @@ def text(rows, phases=None, wall=None) -> str:
             table.append(cells)
         lines += ["", "coverage (share of rows ok) per family and format:",
                   _table(["family"] + fmts, table)]
+    lines += _kernels(rows)
     top = worst(rows)
     if top:
         table = []
@@ -96,6 +97,24 @@ def text(rows, phases=None, wall=None) -> str:
     if wall is not None:
         lines.append(f"wall time: {wall:.1f} s")
     return "\n".join(lines)
+
+
+def _kernels(rows) -> list:
+    """Lines on the CUDA kernels' rows: the devices, the contracts that did not hold, and a
+    warning that simulator rows are a correctness check, not GPU accuracy."""
+    cuda = [r for r in rows if r.get("implementation") == "cuda" and r.get("status") == "ok"]
+    if not cuda:
+        return []
+    devices = sorted({str(r.get("device")) for r in cuda})
+    broken = [r for r in cuda if (r.get("contract") or {}).get("held") is False]
+    out = ["", f"cuda kernels: {len(cuda)} rows measured on {', '.join(devices)}; "
+               f"{len(broken)} contracts did not hold"
+               + (": " + ", ".join(sorted({f"{r['op']} {r['route']} {r['format']}"
+                                           for r in broken})[:10]) if broken else "")]
+    if "simulator" in devices:
+        out.append("(simulator rows check the kernels' logic on small inputs; they are not "
+                   "GPU accuracy)")
+    return out
 
 
 def _short(v) -> str:

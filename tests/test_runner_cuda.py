@@ -123,3 +123,14 @@ def test_cuda_without_gpu_or_simulator_is_a_one_line_error(tmp_path):
     assert len(lines) == 1 and "--implementations cuda" in lines[0] \
         and "NUMBA_ENABLE_CUDASIM=1" in lines[0], proc.stderr
     assert not (tmp_path / "c.json").exists()
+
+
+def test_the_summary_says_simulator_rows_are_not_gpu_accuracy(rows):
+    from reports import summary
+    text = summary.text(rows)
+    n = len(_pick(rows, implementation="cuda", status="ok"))
+    assert f"cuda kernels: {n} rows measured on simulator; 0 contracts did not hold" in text
+    assert "not GPU accuracy" in text
+    broken = [dict(r, contract=dict(r["contract"], held=False)) if r["op"] == "exp" else r
+              for r in _pick(rows, implementation="cuda", status="ok")]
+    assert "contracts did not hold: exp " in summary.text(broken)
