@@ -30,10 +30,9 @@ smoothMaxPool), ``spectral`` (rfft, irfft, selectiveScan) -- then ``custom`` (pr
 
 Every operator with a CUDA entry in the spec (shared/spec/operators.tsv) has a kernel with a
 forward route (at the attributes ``Kernel.accepts``; attention with no empty extent, scatter
-in modes replace, max, min, integer elements nowhere), and gradient routes where listed by
-``Kernel.routes`` (elementwise and activations, matmul, scaledMatmul, linear, mean, softmax,
-logSoftmax, the normalizations, attention, the losses, dropout, the movement operators but
-scatter).  Formats: binary64 (nearest even), binary32, and every format of at most 25 bits
+in modes replace, max, min, integer elements nowhere), and a gradient route for every one
+with a value input but scatter (topKMask, bernoulliMask and randUniform have none).
+Formats: binary64 (nearest even), binary32, and every format of at most 25 bits
 of precision whose products and quotients stay inside binary64's normal range (bfloat16,
 binary16, tf32, the float8/6/4 formats...), in every deterministic rounding mode.
 

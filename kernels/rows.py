@@ -9,6 +9,12 @@ gamma_(n-1) sum|x_i| (Higham 2002, 4.2), which routes.apriori bounds per sample.
 
 Rules mirrored (routes/families/reduction.py, softmax_attention.py):
 
+- reduce gradient ``_reduce_linear`` (transpose): sum spreads the cotangent; prod multiplies
+  it by ``_others`` (each entry's product of the other entries of its row, folded
+  sequentially, no division); max/min recompute the extreme y, count the entries equal to
+  it (NaN entries when y is NaN) by a sequential sum of ones and zeros, and give each
+  g / count, +0 to the others.
+
 - mean: ``xp.divide(xp.sum(x, axes), xp.constant(n))``: the sequential sum, then one division
   by the count n rounded once into the format (on the host, ``ctx.round``); gradient
   ``xp.divide(spread(g), xp.constant(n))``: the cotangent spread over its group (data
@@ -30,7 +36,7 @@ import numpy as np
 # per-thread fake inside kernels (a local import would not be swapped).
 from numba import cuda
 
-from routes.families.reduction import kept_shape, spread, to_last
+from routes.families.reduction import from_last, kept_shape, spread, to_last
 
 from .base import Kernel, flat
 from .contract import Contract
@@ -64,6 +70,55 @@ def make_reduce(P: dict):
                     acc = mn(acc, v, rp)
             out[r] = acc
     return reduce
+
+
+def make_reduce_grad(P: dict):
+    """reduce_grad(x[rows, n], g[rows], out[rows, n], code, rp): the pullback of reduce (the
+    rule's ``_reduce_linear`` with transpose), one thread per row, n >= 1.
+    sum (code 0): out_j = g (spread, no arithmetic);
+    prod (code 1): out_i = g * (x_0 * ... x_(i-1) * x_(i+1) * ...), the other entries' product
+    folded sequentially from the first of them (``_others``: no division; 1 when n = 1);
+    max / min (code 2 / 3): y the row's sequential maximum / minimum (the forward), the mask
+    x_j == y or both NaN, count = the sequential sum of 1 (masked) and +0 (not) from the
+    first entry, share = g / count, out_j = share where masked, +0 elsewhere."""
+    add, mul, div, mx, mn = P["add"], P["multiply"], P["divide"], P["maximum"], P["minimum"]
+
+    @cuda.jit
+    def reduce_grad(x, g, out, code, rp):
+        r = cuda.grid(1)
+        if r < out.shape[0]:
+            n = x.shape[1]
+            gr = g[r]
+            if code == 0:
+                for j in range(n):
+                    out[r, j] = gr
+            elif code == 1:
+                for i in range(n):
+                    acc = 1.0
+                    first = True
+                    for j in range(n):
+                        if j != i:
+                            if first:
+                                acc = x[r, j]
+                                first = False
+                            else:
+                                acc = mul(acc, x[r, j], rp)
+                    out[r, i] = mul(gr, acc, rp)
+            else:
+                y = x[r, 0]
+                for j in range(1, n):
+                    y = mx(y, x[r, j], rp) if code == 2 else mn(y, x[r, j], rp)
+                ynan = y != y
+                count = 0.0
+                for j in range(n):
+                    v = x[r, j]
+                    one = 1.0 if (v == y or (ynan and v != v)) else 0.0
+                    count = one if j == 0 else add(count, one, rp)
+                share = div(gr, count, rp)
+                for j in range(n):
+                    v = x[r, j]
+                    out[r, j] = share if (v == y or (ynan and v != v)) else 0.0
+    return reduce_grad
 
 
 def make_mean(P: dict):
@@ -167,6 +222,8 @@ def make_softmax_grad(P: dict):
 def launch_reduce(o, xs, cotangents, route, ctx):
     a = o.attrs
     x = xs[0]
+    if route == "gradient":
+        return (reduce_gradient(o, x, cotangents, ctx),)
     shape = kept_shape(a.shape, a.axes, a.keepdim)
     if x.size == 0 or any(a.shape[ax] == 0 for ax in a.axes):
         return (np.full(shape, 1.0 if a.op == "prod" else 0.0),)
@@ -176,6 +233,21 @@ def launch_reduce(o, xs, cotangents, route, ctx):
     kern = ctx.compile("reduce", lambda: make_reduce(ctx.P))
     ctx.launch(kern, rows.shape[0], rows, out, reduce_code(a.op), ctx.rp)
     return (out.reshape(shape),)
+
+
+def reduce_gradient(o, x, cotangents, ctx):
+    """reduce's pullback: the rows of x (reduced axes last), the cotangent one value per row,
+    one thread per row (``make_reduce_grad``), moved back to x's shape."""
+    a = o.attrs
+    (g,) = ctx.cotangents(o, cotangents)
+    if x.size == 0:
+        return np.zeros(a.shape)
+    moved = to_last(x, a.axes)
+    rows = np.ascontiguousarray(moved.reshape(-1, moved.shape[-1]), dtype=np.float64)
+    out = np.empty_like(rows)
+    kern = ctx.compile("rows.reduce_grad", lambda: make_reduce_grad(ctx.P))
+    ctx.launch(kern, rows.shape[0], rows, flat(g), out, reduce_code(a.op), ctx.rp)
+    return np.ascontiguousarray(from_last(out.reshape(moved.shape), a.shape, a.axes))
 
 
 def launch_mean(o, xs, cotangents, route, ctx):
@@ -227,9 +299,13 @@ _f = frozenset
 _SOFTMAX = _f({"maximum", "subtract", "exp", "add", "divide"})
 _LOG_SOFTMAX = _f({"maximum", "subtract", "exp", "add", "log"})
 KERNELS = (
-    # reduce: sum and prod in sequential order (many roundings), max and min exact.
+    # reduce: sum and prod in sequential order (many roundings), max and min exact.  The
+    # gradient: sum's spread (no arithmetic), prod's products of the other entries times the
+    # cotangent, max/min's recomputed extreme, tie count (a sum) and share (a division).
     Kernel("reduce", "reduce",
-           Contract(_f({"add", "multiply", "maximum", "minimum"}), None, False), launch_reduce),
+           Contract(_f({"add", "multiply", "maximum", "minimum"}),
+                    _f({"add", "multiply", "maximum", "minimum", "divide"}), False),
+           launch_reduce),
     # mean: a sequential sum, then one division by the rounded count; its gradient is one
     # division per element.
     Kernel("mean", "reduce", Contract(_f({"add", "divide"}), _f({"divide"}), False),

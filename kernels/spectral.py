@@ -1,4 +1,5 @@
-"""Spectral kernels: rfft, irfft (explicit DFT sums) and selectiveScan, forward routes.
+"""Spectral kernels: rfft, irfft (explicit DFT sums) and selectiveScan, forward and gradient
+routes.
 
 The rules mirrored (routes/families/spectral.py):
 
@@ -21,6 +22,10 @@ The rules mirrored (routes/families/spectral.py):
 - selectiveScan: one thread per channel d, sequential in t: h = drive at t = 0, else
   exp(delta A) h + drive with drive = (delta x) B; y[t, d] = sum_n C[t, n] h[d, n] folded
   sequentially (``Backend._sequential``).  The state h[d, :] lives in a global scratch row.
+- Gradients: rfft's [g_re, g_im] @ [C, -S]^T and irfft's (g @ W^T) / n with the ignored
+  imaginary parts +0 (the same device matrices, transposed on the host); selectiveScan's
+  reverse recurrence ``_scan_backward`` per channel (states recomputed into scratch), then
+  the sums over channels of gB and gC per (t, n).
 
 cos, sin and exp are transcendental device primitives: the contracts list them, so agreement
 with numerics.emulated is "screened" in the emulated formats and binary32 and not claimed in
@@ -131,6 +136,81 @@ def make_scan(P: dict):
     return scan
 
 
+def make_scan_grad(P: dict):
+    """scan_grad(x, delta, A, gy[L, D], hs[L, D, N], gh[L, D, N], gx, gd[L, D], gA[D, N], rp):
+    routes' _scan_backward for channel d (one thread each): the forward states recomputed
+    into hs (as ``make_scan``), then t = L-1 .. 0: gh = gh + gy[t, d] * C[t] (the running
+    cotangent of the state, kept per t in gh), gs = sum_n gh * B[t] sequentially,
+    gx = gs * delta, gd = gs * x, and for t > 0: gz = (gh * h[t-1]) * decay[t],
+    gd += sum_n gz * A sequentially, the gA term gz * delta folded in t order L-1, L-2, ...
+    from its first, gh = gh * decay[t].  gA is +0 when L = 1.  C and B come in cb[2, L, N]."""
+    add, mul, ex = P["add"], P["multiply"], P["exp"]
+
+    @cuda.jit
+    def scan_grad(x, delta, A, cb, gy, hs, gh, gx, gd, gA, rp):
+        d = cuda.grid(1)
+        if d < x.shape[1]:
+            nstate, length = A.shape[1], x.shape[0]
+            for t in range(length):
+                sx = mul(delta[t, d], x[t, d], rp)
+                for n in range(nstate):
+                    drive = mul(sx, cb[1, t, n], rp)
+                    if t == 0:
+                        hs[t, d, n] = drive
+                    else:
+                        decay = ex(mul(delta[t, d], A[d, n], rp), rp)
+                        hs[t, d, n] = add(mul(decay, hs[t - 1, d, n], rp), drive, rp)
+            for n in range(nstate):
+                gA[d, n] = 0.0
+            for t in range(length - 1, -1, -1):
+                for n in range(nstate):
+                    from_y = mul(gy[t, d], cb[0, t, n], rp)
+                    if t == length - 1:
+                        gh[t, d, n] = from_y
+                    else:
+                        gh[t, d, n] = add(gh[t, d, n], from_y, rp)
+                gs = mul(gh[t, d, 0], cb[1, t, 0], rp)
+                for n in range(1, nstate):
+                    gs = add(gs, mul(gh[t, d, n], cb[1, t, n], rp), rp)
+                gx[t, d] = mul(gs, delta[t, d], rp)
+                gdt = mul(gs, x[t, d], rp)
+                if t > 0:
+                    acc = 0.0
+                    for n in range(nstate):
+                        decay = ex(mul(delta[t, d], A[d, n], rp), rp)
+                        gz = mul(mul(gh[t, d, n], hs[t - 1, d, n], rp), decay, rp)
+                        term = mul(gz, A[d, n], rp)
+                        acc = term if n == 0 else add(acc, term, rp)
+                        ga = mul(gz, delta[t, d], rp)
+                        gA[d, n] = ga if t == length - 1 else add(gA[d, n], ga, rp)
+                        gh[t - 1, d, n] = mul(gh[t, d, n], decay, rp)
+                    gdt = add(gdt, acc, rp)
+                gd[t, d] = gdt
+    return scan_grad
+
+
+def make_scan_sums(P: dict):
+    """scan_sums(x, delta, gy, hs, gh, gB[L, N], gC[L, N], rp): routes' _scan_backward's sums
+    over the channels, one thread per (t, n), d in order: gC = sum_d gy[t, d] * h[t, d, n],
+    gB = sum_d gh[t, d, n] * (delta[t, d] * x[t, d])."""
+    add, mul = P["add"], P["multiply"]
+
+    @cuda.jit
+    def scan_sums(x, delta, gy, hs, gh, gB, gC, rp):
+        r = cuda.grid(1)
+        if r < gB.size:
+            nstate = gB.shape[1]
+            t, n = r // nstate, r % nstate
+            c = mul(gy[t, 0], hs[t, 0, n], rp)
+            b = mul(gh[t, 0, n], mul(delta[t, 0], x[t, 0], rp), rp)
+            for d in range(1, x.shape[1]):
+                c = add(c, mul(gy[t, d], hs[t, d, n], rp), rp)
+                b = add(b, mul(gh[t, d, n], mul(delta[t, d], x[t, d], rp), rp), rp)
+            gB[t, n] = b
+            gC[t, n] = c
+    return scan_sums
+
+
 # ----- host: twiddle codes and constants (integers and one rounding per literal) ---------------
 def _constant(ctx, literal):
     """``xp.constant(literal)``: the exact literal rounded once into the format."""
@@ -202,6 +282,12 @@ def dft(ctx, z, w, dn=None):
 def launch_rfft(o, xs, cotangents, route, ctx):
     axis, n = o.attrs.axis, o.attrs.shape[o.attrs.axis]
     h = n // 2 + 1
+    if route == "gradient":
+        # routes' _rfft_backward: [g_re, g_im] @ [C, -S]^T (the same matrix, transposed).
+        gre, gim = (np.moveaxis(g, axis, -1) for g in ctx.cotangents(o, cotangents))
+        g = np.concatenate([gre, gim], axis=-1)
+        gx = dft(ctx, g.reshape(-1, 2 * h), rfft_matrix(ctx, n).T)
+        return (np.moveaxis(gx.reshape(g.shape[:-1] + (n,)), -1, axis),)
     x = np.moveaxis(np.asarray(xs[0], dtype=np.float64), axis, -1)
     z = dft(ctx, x.reshape(-1, n), rfft_matrix(ctx, n)).reshape(x.shape[:-1] + (2 * h,))
     return np.moveaxis(z[..., :h], -1, axis), np.moveaxis(z[..., h:], -1, axis)
@@ -210,6 +296,14 @@ def launch_rfft(o, xs, cotangents, route, ctx):
 def launch_irfft(o, xs, cotangents, route, ctx):
     axis, n = o.attrs.axis, o.attrs.length
     h = n // 2 + 1
+    if route == "gradient":
+        # routes' _irfft_backward: (g @ W^T) / n, the ignored imaginary parts +0.
+        (g,) = ctx.cotangents(o, cotangents)
+        g = np.moveaxis(g, axis, -1)
+        z = dft(ctx, g.reshape(-1, n), irfft_matrix(ctx, n).T, _constant(ctx, n))
+        z = z.reshape(g.shape[:-1] + (2 * h,))
+        im = np.where(ignored(n), 0.0, z[..., h:])
+        return np.moveaxis(z[..., :h], -1, axis), np.moveaxis(im, -1, axis)
     re = np.moveaxis(np.asarray(xs[0], dtype=np.float64), axis, -1)
     im = np.moveaxis(np.asarray(xs[1], dtype=np.float64), axis, -1)
     im = np.where(ignored(n), 0.0, im)                    # ignored, even NaN (a selection)
@@ -220,6 +314,19 @@ def launch_irfft(o, xs, cotangents, route, ctx):
 
 def launch_scan(o, xs, cotangents, route, ctx):
     x, delta, A, B, C = (np.ascontiguousarray(v, dtype=np.float64) for v in xs)
+    if route == "gradient":
+        (gy,) = ctx.cotangents(o, cotangents)
+        gy = np.ascontiguousarray(gy, dtype=np.float64)
+        (L, D), N = x.shape, A.shape[1]
+        hs, gh = np.zeros((L, D, N)), np.zeros((L, D, N))
+        gx, gd, gA = np.empty((L, D)), np.empty((L, D)), np.empty((D, N))
+        kern = ctx.compile("spectral.scan_grad", lambda: make_scan_grad(ctx.P))
+        ctx.launch(kern, D, x, delta, A, np.ascontiguousarray(np.stack([C, B])), gy, hs, gh,
+                   gx, gd, gA, ctx.rp)
+        gB, gC = np.empty((L, N)), np.empty((L, N))
+        kern = ctx.compile("spectral.scan_sums", lambda: make_scan_sums(ctx.P))
+        ctx.launch(kern, L * N, x, delta, gy, hs, gh, gB, gC, ctx.rp)
+        return gx, gd, gA, gB, gC
     h = np.zeros(A.shape)
     y = np.empty(x.shape)
     kern = ctx.compile("spectral.selective_scan", lambda: make_scan(ctx.P))
@@ -228,11 +335,13 @@ def launch_scan(o, xs, cotangents, route, ctx):
 
 
 _f = frozenset
+_RFFT = _f({"cos", "sin", "negative", "multiply", "add"})
+_IRFFT = _RFFT | {"divide"}
+_SCAN = _f({"multiply", "exp", "add"})
 KERNELS = (
-    Kernel("rfft", "dft", Contract(_f({"cos", "sin", "negative", "multiply", "add"}), None,
-                                   False), launch_rfft),
-    Kernel("irfft", "dft", Contract(_f({"cos", "sin", "negative", "multiply", "add",
-                                        "divide"}), None, False), launch_irfft),
-    Kernel("selectiveScan", "scan", Contract(_f({"multiply", "exp", "add"}), None, False),
-           launch_scan),
+    # The gradients are the transposed DFT matrices' products (irfft's divided by n) and
+    # the scan's reverse recurrence: the forward routes' primitives.
+    Kernel("rfft", "dft", Contract(_RFFT, _RFFT, False), launch_rfft),
+    Kernel("irfft", "dft", Contract(_IRFFT, _IRFFT, False), launch_irfft),
+    Kernel("selectiveScan", "scan", Contract(_SCAN, _SCAN, False), launch_scan),
 )

@@ -36,7 +36,8 @@ Reductions are numpy's own (``reduction_order = "numpy"``, ``policy_label = "num
 - ``sum`` (np.sum) along a contiguous axis is pairwise: blocks of at most 128 summed with 8
   interleaved accumulators, halves split at multiples of 8; across a non-contiguous axis it is
   sequential.  float16 accumulates in float32 inside one inner loop and rounds once at the
-  end.  ml_dtypes types are summed sequentially, each step rounded into the dtype.
+  end.  ml_dtypes types are summed sequentially, each step rounded into the dtype (from
+  ml_dtypes 0.7 a sum of -0s is -0, as IEEE addition gives; before, numpy's identity +0).
 - ``prod`` likewise (float16 in float32, rounded once); ``max``/``min`` propagate NaN.
 - ``dot`` (np.vecdot) and ``matmul`` (np.matmul): BLAS order for float32/64 (machine
   dependent); float16 multiplies and accumulates in float32 sequentially and rounds once.
@@ -45,8 +46,8 @@ Reductions are numpy's own (``reduction_order = "numpy"``, ``policy_label = "num
   dtype with astype, as numpy code storing ``(a @ b).astype(bfloat16)`` does.
 
 Conversions: ``asarray`` of numeric arrays is numpy's ``astype`` (float64 -> float16 rounds
-once, correctly; ml_dtypes rounds float64 -> bfloat16 through float32, two roundings: native,
-and kept).  Literals (``constant``) and exact numbers (Fraction, int beyond int64, decimal
+once, correctly; ml_dtypes before 0.7 rounds float64 -> bfloat16 through float32, two
+roundings, and 0.7 once: native either way, and kept).  Literals (``constant``) and exact numbers (Fraction, int beyond int64, decimal
 strings) are rounded once, correctly, with ``formats.round_exact``.  Only round-to-nearest-even
 exists natively; numpy's floating-point warnings are suppressed (overflow and invalid are
 expected results here); per-element IEEE flags are not observable through numpy.
