@@ -26,7 +26,8 @@ Gradients (the rules' pullbacks, same tables): conv's input gradient is ``scatte
 the cotangent (one thread per input entry, the (channel, slot) pairs of ``inverse`` in the
 rule's order, zero pairs included), its weight gradient ``weight_dot`` (batch major, then
 windows), the bias gradient a sequential sum per channel; convTranspose's are
-``gather_dot`` and ``weight_dot`` of the cotangent placed in the uncropped output.  pool:
+``gather_dot`` and ``weight_dot`` of the cotangent placed in the uncropped output (so one
+``gather_dot`` and one ``scatter_dot`` kernel serve both, with and without the bias).  pool:
 each window's share (max: the recomputed maximum, the sequential count of inside entries
 equal to it -- NaN entries for a NaN maximum --, g / count; average: g / divisor), then
 ``scatter_sum``: one thread per input entry adding, from the first slot of ``inverse``, the
@@ -43,70 +44,13 @@ import math
 import numpy as np
 from numba import cuda
 
-from routes.families.conv_pool import inverse, pool_extents, windows
+from routes.families.conv_pool import inverse, pool_divisors, pool_extents, windows
 
 from .base import Kernel, flat
 from .contract import Contract
 
 
 # ----- device kernels --------------------------------------------------------------------------
-def make_conv(P: dict):
-    """conv(x, w, b, pos[O, K], geo, out, rp): geo = [C, C/groups, C_out, C_out/groups, S]
-    (S the input's spatial size); pos[o, k] the flat spatial position window o reads at tap
-    k, -1 in the padding.  out[n, co, o] = (sum over ci, k of x * w) + b[co]."""
-    add, mul = P["add"], P["multiply"]
-
-    @cuda.jit
-    def conv(x, w, b, pos, geo, out, rp):
-        r = cuda.grid(1)
-        if r < out.size:
-            c, cg, oc, ocg, size = geo[0], geo[1], geo[2], geo[3], geo[4]
-            nwin, taps = pos.shape[0], pos.shape[1]
-            o = r % nwin
-            co = (r // nwin) % oc
-            base = ((r // (nwin * oc)) * c + (co // ocg) * cg) * size
-            acc = 0.0
-            for ci in range(cg):
-                for k in range(taps):
-                    p = pos[o, k]
-                    xv = 0.0 if p < 0 else x[base + ci * size + p]      # a padding zero
-                    term = mul(xv, w[(co * cg + ci) * taps + k], rp)
-                    acc = term if ci == 0 and k == 0 else add(acc, term, rp)
-            out[r] = add(acc, b[co], rp)
-    return conv
-
-
-def make_conv_transpose(P: dict):
-    """ct(x, w, b, io[F, M], ik[F, M], crop[Q], geo, out, rp): geo = [C, C/groups, C_out,
-    C_out/groups, I, K] (I input positions = windows, K taps); io, ik the rule's ``inverse``
-    (sentinel io = I: a zero pair); crop[q] the uncropped position of output position q."""
-    add, mul = P["add"], P["multiply"]
-
-    @cuda.jit
-    def ct(x, w, b, io, ik, crop, geo, out, rp):
-        r = cuda.grid(1)
-        if r < out.size:
-            c, cg, oc, ocg, nin, taps = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
-            nq, m = crop.size, io.shape[1]
-            p = crop[r % nq]
-            co = (r // nq) % oc
-            n = r // (nq * oc)
-            first = (co // ocg) * cg
-            acc = 0.0
-            for cc in range(cg):
-                ch = first + cc
-                for j in range(m):
-                    i = io[p, j]
-                    av, bv = 0.0, 0.0                                    # the zero pair
-                    if i != nin:
-                        av = x[(n * c + ch) * nin + i]
-                        bv = w[(ch * ocg + co % ocg) * taps + ik[p, j]]
-                    term = mul(av, bv, rp)
-                    acc = term if cc == 0 and j == 0 else add(acc, term, rp)
-            out[r] = add(acc, b[co], rp)
-    return ct
-
-
 def make_window(P: dict):
     """window(x, idx[O, K], valid[O, K], code, div[O], size, out, rp): per row of ``size``
     entries and window o, the sequential maximum of x[idx[o, :]] (code 0: outside entries
@@ -163,15 +107,15 @@ def make_smooth(P: dict):
 
 # ----- gradient kernels ------------------------------------------------------------------------
 def make_gather_dot(P: dict):
-    """gd(z, w, pos[O, K], geo, out, rp): routes' ``gather_dot`` without a bias: geo = [Cz,
+    """gd(z, w, b, pos[O, K], geo, biased, out, rp): routes' ``gather_dot``: geo = [Cz,
     Cz/groups, Co, Co/groups, S] (S z's spatial size); out[n, co, o] = sequential sum over
     (ci, k), ci major, of z[n, group(co) * Cz/groups + ci, pos[o, k]] * w[co, ci, k] (a padding
-    zero where pos < 0), +0 for an empty sum.  convTranspose's input gradient (z the
-    cotangent)."""
+    zero where pos < 0), +0 for an empty sum, then + b[co] rounded when ``biased``.  conv's
+    forward (z = x, biased) and convTranspose's input gradient (z the cotangent, no bias)."""
     add, mul = P["add"], P["multiply"]
 
     @cuda.jit
-    def gd(z, w, pos, geo, out, rp):
+    def gd(z, w, b, pos, geo, biased, out, rp):
         r = cuda.grid(1)
         if r < out.size:
             c, cg, oc, ocg, size = geo[0], geo[1], geo[2], geo[3], geo[4]
@@ -183,24 +127,25 @@ def make_gather_dot(P: dict):
             for ci in range(cg):
                 for k in range(taps):
                     p = pos[o, k]
-                    zv = 0.0 if p < 0 else z[base + ci * size + p]
+                    zv = 0.0 if p < 0 else z[base + ci * size + p]      # a padding zero
                     term = mul(zv, w[(co * cg + ci) * taps + k], rp)
                     acc = term if ci == 0 and k == 0 else add(acc, term, rp)
-            out[r] = acc
+            out[r] = add(acc, b[co], rp) if biased == 1 else acc
     return gd
 
 
 def make_scatter_dot(P: dict):
-    """sd(v, w, io[F, M], ik[F, M], crop[Q], geo, out, rp): routes' ``scatter_dot`` without a
-    bias: geo = [Cv, Cv/groups, Co, Co/groups, O, K] (O windows = v's spatial size, K taps);
-    out[n, co, q] = sequential sum over (channel cc of co's group, slot j), cc major, of
-    v[n, ch, io[p, j]] * w[ch, co % (Co/groups), ik[p, j]] (p = crop[q], ch the cc-th channel
-    of the group; the sentinel io = O a zero pair, 0 * 0 included).  conv's input gradient
-    (v the cotangent)."""
+    """sd(v, w, b, io[F, M], ik[F, M], crop[Q], geo, biased, out, rp): routes'
+    ``scatter_dot``: geo = [Cv, Cv/groups, Co, Co/groups, O, K] (O windows = v's spatial
+    size, K taps); out[n, co, q] = sequential sum over (channel cc of co's group, slot j),
+    cc major, of v[n, ch, io[p, j]] * w[ch, co % (Co/groups), ik[p, j]] (p = crop[q], ch the
+    cc-th channel of the group; the sentinel io = O a zero pair, 0 * 0 included), then
+    + b[co] rounded when ``biased``.  convTranspose's forward (v = x, biased) and conv's input
+    gradient (v the cotangent, no bias)."""
     add, mul = P["add"], P["multiply"]
 
     @cuda.jit
-    def sd(v, w, io, ik, crop, geo, out, rp):
+    def sd(v, w, b, io, ik, crop, geo, biased, out, rp):
         r = cuda.grid(1)
         if r < out.size:
             c, cg, oc, ocg, nin, taps = geo[0], geo[1], geo[2], geo[3], geo[4], geo[5]
@@ -220,7 +165,7 @@ def make_scatter_dot(P: dict):
                         bv = w[(ch * ocg + co % ocg) * taps + ik[p, j]]
                     term = mul(av, bv, rp)
                     acc = term if cc == 0 and j == 0 else add(acc, term, rp)
-            out[r] = acc
+            out[r] = add(acc, b[co], rp) if biased == 1 else acc
     return sd
 
 
@@ -414,22 +359,6 @@ def conv_transpose_geometry(a, out_dims):
     return _ints(io), _ints(ik), _ints(crop.reshape(-1))
 
 
-def divisors(a, dims, out):
-    """The average pool's divisor per window: the window clipped to the padded input
-    (count_include_pad) or to the input (routes' ``_divisors``, the same integers)."""
-    res = []
-    for o in np.ndindex(*out):
-        total = 1
-        for oa, n, k, s, p in zip(o, dims, a.kernel, a.stride, a.padding):
-            start = oa * s - p
-            end = min(start + k, n + p)
-            if not a.count_include_pad:
-                start, end = max(start, 0), min(end, n)
-            total *= end - start
-        res.append(total)
-    return res
-
-
 # ----- launchers -------------------------------------------------------------------------------
 def _groups(a, channels):
     """[C, C/groups, C_out, C_out/groups] (channels: C of the kernel's x operand)."""
@@ -446,8 +375,8 @@ def launch_conv(o, xs, cotangents, route, ctx):
     pos = conv_positions(a, shape[2:])
     geo = _ints(_groups(a, a.shape[1]) + [math.prod(a.shape[2:])])
     out = np.empty(math.prod(shape))
-    kern = ctx.compile("conv.conv", lambda: make_conv(ctx.P))
-    ctx.launch(kern, out.size, x, w, b, pos, geo, out, ctx.rp)
+    kern = ctx.compile("conv.gather_dot", lambda: make_gather_dot(ctx.P))
+    ctx.launch(kern, out.size, x, w, b, pos, geo, 1, out, ctx.rp)
     return (out.reshape(shape),)
 
 
@@ -460,8 +389,8 @@ def launch_conv_transpose(o, xs, cotangents, route, ctx):
     io, ik, crop = conv_transpose_geometry(a, shape[2:])
     geo = _ints(_groups(a, a.shape[1]) + [math.prod(a.shape[2:]), math.prod(a.kernel)])
     out = np.empty(math.prod(shape))
-    kern = ctx.compile("conv.conv_transpose", lambda: make_conv_transpose(ctx.P))
-    ctx.launch(kern, out.size, x, w, b, io, ik, crop, geo, out, ctx.rp)
+    kern = ctx.compile("conv.scatter_dot", lambda: make_scatter_dot(ctx.P))
+    ctx.launch(kern, out.size, x, w, b, io, ik, crop, geo, 1, out, ctx.rp)
     return (out.reshape(shape),)
 
 
@@ -476,7 +405,7 @@ def launch_pool(o, xs, cotangents, route, ctx):
     out = np.empty(math.prod(shape))
     average = a.mode == "average"
     # The divisors: Python integers, each rounded once into the format (xp.constant).
-    div = ctx.round(np.asarray(divisors(a, dims, ext), dtype=np.float64)) if average \
+    div = ctx.round(np.asarray(pool_divisors(a), dtype=np.float64)) if average \
         else np.ones(1)
     kern = ctx.compile("conv.pool", lambda: make_window(ctx.P))
     ctx.launch(kern, out.size, flat(xs[0]), _ints(idx), _ints(valid), 1 if average else 0,
@@ -516,8 +445,8 @@ def conv_gradient(o, x, w, g, ctx):
     gv = flat(g)
     geo = _ints(_groups(a, a.out_channels)[:2] + [a.shape[1], a.shape[1] // a.groups,
                                                    idx.shape[0], idx.shape[1]])
-    gx = _run(ctx, "conv.scatter_dot", make_scatter_dot, math.prod(a.shape), gv, w, _ints(io),
-              _ints(ik), _ints(crop.reshape(-1)), geo)
+    gx = _run(ctx, "conv.scatter_dot", make_scatter_dot, math.prod(a.shape), gv, w,
+              np.zeros(1), _ints(io), _ints(ik), _ints(crop.reshape(-1)), geo, 0)
     geo = _ints(_groups(a, a.shape[1]) + [math.prod(spatial), a.shape[0]])
     gw = _run(ctx, "conv.weight_dot", make_weight_dot, math.prod(wshape), x, gv,
               conv_positions(a, shape[2:]), geo)
@@ -541,7 +470,8 @@ def conv_transpose_gradient(o, x, w, g, ctx):
     cg = a.out_channels // a.groups
     geo = _ints([a.out_channels, cg, a.shape[1], a.shape[1] // a.groups,
                  math.prod(out_dims)])
-    gx = _run(ctx, "conv.gather_dot", make_gather_dot, math.prod(a.shape), gv, w, pos, geo)
+    gx = _run(ctx, "conv.gather_dot", make_gather_dot, math.prod(a.shape), gv, w, np.zeros(1),
+              pos, geo, 0)
     geo = _ints([a.out_channels, cg, a.shape[1], a.shape[1] // a.groups,
                  math.prod(out_dims), a.shape[0]])
     gw = _run(ctx, "conv.weight_dot", make_weight_dot, math.prod(wshape), gv, x, pos, geo)
@@ -559,7 +489,7 @@ def pool_gradient(o, x, g, dims, ext, idx, valid, ctx):
         return np.zeros(a.shape)
     rows = x.size // size
     average = a.mode == "average"
-    div = ctx.round(np.asarray(divisors(a, dims, ext), dtype=np.float64)) if average \
+    div = ctx.round(np.asarray(pool_divisors(a), dtype=np.float64)) if average \
         else np.ones(1)
     xv = flat(x)
     y = np.zeros(rows * nwin)

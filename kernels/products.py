@@ -39,7 +39,7 @@ from routes.families.reduction import to_last
 
 from .base import Kernel, flat
 from .contract import Contract
-from .rows import make_reduce, reduce_code
+from .rows import by_scalar, make_reduce, reduce_code
 
 
 def make_matmul(P: dict):
@@ -62,19 +62,6 @@ def make_matmul(P: dict):
                 acc = mul(acc, scale, rp)
             out[b, i, j] = acc
     return matmul
-
-
-def make_scale(P: dict):
-    """scale(a[n], out[n], s, rp): out = a * s, one rounding per element (scaledMatmul's
-    ``xp.multiply(v, scale)``, the operand order kept)."""
-    mul = P["multiply"]
-
-    @cuda.jit
-    def scale(a, out, s, rp):
-        i = cuda.grid(1)
-        if i < out.size:
-            out[i] = mul(a[i], s, rp)
-    return scale
 
 
 def make_linear(P: dict):
@@ -109,15 +96,6 @@ def matmul3(ctx, p, q):
     kern = ctx.compile("matmul", lambda: make_matmul(ctx.P))
     ctx.launch(kern, out.size, p, q, out, 0, 1.0, ctx.rp)
     return out
-
-
-def scaled(ctx, a, s):
-    """a * s elementwise on the device (float64, a's shape)."""
-    a = np.asarray(a, dtype=np.float64)
-    out = np.empty(a.size)
-    kern = ctx.compile("products.scale", lambda: make_scale(ctx.P))
-    ctx.launch(kern, out.size, flat(a), out, float(s), ctx.rp)
-    return out.reshape(a.shape)
 
 
 def row_sums(ctx, rows):
@@ -163,7 +141,7 @@ def _mm_forward(o, xs, ctx):
     is_scaled = o.name == "scaledMatmul"
     if kk == 0:
         zeros = np.zeros(shape)
-        return (scaled(ctx, zeros, xs[2]) if is_scaled else zeros,)
+        return (by_scalar(ctx, zeros, xs[2], False) if is_scaled else zeros,)
     xb = np.ascontiguousarray(_stack(x, batch, (m, kk)))
     yb = np.ascontiguousarray(_stack(y, batch, (kk, n)))
     out = np.empty((xb.shape[0], m, n))
@@ -178,7 +156,7 @@ def _mm_gradient(o, xs, cotangents, ctx):
     x, y = xs[0], xs[1]
     (g,) = ctx.cotangents(o, cotangents)
     if o.name == "scaledMatmul":
-        g = scaled(ctx, g, xs[2])                         # g * scale, rounded once
+        g = by_scalar(ctx, g, xs[2], False)                         # g * scale, rounded once
     batch = _batch(a)
     m, kk, n = a.x_shape[-2], a.x_shape[-1], a.y_shape[-1]
     gb = _stack(g, batch, (m, n))

@@ -137,16 +137,27 @@ def make_mean(P: dict):
     return mean
 
 
-def make_divide_by(P: dict):
-    """divide_by(v[n], out[n], c, rp): out = v / c elementwise (mean's gradient)."""
-    div = P["divide"]
+def make_by_scalar(P: dict):
+    """by_scalar(v[n], out[n], c, divide, rp): out = v / c (divide = 1: mean's gradient) or
+    v * c (divide = 0: scaledMatmul's ``xp.multiply(v, scale)``), one rounding per element,
+    the operand order kept."""
+    div, mul = P["divide"], P["multiply"]
 
     @cuda.jit
-    def divide_by(v, out, c, rp):
+    def by_scalar(v, out, c, divide, rp):
         i = cuda.grid(1)
         if i < out.size:
-            out[i] = div(v[i], c, rp)
-    return divide_by
+            out[i] = div(v[i], c, rp) if divide == 1 else mul(v[i], c, rp)
+    return by_scalar
+
+
+def by_scalar(ctx, a, c, divide):
+    """a / c (``divide``) or a * c elementwise on the device (float64, a's shape)."""
+    a = np.asarray(a, dtype=np.float64)
+    out = np.empty(a.size)
+    kern = ctx.compile("rows.by_scalar", lambda: make_by_scalar(ctx.P))
+    ctx.launch(kern, out.size, flat(a), out, float(c), 1 if divide else 0, ctx.rp)
+    return out.reshape(a.shape)
 
 
 def softmax_row(P: dict):
@@ -255,11 +266,7 @@ def launch_mean(o, xs, cotangents, route, ctx):
     count = ctx.round(math.prod(a.shape[ax] for ax in a.axes))
     if route == "gradient":
         (g,) = ctx.cotangents(o, cotangents)
-        v = flat(spread(g, a.shape, a.axes))
-        out = np.empty(v.size)
-        kern = ctx.compile("divide_by", lambda: make_divide_by(ctx.P))
-        ctx.launch(kern, v.size, v, out, float(count), ctx.rp)
-        return (out.reshape(a.shape),)
+        return (by_scalar(ctx, spread(g, a.shape, a.axes), count, True).reshape(a.shape),)
     shape = kept_shape(a.shape, a.axes, a.keepdim)
     x = xs[0]
     if x.size == 0:                                  # the rule's constant 0 (check: n >= 1)

@@ -99,6 +99,10 @@ def measure(task, o, fmt, pending, timer) -> list:
     with timer("reference"):
         ref = E.run_routes(d.op.rule(numerics.reference(prec)), d, ok)
     as_model = dataclasses.replace(task, implementation="emulated")
+    claims = {r: k.claim(r, fmt, task.mode) for r in wanted}
+    agreeing = [r for r in ok if claims[r].agreement != "none"]
+    with timer("bounds"):
+        interval = E.interval_bounds(as_model, d, fmt, agreeing) if agreeing else {}
     for route in wanted:
         if isinstance(got[route], Exception):
             rows += _status(task, d.op, [route], "error", f"kernel: {E.one_line(got[route])}")
@@ -107,14 +111,13 @@ def measure(task, o, fmt, pending, timer) -> list:
             rows += _status(task, d.op, [route], "error",
                             f"reference: {E.one_line(ref[route])}")
             continue
-        claim = k.claim(route, fmt, task.mode)
+        claim = claims[route]
         bounds = E.Bounds()
         if claim.agreement != "none":
             with timer("bounds"):
-                interval = E.interval_bounds(as_model, d, fmt, [route]).get(route)
                 bounds = E.Bounds(E._bound(as_model, route),
                                   E._apriori(as_model, d, fmt) if route == "forward" else None,
-                                  interval)
+                                  interval.get(route))
         measured = E._measure_route(task, d, fmt, model, route, got[route], ref[route], prec,
                                     timer, bounds)
         differing = _differing(got[route], emu[route], d.op, route)

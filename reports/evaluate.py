@@ -504,8 +504,9 @@ def _check(row, prefix, b, m, exact, fmt):
     if not ok.any():
         return
     ulp = _ulps(exact, fmt)[ok]
-    row[prefix + "bound"] = float((b[ok] / ulp).max())
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        # A bound beyond binary64's range in ulps of a tiny exact value: inf, as meant.
+        row[prefix + "bound"] = float((b[ok] / ulp).max())
         ratio = np.where(b[ok] > 0, a[ok] / b[ok], np.where(a[ok] > 0, np.inf, 0.0))
     row[prefix + "bound_ratio"] = float(ratio.max())
 

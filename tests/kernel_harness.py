@@ -32,7 +32,31 @@ from kernels.contract import TRANSCENDENTAL
 from numerics import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
+FEW = ("binary64", "bfloat16", "float8_e4m3fn")
+DIRECTED = ("toward_zero", "upward", "nearest_away", "odd")
+SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.5, 0.5])
 _ids = itertools.count()
+
+
+def op(name, **attrs):
+    """routes.op, checked."""
+    o = routes.op(name, **attrs)
+    o.check()
+    return o
+
+
+def examples(name):
+    """The operator's example instances."""
+    return [op(name, **attrs) for attrs in routes.op(name).decl.examples.values()]
+
+
+def special_inputs(o, rng):
+    """Inputs drawn from signed zeros, infinities, NaN and a few finite values at every value
+    port (other ports from the operator's own ordinary sampler)."""
+    base = o.samples(rng, formats.get("binary32"), "ordinary")
+    return tuple(SPECIALS[rng.integers(0, len(SPECIALS), np.shape(x))].reshape(np.shape(x))
+                 if p.kind == "value" else x for x, p in zip(base, o.inputs))
 
 
 def case(o, fmt, mode, route, kind, rng, inputs=None):
@@ -104,6 +128,58 @@ def simulate(cases, folder):
     print(f"simulator: {len(cases)} cases in {time.time() - start:.1f} s "
           f"({doc['seconds']:.1f} s of kernels)")
     return doc["results"]
+
+
+def flipped(result, nonzero=False):
+    """``result`` with one bfloat16-visible bit flipped in its first output's first finite
+    (and, with ``nonzero``, nonzero) element."""
+    got = json.loads(json.dumps(result))
+    out = unpack(got["outputs"][0])
+    flat = out.reshape(-1)
+    j = int(np.flatnonzero(np.isfinite(flat) & ((flat != 0) if nonzero else True))[0])
+    flat.view(np.int64)[j] ^= 1 << 50
+    got["outputs"][0] = _pack(out)
+    return got
+
+
+def python(code, *args, timeout=900, **env_changes):
+    """``python -c code *args`` in the repository root, without NUMBA_ENABLE_CUDASIM unless
+    ``env_changes`` sets it."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(env_changes)
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=timeout)
+
+
+# A PTX script's first lines: device functions compile for the current device's compute
+# capability, and there is no driver here, so name one (sm_90): NVVM compiles to PTX
+# without a GPU.
+PTX_PRELUDE = textwrap.dedent("""
+    import json, sys, types
+    import numba
+    import numba.cuda.dispatcher as _dispatcher
+    _dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    from numba import cuda
+    from kernels.primitives import build
+    f, i = numba.float64, numba.int64
+""")
+
+
+def ptx(script, *args):
+    """{name: PTX} that PTX_PRELUDE + ``script`` prints as JSON on its last line (the GPU
+    build, compiled by NVVM without a GPU); the test is skipped where NVVM is missing."""
+    import pytest
+    probe = python("from numba.cuda.cudadrv import nvvm; print(nvvm.is_available())")
+    if probe.stdout.strip().splitlines()[-1:] != ["True"]:
+        pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
+    proc = python(PTX_PRELUDE + textwrap.dedent(script), *args)
+    err = proc.stderr.lower()
+    if proc.returncode != 0 and "nvvm" in err and any(
+            w in err for w in ("not found", "cannot be found", "could not", "cannot find",
+                               "no such file", "not available")):
+        pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 class _Screen:

@@ -19,11 +19,8 @@ import kernels
 import routes
 from routes.vocabulary import VOCABULARY
 from kernels import elementwise, gpu_check
-from kernel_harness import _pack, case as _case, check as _check, simulate, unpack
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
-DIRECTED = ("toward_zero", "upward", "nearest_away", "odd")
+from kernel_harness import (DIRECTED, FORMATS, ROOT, case as _case, check as _check, flipped,
+                            ptx as compile_ptx, python, simulate)
 
 
 def _instances():
@@ -91,12 +88,8 @@ def test_check_fails_on_a_wrong_bit(simulated):
     """The comparison can fail: one flipped low bit in a kernel output is caught."""
     cases, results = simulated
     c = next(c for c in cases if c["op"].name == "add" and c["fmt"] == "bfloat16")
-    got = json.loads(json.dumps(results[c["id"]]))
-    out = unpack(got["outputs"][0])
-    out.view(np.int64).reshape(-1)[0] ^= 1 << 50        # a bfloat16-visible bit (not a NaN)
-    got["outputs"][0] = _pack(out)
     with pytest.raises(AssertionError):
-        _check(c, got)
+        _check(c, flipped(results[c["id"]]))
 
 
 def test_kernels_exist_exactly_for_operators_with_a_cuda_entry():
@@ -157,15 +150,8 @@ def test_formats_and_modes_outside_the_kernels_are_refused_in_one_line():
     assert flavour("binary32", "upward") == "emulated"
 
 
-def _python(code, **env_changes):
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env.update(env_changes)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=300)
-
-
 def test_device_without_gpu_or_simulator_is_a_one_line_error():
-    proc = _python(textwrap.dedent("""
+    proc = python(textwrap.dedent("""
         import kernels
         try:
             kernels.device()
@@ -181,7 +167,7 @@ def test_device_without_gpu_or_simulator_is_a_one_line_error():
 
 
 def test_simulator_set_after_numba_import_is_refused():
-    proc = _python(textwrap.dedent("""
+    proc = python(textwrap.dedent("""
         import os, numba, kernels
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
         try:
@@ -219,19 +205,10 @@ def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
         assert not out.exists()
 
 
-_PTX = textwrap.dedent("""
-    import types, json
-    import numba
-    import numba.cuda.dispatcher as d
-    # Device functions compile for the current device's compute capability; there is no
-    # driver here, so name one (sm_90): NVVM compiles to PTX without a GPU.
-    d.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
-    from numba import cuda
-    from kernels.primitives import build
+_PTX = """
     from kernels.elementwise import ELEMENTWISE, make_kernels
     from kernels.products import make_matmul
     from kernels.rows import make_reduce
-    f, i = numba.float64, numba.int64
     v, rp = f[::1], i[::1]
     out = {}
     for flav in ("binary64", "binary32", "emulated"):
@@ -245,24 +222,14 @@ _PTX = textwrap.dedent("""
         out[flav + "-reduce"] = cuda.compile_ptx(red.py_func, (f[:, ::1], v, i, rp),
                                                  cc=(9, 0))[0]
     print(json.dumps(out))
-""")
+"""
 
 
 def test_gpu_build_compiles_to_ptx_without_fma_contraction():
     """The GPU build (libdevice bit casts and _rn intrinsics) compiles with NVVM, and the
     multiply-then-add of matmul and of sums stays two rounded operations: no fma in the PTX
     (plain a * b + c would be contracted: FACTS, numba's CUDA target)."""
-    probe = _python("from numba.cuda.cudadrv import nvvm; print(nvvm.is_available())")
-    if probe.stdout.strip().splitlines()[-1:] != ["True"]:
-        pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
-    proc = _python(_PTX)
-    err = proc.stderr.lower()
-    if proc.returncode != 0 and "nvvm" in err and any(
-            w in err for w in ("not found", "cannot be found", "could not", "cannot find",
-                               "no such file", "not available")):
-        pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ptx = json.loads(proc.stdout.strip().splitlines()[-1])
+    ptx = compile_ptx(_PTX)
     for key, text in ptx.items():
         assert ".entry" in text, key
         assert "fma." not in text, f"{key}: FMA contraction in the PTX"
@@ -286,7 +253,7 @@ _GPU_CHECK = textwrap.dedent("""
 def test_gpu_check_measures_every_kernel_and_route():
     """gpu_check's measurement (what it runs on a GPU) in the simulator at a tiny size: one
     row per kernel and route, every contract held, against the exact reference."""
-    proc = _python(_GPU_CHECK, NUMBA_ENABLE_CUDASIM="1")
+    proc = python(_GPU_CHECK, NUMBA_ENABLE_CUDASIM="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     assert {r["op"] for r in rows} == set(kernels.names())

@@ -8,35 +8,15 @@ the GPU build's PTX where NVVM is installed.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
 import formats
 import kernels
 import numerics
-import routes
-from kernel_harness import _pack, case as _case, check as _check, same, simulate, unpack
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
-FEW = ("binary64", "bfloat16", "float8_e4m3fn")
-SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.5, 0.5])
-
-
-def _op(name, **attrs):
-    o = routes.op(name, **attrs)
-    o.check()
-    return o
-
-
-def _examples(name):
-    return [_op(name, **attrs) for attrs in routes.op(name).decl.examples.values()]
+from kernel_harness import (FEW, FORMATS, case as _case, check as _check, examples as _examples,
+                            flipped as _flipped, op as _op, ptx as compile_ptx, same, simulate,
+                            special_inputs as _special_inputs, unpack)
 
 
 def _instances():
@@ -84,18 +64,6 @@ def _instances():
     ]
     out += [(o, FEW) for o in more]
     return out
-
-
-def _special_inputs(o, rng):
-    """Inputs drawn from signed zeros, infinities, NaN and a few finite values (every scalar
-    port; frozen scalars from the operator's own sampler)."""
-    base = o.samples(rng, formats.get("binary32"), "ordinary")
-    out = []
-    for x, p in zip(base, o.inputs):
-        if p.kind == "value":
-            x = SPECIALS[rng.integers(0, len(SPECIALS), np.shape(x))].reshape(np.shape(x))
-        out.append(x)
-    return tuple(out)
 
 
 def _cases():
@@ -176,14 +144,6 @@ def test_twiddle_free_transforms_are_bitwise_in_binary64(simulated):
     assert seen >= 6
 
 
-def _flipped(result):
-    got = json.loads(json.dumps(result))
-    out = unpack(got["outputs"][0])
-    out.view(np.int64).reshape(-1)[0] ^= 1 << 50        # a bfloat16-visible bit (not a NaN)
-    got["outputs"][0] = _pack(out)
-    return got
-
-
 @pytest.mark.parametrize("name,route", [("conv", "forward"), ("linear", "gradient"),
                                         ("matmul", "gradient"), ("pool", "forward")])
 def test_check_fails_on_a_wrong_bit(simulated, name, route):
@@ -225,21 +185,13 @@ def test_every_attribute_combination_is_served():
     assert kernels.of_op(_op("conv", shape=(1, 4, 3), groups=2, out_channels=2)) is not None
 
 
-_PTX = textwrap.dedent("""
-    import types, json
-    import numba
-    import numba.cuda.dispatcher as d
-    # No driver here: name a device (sm_90); NVVM compiles to PTX without a GPU.
-    d.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
-    from numba import cuda
-    from kernels.primitives import build
-    from kernels import conv as cv, products as pr, spectral as sp
-    f, i = numba.float64, numba.int64
+_PTX = """
+    from kernels import conv as cv, products as pr, rows, spectral as sp
     v, iv, m2, i2 = f[::1], i[::1], f[:, ::1], i[:, ::1]
-    sigs = {"scale": (pr.make_scale, (v, v, f, iv)),
+    sigs = {"scale": (rows.make_by_scalar, (v, v, f, i, iv)),
             "linear": (pr.make_linear, (m2, m2, v, m2, iv)),
-            "conv": (cv.make_conv, (v, v, v, i2, iv, v, iv)),
-            "conv_transpose": (cv.make_conv_transpose, (v, v, v, i2, i2, iv, iv, v, iv)),
+            "conv": (cv.make_gather_dot, (v, v, v, i2, iv, i, v, iv)),
+            "conv_transpose": (cv.make_scatter_dot, (v, v, v, i2, i2, iv, iv, i, v, iv)),
             "window": (cv.make_window, (v, i2, i2, i, v, i, v, iv)),
             "smooth": (cv.make_smooth, (v, i2, i, f, v, iv)),
             "twiddle": (sp.make_twiddle, (v, iv, f, v, iv)),
@@ -251,23 +203,14 @@ _PTX = textwrap.dedent("""
         for name, (make, sig) in sigs.items():
             out[flav + "-" + name] = cuda.compile_ptx(make(P).py_func, sig, cc=(9, 0))[0]
     print(json.dumps(out))
-""")
+"""
 
 
 def test_gpu_build_compiles_to_ptx():
     """Every kernel of the three modules compiles for the GPU in the three flavours, and the
     ones without transcendental functions have no fma in their PTX (libdevice's exp, log,
     cos and sin use fma inside themselves)."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    probe = subprocess.run([sys.executable, "-c", "from numba.cuda.cudadrv import nvvm; "
-                            "print(nvvm.is_available())"], capture_output=True, text=True,
-                           env=env, cwd=ROOT, timeout=300)
-    if probe.stdout.strip().splitlines()[-1:] != ["True"]:
-        pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
-    proc = subprocess.run([sys.executable, "-c", _PTX], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ptx = json.loads(proc.stdout.strip().splitlines()[-1])
+    ptx = compile_ptx(_PTX)
     for key, text in ptx.items():
         assert ".entry" in text, key
         if key.split("-")[1] in ("scale", "linear", "conv", "conv_transpose", "window", "dft"):

@@ -482,7 +482,7 @@ def _flat(x, a):
     return np.reshape(x, (_size(lead), _size(a.shape[len(lead):])))
 
 
-def _divisors(a):
+def pool_divisors(a):
     """The average pool's divisor per window (Python ints): the window clipped to the padded
     input (count_include_pad) or to the input."""
     dims, out = pool_extents(a)
@@ -501,7 +501,7 @@ def _divisors(a):
 
 def _divisor_array(xp, a):
     """The divisors as backend numbers, one per window (each an integer rounded once)."""
-    divs = _divisors(a)
+    divs = pool_divisors(a)
     return np.concatenate([xp.constant(d, (1,)) for d in divs]) if divs else xp.constant(0, (0,))
 
 
@@ -566,7 +566,7 @@ def _pool_linear(xp, a, x, y, v, transpose):
 
 def _pool_oracle(ctx, a, x):
     dims, out = pool_extents(a)
-    xf, divs, res = _flat(x, a), _divisors(a), []
+    xf, divs, res = _flat(x, a), pool_divisors(a), []
     for row in xf:
         xr = np.reshape(row, dims)
         for j, o in enumerate(_grid(out)):
