@@ -81,26 +81,38 @@ def make_window(P: dict):
     return window
 
 
+def smooth_parts(P: dict):
+    """The device function parts(x, idx, o, base, beta, rp) -> (m, s) of window o of the row
+    at ``base``: m = max_k x_k * beta (exact maximum of rounded products), s = sequential sum
+    of exp(x_k * beta - m) -- routes' smoothMaxPool before its log; the forward and the
+    gradient share it, so the gradient's m and s are the forward's, bit for bit."""
+    add, sub, mul, mx, ex = (P["add"], P["subtract"], P["multiply"], P["maximum"], P["exp"])
+
+    @cuda.jit(device=True)
+    def parts(x, idx, o, base, beta, rp):
+        taps = idx.shape[1]
+        m = mul(x[base + idx[o, 0]], beta, rp)
+        for k in range(1, taps):
+            m = mx(m, mul(x[base + idx[o, k]], beta, rp), rp)
+        s = ex(sub(mul(x[base + idx[o, 0]], beta, rp), m, rp), rp)
+        for k in range(1, taps):
+            s = add(s, ex(sub(mul(x[base + idx[o, k]], beta, rp), m, rp), rp), rp)
+        return m, s
+    return parts
+
+
 def make_smooth(P: dict):
     """smooth(x, idx[O, K], size, beta, out, rp): routes' _smooth_forward per window: z = x *
     beta, m = sequential max of z, s = sequential sum of exp(z - m), out = (m + log s) / beta
     (z recomputed in the second pass: the same rounded products)."""
-    add, sub, mul, div, mx, ex, lg = (P["add"], P["subtract"], P["multiply"], P["divide"],
-                                      P["maximum"], P["exp"], P["log"])
+    add, div, lg = P["add"], P["divide"], P["log"]
+    parts = smooth_parts(P)
 
     @cuda.jit
     def smooth(x, idx, size, beta, out, rp):
         r = cuda.grid(1)
         if r < out.size:
-            nwin, taps = idx.shape[0], idx.shape[1]
-            o = r % nwin
-            base = (r // nwin) * size
-            m = mul(x[base + idx[o, 0]], beta, rp)
-            for k in range(1, taps):
-                m = mx(m, mul(x[base + idx[o, k]], beta, rp), rp)
-            s = ex(sub(mul(x[base + idx[o, 0]], beta, rp), m, rp), rp)
-            for k in range(1, taps):
-                s = add(s, ex(sub(mul(x[base + idx[o, k]], beta, rp), m, rp), rp), rp)
+            m, s = parts(x, idx, r % idx.shape[0], (r // idx.shape[0]) * size, beta, rp)
             out[r] = div(add(m, lg(s, rp), rp), beta, rp)
     return smooth
 
@@ -287,22 +299,17 @@ def make_smooth_terms(P: dict):
     """terms(x, g, idx[O, K], size, beta, out, rp): per row and window o, the K terms of
     routes' ``_smooth_linear`` (transposed): the forward's m and s (``make_smooth``), then
     weight_k = exp(x_k * beta - m) / s and term_k = weight_k * g (out[(row, o), k])."""
-    add, sub, mul, div, mx, ex = (P["add"], P["subtract"], P["multiply"], P["divide"],
-                                  P["maximum"], P["exp"])
+    sub, mul, div, ex = P["subtract"], P["multiply"], P["divide"], P["exp"]
+    parts = smooth_parts(P)
 
     @cuda.jit
     def terms(x, g, idx, size, beta, out, rp):
         r = cuda.grid(1)
         if r < g.size:
-            nwin, taps = idx.shape[0], idx.shape[1]
-            o = r % nwin
-            base = (r // nwin) * size
-            m = mul(x[base + idx[o, 0]], beta, rp)
-            for k in range(1, taps):
-                m = mx(m, mul(x[base + idx[o, k]], beta, rp), rp)
-            s = ex(sub(mul(x[base + idx[o, 0]], beta, rp), m, rp), rp)
-            for k in range(1, taps):
-                s = add(s, ex(sub(mul(x[base + idx[o, k]], beta, rp), m, rp), rp), rp)
+            taps = idx.shape[1]
+            o = r % idx.shape[0]
+            base = (r // idx.shape[0]) * size
+            m, s = parts(x, idx, o, base, beta, rp)
             for k in range(taps):
                 e = ex(sub(mul(x[base + idx[o, k]], beta, rp), m, rp), rp)
                 out[r * taps + k] = mul(div(e, s, rp), g[r], rp)
