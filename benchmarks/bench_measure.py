@@ -15,7 +15,6 @@ scaled), the naive exact reference.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -23,8 +22,7 @@ import mpmath
 import numba
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from reports import measure  # noqa: E402
+from roundoff_coverage.reports import measure
 
 
 def main(argv=None) -> int:

@@ -20,10 +20,9 @@ import gmpy2
 import numba
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import formats  # noqa: E402
-from timing import best_of  # noqa: E402
-import numerics  # noqa: E402
+from roundoff_coverage import formats
+from timing import best_of
+from roundoff_coverage import numerics
 
 
 

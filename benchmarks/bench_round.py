@@ -23,9 +23,8 @@ import ml_dtypes
 import numba
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import formats  # noqa: E402  (the checkout's formats, installed or not)
-from timing import best_of  # noqa: E402
+from roundoff_coverage import formats
+from timing import best_of
 
 
 def typical(n: int, seed: int) -> np.ndarray:

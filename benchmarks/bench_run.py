@@ -24,9 +24,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import routes  # noqa: E402
-from reports import evaluate, runner  # noqa: E402
+from roundoff_coverage import routes
+from roundoff_coverage.reports import evaluate, runner
 
 
 def main(argv=None) -> int:
@@ -77,7 +76,7 @@ def main(argv=None) -> int:
 def _native_evaluation(task):
     """Seconds numpy spends on the routes of ``task`` (inputs drawn as the run draws them);
     None where numpy has no rule or dtype."""
-    import formats
+    from roundoff_coverage import formats
     o = task.build()
     fmt = formats.get(task.format)
     backend, problem = evaluate.implementation(task, fmt)

@@ -15,11 +15,9 @@ undefined and there is no classical bound.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from reports import evaluate, runner  # noqa: E402
+from roundoff_coverage.reports import evaluate, runner
 
 
 def main(argv=None) -> int:

@@ -39,7 +39,7 @@ binary16, tf32, the float8/6/4 formats...), in every deterministic rounding mode
 Not implemented: stochastic rounding on the device; implementation-defined (parallel,
 blocked) reduction orders and FMA-contracted variants (every kernel reproduces the strict
 policy: sequential order, no FMA); forward-mode (tangent) kernels, which the CUDA tape does
-not have.  ``python -m kernels.gpu_check`` has not yet run on a GPU.
+not have.  ``python -m roundoff_coverage.kernels.gpu_check`` has not yet run on a GPU.
 """
 
 from . import custom

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-import formats
+from roundoff_coverage import formats
 
 from .contract import Contract
 from .errors import KernelError

@@ -53,7 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import formats
+from roundoff_coverage import formats
 
 from .errors import KernelError
 from .primitives import emulation_range_ok

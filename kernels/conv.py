@@ -44,7 +44,7 @@ import math
 import numpy as np
 from numba import cuda
 
-from routes.families.conv_pool import inverse, pool_divisors, pool_extents, windows
+from roundoff_coverage.routes.families.conv_pool import inverse, pool_divisors, pool_extents, windows
 
 from .base import Kernel, flat
 from .contract import Contract

@@ -62,9 +62,9 @@ import numpy as np
 # numba.cuda at module level: the simulator swaps a kernel's global `cuda` for its fake.
 from numba import cuda
 
-import formats
-import numerics
-from routes import custom as C
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage.routes import custom as C
 
 from . import selection
 from .base import Context

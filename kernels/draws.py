@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from routes.families.random import GOLDEN, MIX1, MIX2
+from roundoff_coverage.routes.families.random import GOLDEN, MIX1, MIX2
 
 from .base import Kernel, flat
 from .contract import Contract

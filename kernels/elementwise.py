@@ -20,7 +20,7 @@ from numba import cuda
 
 from typing import Callable, NamedTuple
 
-from routes.families.activation import _GELU_C, _RSQRT2, _RSQRT2PI, _SQRT_2_OVER_PI
+from roundoff_coverage.routes.families.activation import _GELU_C, _RSQRT2, _RSQRT2PI, _SQRT_2_OVER_PI
 
 from .base import Kernel, flat
 from .contract import Contract

@@ -1,6 +1,6 @@
 """Measure every kernel on a real GPU against the exact reference; write a results file.
 
-    python -m kernels.gpu_check --out results/gpu.json [--size N] [--formats a,b] [--seed S]
+    python -m roundoff_coverage.kernels.gpu_check --out results/gpu.json [--size N] [--formats a,b] [--seed S]
 
 For every kernel of the table, every format asked for and every route the kernel has, one
 operator instance at a realistic size (``instance``: ``--size`` elements for elementwise
@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 
 def parse(argv=None) -> argparse.Namespace:
     """The command line; SystemExit with a one-line message (status 2) on bad usage."""
-    p = _Parser(prog="python -m kernels.gpu_check", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m roundoff_coverage.kernels.gpu_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="the results file to write (JSON)")
     p.add_argument("--size", type=int, default=4096,
                    help="elements per elementwise instance (default 4096)")
@@ -52,7 +52,7 @@ def parse(argv=None) -> argparse.Namespace:
         raise SystemExit(f"kernels.gpu_check: --size must be >= 1 (got {args.size})")
     if args.seed < 0:
         raise SystemExit(f"kernels.gpu_check: --seed must be >= 0 (got {args.seed})")
-    import formats
+    from roundoff_coverage import formats
     names = [f.strip() for f in args.formats.split(",") if f.strip()]
     if not names:
         raise SystemExit("kernels.gpu_check: --formats names no format")
@@ -70,8 +70,8 @@ def instance(name: str, size: int):
     64 for reduce, mean, softmax and the normalizations, (n x 64) (64 x n) products with
     n = size / 64 up to 64, ``size`` elements for the elementwise kernels, and the operator's
     default instance for the others (drawn repeatedly, see ``draws``)."""
-    import routes
-    import kernels
+    from roundoff_coverage import routes
+    from roundoff_coverage import kernels
     side = 64
     rows = max(1, size // side)
     if name == "reduce":
@@ -108,11 +108,11 @@ def draws(o, size: int) -> int:
 
 def measure(name, fmt, route, size, rng) -> dict:
     """One results row: kernel ``name``, route, format (nearest even)."""
-    import numerics
-    from numerics import metrics
+    from roundoff_coverage import numerics
+    from roundoff_coverage.numerics import metrics
 
-    import formats
-    import kernels
+    from roundoff_coverage import formats
+    from roundoff_coverage import kernels
     o = instance(name, size)
     k = kernels.of_op(o)
     claim = k.claim(route, fmt)
@@ -161,7 +161,7 @@ def measure(name, fmt, route, size, rng) -> dict:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    import kernels
+    from roundoff_coverage import kernels
     try:
         dev = kernels.device()
     except kernels.KernelError as exc:

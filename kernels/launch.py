@@ -15,9 +15,9 @@ import warnings
 
 import numpy as np
 
-import formats
-import numerics
-import routes
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
 
 from . import contract as C
 from . import selection as D

@@ -41,9 +41,9 @@ import math
 
 import numpy as np
 
-import formats
-from formats.fast import round_params
-from formats.kernel import make_rounder
+from roundoff_coverage import formats
+from roundoff_coverage.formats.fast import round_params
+from roundoff_coverage.formats.kernel import make_rounder
 
 FLAVOURS = ("binary64", "binary32", "emulated")
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from routes.families.reduction import to_last
+from roundoff_coverage.routes.families.reduction import to_last
 
 from .base import Kernel, flat
 from .contract import Contract

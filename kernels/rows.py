@@ -36,7 +36,7 @@ import numpy as np
 # per-thread fake inside kernels (a local import would not be swapped).
 from numba import cuda
 
-from routes.families.reduction import from_last, kept_shape, spread, to_last
+from roundoff_coverage.routes.families.reduction import from_last, kept_shape, spread, to_last
 
 from .base import Kernel, flat
 from .contract import Contract

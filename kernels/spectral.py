@@ -41,8 +41,8 @@ from fractions import Fraction
 import numpy as np
 from numba import cuda
 
-import formats
-from routes.families.spectral import PI
+from roundoff_coverage import formats
+from roundoff_coverage.routes.families.spectral import PI
 
 from .base import Kernel
 from .contract import Contract

@@ -53,7 +53,7 @@ import math
 
 import numpy as np
 
-import formats
+from roundoff_coverage import formats
 
 from .backend import EXACT_PRIMITIVES, Backend
 from .policy import for_backend

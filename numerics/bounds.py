@@ -43,7 +43,7 @@ from fractions import Fraction
 import gmpy2
 import numpy as np
 
-import formats
+from roundoff_coverage import formats
 
 from .metrics import INF, NAN, read_exact
 from .policy import block_size

@@ -28,7 +28,7 @@ import math
 import numba
 import numpy as np
 
-from formats.fast import finish, round_bits, round_in_range, threads_for
+from roundoff_coverage.formats.fast import finish, round_bits, round_in_range, threads_for
 
 ADD, SUBTRACT, MULTIPLY, DIVIDE, SQRT, FMA = range(6)
 _INVALID, _DIVZERO = 16, 8

@@ -25,8 +25,8 @@ import math
 import numba
 import numpy as np
 
-import formats
-from formats.fast import round_params, threads_for
+from roundoff_coverage import formats
+from roundoff_coverage.formats.fast import round_params, threads_for
 
 from . import eft
 from .backend import CAPABILITIES, Backend

@@ -23,7 +23,7 @@ from fractions import Fraction
 
 import numpy as np
 
-import formats
+from roundoff_coverage import formats
 
 from .backend import Backend
 from .policy import block_size

@@ -48,7 +48,7 @@ import numpy as np
 from mpmath import libmp
 from mpmath.libmp import finf, fnan, fninf, fzero
 
-import formats
+from roundoff_coverage import formats
 
 # Kinds of a parsed number.
 FINITE, ZERO, INF, NAN = 0, 1, 2, 3

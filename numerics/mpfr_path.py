@@ -17,8 +17,8 @@ from __future__ import annotations
 import gmpy2
 import numpy as np
 
-import formats
-from formats import DIVIDE_BY_ZERO, INVALID
+from roundoff_coverage import formats
+from roundoff_coverage.formats import DIVIDE_BY_ZERO, INVALID
 
 _MPFR = type(gmpy2.mpfr(0))
 _SUMS = ("add", "subtract", "fma")

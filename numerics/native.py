@@ -60,7 +60,7 @@ import functools
 import ml_dtypes
 import numpy as np
 
-import formats
+from roundoff_coverage import formats
 
 from .backend import Backend, CapabilityError
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import formats
+from roundoff_coverage import formats
 
 ORDERS = ("sequential", "pairwise", "blocked:K")
 _BLOCKED = re.compile(r"^blocked:(\d+)$")

@@ -34,7 +34,7 @@ from mpmath import libmp
 from mpmath.libmp import libmpi
 from mpmath.libmp import fnan, finf, fninf, fone, fzero, round_ceiling, round_floor, round_nearest
 
-import formats
+from roundoff_coverage import formats
 
 from .backend import Backend
 from .exact import OrderPolicy, elementwise

@@ -39,7 +39,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-import formats
+from roundoff_coverage import formats
 
 from . import metrics
 

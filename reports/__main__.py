@@ -1,4 +1,4 @@
-"""``python -m reports``: the roundoff-coverage command line."""
+"""``python -m roundoff_coverage.reports``: the roundoff-coverage command line."""
 
 import sys
 

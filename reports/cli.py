@@ -17,8 +17,8 @@ import math
 import sys
 from fractions import Fraction
 
-import formats
-from formats import FormatError
+from roundoff_coverage import formats
+from roundoff_coverage.formats import FormatError
 
 PROG = "roundoff-coverage"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -183,7 +183,7 @@ def _add_ops(sub, common):
 
 def _operator(name):
     """The declaration of ``name``; UsageError (with close matches) for an unknown one."""
-    import routes
+    from roundoff_coverage import routes
     try:
         return routes.declaration(name)
     except routes.RouteError as exc:
@@ -192,8 +192,8 @@ def _operator(name):
 
 def cmd_ops(args) -> int:
     """``ops [NAME] [--certs NAME]``: the operator table, one operator, or its certificates."""
-    import routes
-    from routes.vocabulary import VOCABULARY, spec_row
+    from roundoff_coverage import routes
+    from roundoff_coverage.routes.vocabulary import VOCABULARY, spec_row
     if args.certs is not None:
         decl = _operator(args.certs)
         certs = routes.certificates(decl.name)
@@ -236,7 +236,7 @@ def _ports(names, ports) -> str:
 
 def _op_detail(decl, spec_row) -> list[str]:
     """Lines describing one operator at its default attributes."""
-    import routes
+    from roundoff_coverage import routes
     o = routes.op(decl.name)
     row = spec_row(decl.name)
     lines = [f"{decl.name}: family {decl.family}; rule needs {_need(o)}; cuda(spec) "
@@ -458,9 +458,9 @@ def _names(text, what, known, default):
 
 def _selection(args, user):
     """The runner.Selection of the parsed options (config values filled in)."""
-    import numerics
-    import routes
-    from routes.registry import FAMILIES
+    from roundoff_coverage import numerics
+    from roundoff_coverage import routes
+    from roundoff_coverage.routes.registry import FAMILIES
 
     from . import evaluate, runner
     ops = _names(args.ops, "operator", routes.names(), ()) if args.ops else ()
@@ -562,7 +562,7 @@ def _cuda_device() -> str:
     """The device ``--implementations cuda`` runs on (a GPU, or numba's CUDA simulator under
     NUMBA_ENABLE_CUDASIM=1), or UsageError when neither can run: asked for CUDA, the run stops
     before any work instead of writing rows that all say so."""
-    import kernels
+    from roundoff_coverage import kernels
     try:
         return kernels.device()
     except kernels.KernelError as exc:

@@ -33,7 +33,7 @@ import dataclasses
 
 import numpy as np
 
-import numerics
+from roundoff_coverage import numerics
 
 from . import evaluate as E
 
@@ -58,8 +58,8 @@ def _tiny(d):
 
 def measure(task, o, fmt, pending, timer) -> list:
     """Rows of ``pending`` routes of ``o`` under the cuda implementation (module docstring)."""
-    import kernels
-    from kernels import contract as C
+    from roundoff_coverage import kernels
+    from roundoff_coverage.kernels import contract as C
     k = kernels.of_op(o)
     if k is None:
         return _status(task, o, pending, "no_rule",

@@ -53,11 +53,11 @@ from dataclasses import dataclass
 import numpy as np
 from mpmath import libmp
 
-import formats
-import numerics
-import routes
-from numerics import metrics
-from numerics.metrics import clamp_exact
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.numerics import metrics
+from roundoff_coverage.numerics.metrics import clamp_exact
 
 REF_EXTRA, REF_ESCALATED = 64, 192
 ROUTES = ("forward", "tangent", "gradient")

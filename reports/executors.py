@@ -69,8 +69,11 @@ def announcer(stream=None):
 
 # ----- local -----------------------------------------------------------------------------------
 
+EVALUATE = f"{__package__}.evaluate"      # the module workers preload by default
+
+
 def local(fn, units, jobs: int, *, serial: bool = False, inline=None, initializer=None,
-          initargs=(), preload: str = "reports.evaluate", batched: bool = False):
+          initargs=(), preload: str = EVALUATE, batched: bool = False):
     """Yield ``(key, fn(*args))`` for every unit as it finishes.  In this process (with
     ``inline`` in place of ``fn`` when given) when ``serial``, ``jobs <= 1`` or there is one
     unit; else over a pool of ``min(jobs, units)`` processes started with ``initializer``.
@@ -112,7 +115,7 @@ def batches(units, jobs: int) -> list:
     return [units[j::count] for j in range(count)]
 
 
-def pool_context(preload="reports.evaluate"):
+def pool_context(preload=EVALUATE):
     """forkserver where it exists: workers fork from a clean server that has imported the
     operator table (fork from a parent whose numba thread pool is running is unsafe)."""
     # An interrupted run terminates the pool while its queue locks are alive; the resource

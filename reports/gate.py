@@ -140,7 +140,7 @@ class Tolerances:
 
 def _spec(name):
     """The canonical compact spec of a format name (the name itself when unknown)."""
-    import formats
+    from roundoff_coverage import formats
     try:
         return formats.get(name).spec
     except Exception:                                        # noqa: BLE001
@@ -161,8 +161,8 @@ def load_tolerances(path) -> Tolerances:
     import difflib
     import tomllib
 
-    import formats
-    from routes.registry import FAMILIES
+    from roundoff_coverage import formats
+    from roundoff_coverage.routes.registry import FAMILIES
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -297,7 +297,7 @@ def compare(baseline, current, metric="max", tolerances=None,
 def _families(ops) -> dict:
     """{operator: family} for the operators the table knows (a removed operator has none:
     it gets the format or default tolerance)."""
-    import routes
+    from roundoff_coverage import routes
     out = {}
     for name in ops:
         try:

@@ -43,13 +43,13 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-import formats
-import numerics
-from numerics import metrics, screen
-from numerics.native import UFUNCS, resolve as native_dtype
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage.numerics import metrics, screen
+from roundoff_coverage.numerics.native import UFUNCS, resolve as native_dtype
 
 from . import executors, results, runner
-from numerics.metrics import clamp_exact
+from roundoff_coverage.numerics.metrics import clamp_exact
 
 CHUNK = 1 << 22
 EXHAUSTIVE_MAX = 1 << 32
@@ -649,7 +649,7 @@ def _execute(m, t, todo, jobs, python, executor="local", scheduler=None, announc
         return
     yield from executors.local(_work, units, jobs or os.cpu_count() or 1, serial=python,
                                inline=lambda m, j: run_chunk(m, t, j), initializer=_init,
-                               preload="reports.measure")
+                               preload=__name__)
 
 
 def _failed(m: Measurement, t: Target, parts: list, failed: list) -> dict:

@@ -20,5 +20,5 @@ import pytest
 @pytest.fixture
 def assert_ulp_close():
     """reports.testing.assert_ulp_close(actual, exact, fmt, max_ulp=0.5, msg=None)."""
-    from reports.testing import assert_ulp_close as check
+    from roundoff_coverage.reports.testing import assert_ulp_close as check
     return check

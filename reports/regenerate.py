@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-import formats
+from roundoff_coverage import formats
 
 from . import evaluate, runner
 

@@ -78,7 +78,7 @@ def document(rows, selection) -> dict:
     """The results document of ``rows`` measured for ``selection``: a runner.Selection or a
     measure.Measurement (``seed``, ``command()``, ``describe()`` -> the meta's selection,
     ``reference_text``)."""
-    from numerics.metrics import HIST_EDGES
+    from roundoff_coverage.numerics.metrics import HIST_EDGES
     return {"schema": SCHEMA, "meta": clean({
         "tool": "roundoff-coverage", "version": _version("roundoff-coverage"),
         "versions": {name: _version(name) for name in ("numpy", "mpmath", "gmpy2", "ml_dtypes",

@@ -29,9 +29,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import formats
-import numerics
-import routes
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
 
 from . import executors, results
 from .evaluate import PHASES, ROUTES, Task, _status_rows, batchable, evaluate, sample_kinds
@@ -376,7 +376,7 @@ def _execute(todo, jobs, execute=None, executor="local", scheduler=None, announc
         return
     # A test's ``execute`` is a closure: it runs here, pickle cannot send it to the pool.
     for key, got in executors.local(_unit, units, jobs, serial=execute is not None,
-                                    initializer=_init_worker, preload="reports.evaluate",
+                                    initializer=_init_worker, preload=executors.EVALUATE,
                                     batched=True):
         yield (key, *got)
 

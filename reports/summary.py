@@ -36,7 +36,7 @@ def status_counts(rows) -> dict:
 
 def coverage(rows) -> dict:
     """{(family, format): (ok rows, rows)}."""
-    import routes
+    from roundoff_coverage import routes
     fam = {}
     out = defaultdict(lambda: [0, 0])
     for r in rows:

@@ -23,8 +23,8 @@ from fractions import Fraction
 
 import numpy as np
 
-import formats
-from numerics import metrics
+from roundoff_coverage import formats
+from roundoff_coverage.numerics import metrics
 
 __all__ = ["assert_ulp_close"]
 

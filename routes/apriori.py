@@ -36,8 +36,8 @@ import math
 
 import numpy as np
 
-import formats
-from numerics import bounds
+from roundoff_coverage import formats
+from roundoff_coverage.numerics import bounds
 
 FORMULAS = {}
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from numerics.backend import BINARY, TERNARY, UNARY
+from roundoff_coverage.numerics.backend import BINARY, TERNARY, UNARY
 
 from .errors import RouteError
 

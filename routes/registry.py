@@ -327,7 +327,7 @@ def _add_enclosure_bound(name):
     """Append the numerics.bounding certificate when the declaration's rule runs there: its
     capability need (at every example, for needs that depend on the attributes) is one the
     bounding backend supplies."""
-    from numerics.bounding import BoundingBackend
+    from roundoff_coverage.numerics.bounding import BoundingBackend
     decl = _TABLE[name]
     needs = {op(name, **dict(attrs)).need for attrs in decl.examples.values()} \
         if callable(decl.needs) else {decl.needs}

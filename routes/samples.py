@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-import formats
+from roundoff_coverage import formats
 
 from . import words
 

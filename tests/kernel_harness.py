@@ -24,12 +24,12 @@ import time
 
 import numpy as np
 
-import formats
-import kernels
-import numerics
-import routes
-from kernels.contract import TRANSCENDENTAL
-from numerics import metrics
+from roundoff_coverage import formats
+from roundoff_coverage import kernels
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.kernels.contract import TRANSCENDENTAL
+from roundoff_coverage.numerics import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
@@ -91,7 +91,7 @@ _SCRIPT = textwrap.dedent("""
     import os, sys, json, time
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
-    import kernels, routes
+    from roundoff_coverage import kernels, routes
     from kernel_harness import unpack, _pack
     cases = json.load(open(sys.argv[1]))
     out = {}
@@ -160,7 +160,7 @@ PTX_PRELUDE = textwrap.dedent("""
     import numba.cuda.dispatcher as _dispatcher
     _dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
     from numba import cuda
-    from kernels.primitives import build
+    from roundoff_coverage.kernels.primitives import build
     f, i = numba.float64, numba.int64
 """)
 

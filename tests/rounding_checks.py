@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-import formats
+from roundoff_coverage import formats
 from mpfr_oracle import MODES7, FormatOracle
 
 SEED = 20261130

@@ -10,7 +10,6 @@ nearest search over every value of a float8 format with Fractions; an 11-bit mpm
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -22,8 +21,8 @@ import mpmath
 import numpy as np
 import pytest
 
-import formats
-from reports import assert_ulp_close
+from roundoff_coverage import formats
+from roundoff_coverage.reports import assert_ulp_close
 
 ROOT = Path(__file__).resolve().parents[1]
 NARROW = [name for name, f in formats.CATALOG.items()
@@ -173,16 +172,12 @@ def test_pytest_plugin_fixture_in_a_users_test_run(tmp_path):
         def test_bad(assert_ulp_close):
             assert_ulp_close(np.array([1.125]), [1.0], "float8_e4m3fn", max_ulp=0.5)
     """))
-    # The plugin as pytest finds it for an installed package (entry point pytest11) when the
-    # environment has it; by module name otherwise.
+    # The plugin as pytest finds it for the installed package: its entry point (pytest11).
     from importlib.metadata import entry_points
-    installed = any(ep.value == "reports.pytest_plugin"
-                    for ep in entry_points(group="pytest11"))
-    plugin = [] if installed else ["-p", "reports.pytest_plugin"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get(
-        "PYTHONPATH", "")]))
+    assert any(ep.value == "roundoff_coverage.reports.pytest_plugin"
+               for ep in entry_points(group="pytest11"))
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           *plugin, "test_user.py"], cwd=tmp_path, env=env,
+                           "test_user.py"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
@@ -192,8 +187,8 @@ def test_pytest_plugin_fixture_in_a_users_test_run(tmp_path):
 
 
 def test_plugin_module_imports_nothing_heavy():
-    code = ("import sys, reports.pytest_plugin; "
-            "print(sorted(m for m in ('numpy', 'numba', 'numerics', 'pandas') "
+    code = ("import sys, roundoff_coverage.reports.pytest_plugin; "
+            "print(sorted(m for m in ('numpy', 'numba', 'roundoff_coverage.numerics', 'pandas') "
             "if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
@@ -204,4 +199,4 @@ def test_entry_point_is_declared():
     import tomllib
     with open(ROOT / "pyproject.toml", "rb") as fh:
         project = tomllib.load(fh)["project"]
-    assert project["entry-points"]["pytest11"] == {"roundoff_coverage": "reports.pytest_plugin"}
+    assert project["entry-points"]["pytest11"] == {"roundoff_coverage": "roundoff_coverage.reports.pytest_plugin"}

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-import formats
-from reports.cli import main
+from roundoff_coverage import formats
+from roundoff_coverage.reports.cli import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ERROR = "roundoff-coverage: error: "
@@ -269,8 +269,8 @@ def test_help_exits_0(capsys):
 
 
 def test_module_entry_point_exits_2_without_traceback():
-    # The installed console script may be absent in CI; python -m reports is the same main.
-    proc = subprocess.run([sys.executable, "-m", "reports", "formats", "bfloat61"],
+    # The installed console script may be absent in CI; python -m roundoff_coverage is the same main.
+    proc = subprocess.run([sys.executable, "-m", "roundoff_coverage", "formats", "bfloat61"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stdout == ""

@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from reports import evaluate, executors, measure, runner
-from reports.cli import main
+from roundoff_coverage.reports import evaluate, executors, measure, runner
+from roundoff_coverage.reports.cli import main
 
 # 2 operators x 2 instances (default, 2x3): 4 tasks; the fault tests use 12.
 SEL = runner.Selection(ops=("neg", "exp"), formats=("bfloat16",), draws=1)

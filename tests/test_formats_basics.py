@@ -11,8 +11,8 @@ import gmpy2
 import numpy as np
 import pytest
 
-import formats
-from formats import FormatError
+from roundoff_coverage import formats
+from roundoff_coverage.formats import FormatError
 
 # Published maxima and smallest values (IEEE 754-2019 table 3.5, OCP 8-bit FP spec, OCP MX
 # spec, ml_dtypes' finfo); exact literals, not derived by this code.
@@ -234,9 +234,9 @@ def test_same_source_compiles_for_the_cuda_simulator():
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
         import numpy as np
         from numba import cuda
-        import formats
-        from formats.kernel import make_rounder
-        from formats.fast import round_params
+        from roundoff_coverage import formats
+        from roundoff_coverage.formats.kernel import make_rounder
+        from roundoff_coverage.formats.fast import round_params
         round_bits, round_in_range = make_rounder(cuda.jit(device=True))[:2]
 
         @cuda.jit

@@ -18,11 +18,11 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-import formats
-import numerics
-import reports
-from reports import evaluate, gate, results, runner
-from reports.cli import main
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage import reports
+from roundoff_coverage.reports import evaluate, gate, results, runner
+from roundoff_coverage.reports.cli import main
 
 ERROR = "roundoff-coverage: error: "
 

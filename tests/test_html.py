@@ -20,9 +20,9 @@ import sys
 
 import pytest
 
-from reports import html, runner
-from reports.cli import main
-from reports.html import model, palette, snippet
+from roundoff_coverage.reports import html, runner
+from roundoff_coverage.reports.cli import main
+from roundoff_coverage.reports.html import model, palette, snippet
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import cdp  # noqa: E402
@@ -86,7 +86,7 @@ def test_hostile_text_is_escaped_everywhere(run_file, tmp_path):
 
 
 def test_script_json_cannot_close_its_script_element():
-    from reports.html.markup import script_json
+    from roundoff_coverage.reports.html.markup import script_json
     text = script_json({"a": "</script><!-- & \u2028"})
     assert "</" not in text and "<!--" not in text and "\u2028" not in text
     assert json.loads(text) == {"a": "</script><!-- & \u2028"}

@@ -15,10 +15,10 @@ import textwrap
 import numpy as np
 import pytest
 
-import kernels
-import routes
-from routes.vocabulary import VOCABULARY
-from kernels import elementwise, gpu_check
+from roundoff_coverage import kernels
+from roundoff_coverage import routes
+from roundoff_coverage.routes.vocabulary import VOCABULARY
+from roundoff_coverage.kernels import elementwise, gpu_check
 from kernel_harness import (DIRECTED, FORMATS, ROOT, case as _case, check as _check, flipped,
                             ptx as compile_ptx, python, simulate)
 
@@ -138,7 +138,7 @@ def test_every_contract_has_its_fields_and_claims():
 
 
 def test_formats_and_modes_outside_the_kernels_are_refused_in_one_line():
-    from kernels.contract import flavour
+    from roundoff_coverage.kernels.contract import flavour
     for fmt, mode, fragment in (("binary64", "upward", "nearest even only"),
                                 ("bfloat16", "stochastic", "stochastic"),
                                 ("binary128", "nearest_even", "outside"),
@@ -152,7 +152,7 @@ def test_formats_and_modes_outside_the_kernels_are_refused_in_one_line():
 
 def test_device_without_gpu_or_simulator_is_a_one_line_error():
     proc = python(textwrap.dedent("""
-        import kernels
+        from roundoff_coverage import kernels
         try:
             kernels.device()
         except kernels.KernelError as exc:
@@ -195,7 +195,7 @@ def test_gpu_check_parses_its_arguments():
 def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
     out = tmp_path / "gpu.json"
     for env in ({}, {"NUMBA_ENABLE_CUDASIM": "1"}):
-        proc = subprocess.run([sys.executable, "-m", "kernels.gpu_check", "--out", str(out)],
+        proc = subprocess.run([sys.executable, "-m", "roundoff_coverage.kernels.gpu_check", "--out", str(out)],
                               capture_output=True, text=True, cwd=ROOT, timeout=300,
                               env={**{k: v for k, v in os.environ.items()
                                       if k != "NUMBA_ENABLE_CUDASIM"}, **env})
@@ -206,9 +206,9 @@ def test_gpu_check_refuses_to_run_without_a_gpu(tmp_path):
 
 
 _PTX = """
-    from kernels.elementwise import ELEMENTWISE, make_kernels
-    from kernels.products import make_matmul
-    from kernels.rows import make_reduce
+    from roundoff_coverage.kernels.elementwise import ELEMENTWISE, make_kernels
+    from roundoff_coverage.kernels.products import make_matmul
+    from roundoff_coverage.kernels.rows import make_reduce
     v, rp = f[::1], i[::1]
     out = {}
     for flav in ("binary64", "binary32", "emulated"):
@@ -241,8 +241,8 @@ _GPU_CHECK = textwrap.dedent("""
     import json, os
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     import numpy as np
-    import kernels
-    from kernels import gpu_check
+    from roundoff_coverage import kernels
+    from roundoff_coverage.kernels import gpu_check
     rng = np.random.default_rng(0)
     rows = [gpu_check.measure(name, "bfloat16", route, 8, rng)
             for name in kernels.names() for route in kernels.of_op(name).routes]

@@ -22,11 +22,11 @@ import textwrap
 import numpy as np
 import pytest
 
-import formats
-import numerics
-from kernels import custom as K
-from kernels.errors import KernelError
-from routes import custom as C
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage.kernels import custom as K
+from roundoff_coverage.kernels.errors import KernelError
+from roundoff_coverage.routes import custom as C
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
@@ -35,7 +35,7 @@ PRIMS = tuple(sorted(K.DEVICE_PRIMITIVES))
 _SCRIPT = textwrap.dedent("""
     import os, sys, pickle, time
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    from kernels import custom
+    from roundoff_coverage.kernels import custom
     cases = pickle.load(open(sys.argv[1], "rb"))
     out, t = {}, time.time()
     for key, (program, inputs, shape, fmt, mode, limit) in cases.items():
@@ -340,13 +340,14 @@ def test_failures_raise_the_evaluators_error(results):
                                            "operand 0 of size 3")
     assert got["fail-bounds-wrap"][2] == (f"custom wrap: address {2 ** 64 - 1} is out of "
                                           f"bounds for operand 0 of size 3")
-    assert got["fail-operand"][:2] == ("error", "routes.custom.OperandError")
+    assert got["fail-operand"][:2] == ("error", "roundoff_coverage.routes.custom.OperandError")
     assert got["fail-operand-after"][2] == ("custom after: operand 5 does not exist (the "
                                             "program has 2 operands)")
-    assert got["fail-operand-first"][1] == "routes.custom.OperandError"
-    assert got["fail-size-limit"][1:] == ("routes.custom.SizeError", "custom big: output "
-                                          "size 4 exceeds the unsigned addressing limit 3")
-    assert got["fail-size-word"][1] == "routes.custom.SizeError"
+    assert got["fail-operand-first"][1] == "roundoff_coverage.routes.custom.OperandError"
+    assert got["fail-size-limit"][1:] == ("roundoff_coverage.routes.custom.SizeError",
+                                          "custom big: output size 4 exceeds the unsigned "
+                                          "addressing limit 3")
+    assert got["fail-size-word"][1] == "roundoff_coverage.routes.custom.SizeError"
     empty = got["fail-empty"]
     assert empty[0] == "ok" and empty[1].shape == (2, 0) and empty[2] == "simulator"
     assert got["fail-at-limit"][0] == "ok" and list(got["fail-at-limit"][1]) == [1, 2, 3]
@@ -398,8 +399,8 @@ _NO_DEVICE = textwrap.dedent("""
     if cuda.is_available():
         print("gpu")
         raise SystemExit
-    from routes import custom as C
-    from kernels import custom, KernelError
+    from roundoff_coverage.routes import custom as C
+    from roundoff_coverage.kernels import custom, KernelError
     try:
         custom.run(C.Program("p", C.Read(0, C.Out())), [[1.0]], (1,), "cuda")
     except KernelError as exc:
@@ -453,9 +454,9 @@ _PTX = textwrap.dedent("""
     import numba
     import numba.cuda.dispatcher as D
     from numba import cuda
-    from routes import custom as C
-    from kernels import custom
-    from kernels.primitives import build
+    from roundoff_coverage.routes import custom as C
+    from roundoff_coverage.kernels import custom
+    from roundoff_coverage.kernels.primitives import build
     # Compile for sm_90 without a GPU: device functions ask the current device for its
     # compute capability.
     D.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))

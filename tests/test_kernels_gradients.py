@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import formats
-import kernels
+from roundoff_coverage import formats
+from roundoff_coverage import kernels
 from kernel_harness import (FEW, FORMATS, case as _case, check as _check, examples as _examples,
                             flipped, op as _op, ptx as compile_ptx, simulate,
                             special_inputs as _special_inputs, unpack)
@@ -169,7 +169,7 @@ def test_routes_and_gradient_contracts():
 
 
 _PTX = """
-    from kernels import conv as cv, rows, spectral as sp
+    from roundoff_coverage.kernels import conv as cv, rows, spectral as sp
     v, iv, m2, i2, m3 = f[::1], i[::1], f[:, ::1], i[:, ::1], f[:, :, ::1]
     sigs = {"reduce_grad": (rows.make_reduce_grad, (m2, v, m2, i, iv)),
             "gather_dot": (cv.make_gather_dot, (v, v, v, i2, iv, i, v, iv)),

@@ -13,9 +13,9 @@ import textwrap
 import numpy as np
 import pytest
 
-import kernels
-import numerics
-import routes
+from roundoff_coverage import kernels
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
 from kernel_harness import (DIRECTED, FORMATS, case as _case, check as _check, flipped, _pack,
                             ptx as compile_ptx, python, same, simulate, unpack)
 
@@ -205,14 +205,14 @@ _WORDS = textwrap.dedent("""
     import os, sys, json, warnings
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     warnings.simplefilter("ignore", RuntimeWarning)     # numpy's uint64 wrap-around
-    import kernels
-    from kernels.draws import device_words
+    from roundoff_coverage import kernels
+    from roundoff_coverage.kernels.draws import device_words
     pairs = json.loads(sys.argv[1])
     keys = [int(k) for k, c in pairs]
     counters = [int(c) for k, c in pairs]
     out = device_words(keys, counters)
     rows = {"words": [str(int(w)) for w in out]}
-    import routes
+    from roundoff_coverage import routes
     o = routes.op("randUniform", shape=(5,), key=2 ** 64 - 1)
     rows["uniform"] = [float(v).hex() for v in kernels.run(o, [], "binary64")[0][0]]
     print(json.dumps(rows))
@@ -245,7 +245,7 @@ def test_device_splitmix_words_match_python_integers():
 
 # ----- the GPU build ---------------------------------------------------------------------------
 _PTX = """
-    from kernels import draws, losses
+    from roundoff_coverage.kernels import draws, losses
     u = numba.uint64
     v, rp, m = f[::1], i[::1], f[:, ::1]
     out = {}

@@ -12,11 +12,11 @@ import textwrap
 import numpy as np
 import pytest
 
-import formats
-import kernels
-import routes
-from kernels import elementwise, movement
-from kernels.contract import flavour
+from roundoff_coverage import formats
+from roundoff_coverage import kernels
+from roundoff_coverage import routes
+from roundoff_coverage.kernels import elementwise, movement
+from roundoff_coverage.kernels.contract import flavour
 from kernel_harness import (DIRECTED, FORMATS, case as _case, check as _check, flipped,
                             ptx as compile_ptx, python, simulate, unpack)
 
@@ -149,7 +149,7 @@ def test_gelu_literals_round_on_the_device_as_the_rule_rounds_them():
     in every format and deterministic mode the kernels serve."""
     literals = dict(zip(("_RSQRT2", "_RSQRT2PI", "_SQRT_2_OVER_PI", "_GELU_C"),
                         elementwise._GELU_LITERALS))
-    from routes.families import activation
+    from roundoff_coverage.routes.families import activation
     checked = 0
     for name in formats.CATALOG:
         for mode in formats.modes.MODES[:-1]:
@@ -177,10 +177,10 @@ _DIRECT = textwrap.dedent("""
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
     import numpy as np
-    import formats, numerics, routes
-    from kernels import movement
-    from kernels.base import Context
-    from kernels.primitives import build, rounding_params
+    from roundoff_coverage import formats, numerics, routes
+    from roundoff_coverage.kernels import movement
+    from roundoff_coverage.kernels.base import Context
+    from roundoff_coverage.kernels.primitives import build, rounding_params
     from kernel_harness import same
     rng = np.random.default_rng(3)
     fmt = formats.get("bfloat16")
@@ -213,8 +213,8 @@ def test_gather_and_scatter_over_two_axes_by_their_launchers():
 
 
 _PTX = """
-    from kernels.elementwise import ELEMENTWISE, make_kernels
-    from kernels.movement import make_fold, make_take
+    from roundoff_coverage.kernels.elementwise import ELEMENTWISE, make_kernels
+    from roundoff_coverage.kernels.movement import make_fold, make_take
     v, iv = f[::1], i[::1]
     flav = sys.argv[1]
     P = build(flav, False)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kernels
-import routes
+from roundoff_coverage import kernels
+from roundoff_coverage import routes
 from kernel_harness import (FORMATS, case as _case, check as _check, flipped, ptx as compile_ptx,
                             simulate, unpack)
 
@@ -126,7 +126,7 @@ def test_contracts_list_the_primitives_of_both_routes():
 
 
 _PTX = """
-    from kernels import attention, norms, rows
+    from roundoff_coverage.kernels import attention, norms, rows
     v, m, rp = f[::1], f[:, ::1], i[::1]
     out = {}
     sigs = {"mean": (rows.make_mean, (m, v, f, rp)),

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import formats
-import kernels
-import numerics
+from roundoff_coverage import formats
+from roundoff_coverage import kernels
+from roundoff_coverage import numerics
 from kernel_harness import (FEW, FORMATS, case as _case, check as _check, examples as _examples,
                             flipped as _flipped, op as _op, ptx as compile_ptx, same, simulate,
                             special_inputs as _special_inputs, unpack)
@@ -186,7 +186,7 @@ def test_every_attribute_combination_is_served():
 
 
 _PTX = """
-    from kernels import conv as cv, products as pr, rows, spectral as sp
+    from roundoff_coverage.kernels import conv as cv, products as pr, rows, spectral as sp
     v, iv, m2, i2 = f[::1], i[::1], f[:, ::1], i[:, ::1]
     sigs = {"scale": (rows.make_by_scalar, (v, v, f, i, iv)),
             "linear": (pr.make_linear, (m2, m2, v, m2, iv)),

@@ -1,8 +1,10 @@
 """Imports point one way: formats <- numerics <- routes <- kernels <- reports.
 
-Every .py file of the five packages is parsed (never imported) and each of its imports,
-relative ones resolved, is reduced to the top package it names.  A package may import the
-packages before it in ``LAYERS`` and itself, nothing after it (shared/ARCHITECTURE.md).
+Every .py file of the five packages (subpackages of roundoff_coverage) is parsed, never
+imported, and each of its imports, relative ones resolved, is reduced to the layer it names.
+A package may import the packages before it in ``LAYERS`` and itself, nothing after it
+(shared/ARCHITECTURE.md), and always under the prefix: a bare ``import formats`` would find
+whatever package of that name comes first on sys.path.
 Imports inside functions and ``importlib.import_module("...")`` with a literal name count too.
 """
 
@@ -14,31 +16,53 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = "roundoff_coverage"
 LAYERS = ("formats", "numerics", "routes", "kernels", "reports")
+TOP_LEVEL = "<top-level>"      # a bare "import formats": someone else's package of that name
+BEYOND = "<beyond top>"
+
+
+def _layers_of(dotted: list[str], names: list[str]):
+    """The layers an absolute import of ``dotted`` (importing ``names`` from it, if a from-
+    import) reaches: roundoff_coverage.X... is X; "from roundoff_coverage import X, Y" is
+    X and Y; a bare layer name is TOP_LEVEL; anything else is its own top name."""
+    if dotted[0] == PACKAGE:
+        if len(dotted) > 1:
+            return [dotted[1]]
+        return [n for n in names if n in LAYERS] or [PACKAGE]
+    return [TOP_LEVEL if dotted[0] in LAYERS else dotted[0]]
 
 
 def imported_tops(source: str, module: tuple[str, ...], is_package: bool = False):
-    """(line, top-level name) of every import in ``source``, the code of ``module`` (its dotted
-    name as a tuple, e.g. ("formats", "codec")); ``is_package`` for an ``__init__.py``.
-    A relative import that climbs above the top package yields the name "<beyond top>"."""
-    package = module if is_package else module[:-1]
+    """(line, layer or top-level name) of every import in ``source``, the code of ``module``
+    (its dotted name below roundoff_coverage as a tuple, e.g. ("formats", "codec"));
+    ``is_package`` for an ``__init__.py``.  Relative imports are resolved against
+    roundoff_coverage; one that climbs above it yields BEYOND."""
+    package = (PACKAGE,) + (module if is_package else module[:-1])
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name.split(".")[0]
+                for top in _layers_of(alias.name.split("."), []):
+                    yield node.lineno, top
         elif isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names]
             if node.level == 0:
-                yield node.lineno, node.module.split(".")[0]
-                continue
-            # "from ..x import y" in package a.b: level 1 is a.b, level 2 is a, level 3 is
-            # above a.  Below the top it always names a module of the same top package.
-            climbs = node.level - 1
-            yield node.lineno, package[0] if climbs < len(package) else "<beyond top>"
+                dotted = node.module.split(".")
+            else:
+                # "from ..x import y" in package a.b: level 1 is a.b, level 2 is a.
+                keep = len(package) - (node.level - 1)
+                if keep < 1:
+                    yield node.lineno, BEYOND
+                    continue
+                dotted = list(package[:keep]) + (node.module.split(".") if node.module else [])
+            for top in _layers_of(dotted, names):
+                yield node.lineno, top
         elif isinstance(node, ast.Call) and _is_dynamic_import(node.func) and node.args:
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str) \
                     and not arg.value.startswith("."):
-                yield node.lineno, arg.value.split(".")[0]
+                for top in _layers_of(arg.value.split("."), []):
+                    yield node.lineno, top
 
 
 def _is_dynamic_import(func) -> bool:
@@ -47,13 +71,17 @@ def _is_dynamic_import(func) -> bool:
 
 
 def violations(source: str, module: tuple[str, ...], is_package: bool = False) -> list[str]:
-    """'module:line imports X' for each import of a later layer (or above the top)."""
+    """'module:line ...' for each import of a later layer, of a bare layer name (which finds
+    whatever package of that name comes first on sys.path), or above roundoff_coverage."""
     later = LAYERS[LAYERS.index(module[0]) + 1:]
     where = ".".join(module)
     found = []
     for line, top in imported_tops(source, module, is_package):
-        if top == "<beyond top>":
-            found.append(f"{where}:{line}: relative import climbs above the {module[0]} package")
+        if top == BEYOND:
+            found.append(f"{where}:{line}: relative import climbs above {PACKAGE}")
+        elif top == TOP_LEVEL:
+            found.append(f"{where}:{line}: imports a top-level layer name; import it as "
+                         f"{PACKAGE}.<layer>")
         elif top in later:
             found.append(f"{where}:{line}: imports {top}; {module[0]} must not import "
                          f"{', '.join(later)}")
@@ -87,39 +115,50 @@ def test_walk_sees_the_formats_modules():
     tops = {top for _, top in imported_tops(modules[("formats", "codec")].read_text(),
                                             ("formats", "codec"))}
     assert {"numpy", "formats"} <= tops                # "from .catalog import get" is formats
+    tops = {top for _, top in imported_tops(modules[("reports", "cli")].read_text(),
+                                            ("reports", "cli"))}
+    assert {"formats", "routes", "reports"} <= tops
 
 
 SYNTHETIC = '''
 import numpy as np
 from . import codec                      # formats.sub.codec: fine
 from .. import routes                    # formats.routes (a submodule of formats): fine
-import reports.cli                       # line 5: violation
-from numerics.emulated import emulated   # line 6: violation
+import roundoff_coverage.reports.cli     # line 5: violation
+from roundoff_coverage.numerics.emulated import emulated   # line 6: violation
+from roundoff_coverage import formats, kernels             # line 7: violation (kernels)
 
 
 def lazy():
-    from ...kernels import cpu           # line 10: above the top package
-    importlib.import_module("routes.table")   # line 11: violation
+    from ....kernels import cpu          # line 11: roundoff_coverage.kernels: violation
+    importlib.import_module("roundoff_coverage.routes.table")   # line 12: violation
+    import numerics                      # line 13: a bare layer name
+    from .....x import y                 # line 14: above roundoff_coverage
 '''
 
 
 def test_checker_detects_violations_in_synthetic_source():
     found = violations(SYNTHETIC, ("formats", "sub", "mod"))
     lines = sorted(int(v.split(":")[1]) for v in found)
-    assert lines == [5, 6, 10, 11], found
+    assert lines == [5, 6, 7, 11, 12, 13, 14], found
     assert any("imports reports" in v for v in found)
+    assert any(":13: imports a top-level layer name" in v for v in found)
 
 
 @pytest.mark.parametrize("source,module,is_package,expected", [
-    ("from . import codec", ("formats", "fast"), False, "formats"),
-    ("from .catalog import get", ("formats",), True, "formats"),
-    ("from ..formats import get", ("numerics", "emulated"), False, "<beyond top>"),
-    ("from ..formats import get", ("numerics", "sub", "x"), False, "numerics"),
-    ("from ...formats import get", ("numerics", "sub", "x"), False, "<beyond top>"),
-    ("import formats.codec as c", ("reports", "cli"), False, "formats"),
+    ("from . import codec", ("formats", "fast"), False, ["formats"]),
+    ("from .catalog import get", ("formats",), True, ["formats"]),
+    ("from ..formats import get", ("numerics", "emulated"), False, ["formats"]),
+    ("from ..formats import get", ("numerics", "sub", "x"), False, ["numerics"]),
+    ("from ...formats import get", ("numerics", "sub", "x"), False, ["formats"]),
+    ("from .... import x", ("numerics", "sub", "x"), False, [BEYOND]),
+    ("import roundoff_coverage.formats.codec as c", ("reports", "cli"), False, ["formats"]),
+    ("from roundoff_coverage import numerics, routes", ("reports", "cli"), False,
+     ["numerics", "routes"]),
+    ("import formats", ("reports", "cli"), False, [TOP_LEVEL]),
 ])
-def test_relative_imports_resolve_to_the_top_package(source, module, is_package, expected):
-    assert [top for _, top in imported_tops(source, module, is_package)] == [expected]
+def test_relative_imports_resolve_to_the_layer(source, module, is_package, expected):
+    assert [top for _, top in imported_tops(source, module, is_package)] == expected
 
 
 @pytest.mark.parametrize("importer,imported,allowed", [
@@ -128,5 +167,5 @@ def test_relative_imports_resolve_to_the_top_package(source, module, is_package,
     ("kernels", "reports", False), ("formats", "reports", False),
 ])
 def test_layer_order(importer, imported, allowed):
-    found = violations(f"import {imported}\n", (importer, "m"))
+    found = violations(f"from roundoff_coverage import {imported}\n", (importer, "m"))
     assert (found == []) == allowed

@@ -16,10 +16,10 @@ import mpmath
 import numpy as np
 import pytest
 
-import formats
-import numerics
-from reports import measure
-from reports.cli import main
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage.reports import measure
+from roundoff_coverage.reports.cli import main
 
 CTX = mpmath.MPContext()
 CTX.prec = 200
@@ -210,7 +210,7 @@ def test_bad_targets_exit_2_with_one_line(capsys, tmp_path, argv, words):
 
 
 def test_cli_writes_a_results_file_that_load_reads(capsys, tmp_path):
-    import reports
+    from roundoff_coverage import reports
     out = tmp_path / "m.json"
     assert main(["measure", "numpy.log", "--format", "bfloat16", "--exhaustive", "--jobs", "1",
                  "--out", str(out)]) == 0
@@ -235,7 +235,7 @@ def test_cli_writes_a_results_file_that_load_reads(capsys, tmp_path):
 def test_the_screen_agrees_with_mpmath_on_every_decided_input():
     """numerics.screen on numpy's binary16 sin, every input: each decided error equals the
     mpmath one to 1e-9 ulp, and its correct-rounding verdict MPFR's."""
-    from numerics import screen
+    from roundoff_coverage.numerics import screen
     fmt = formats.get("binary16")
     x = formats.decode(np.arange(0, 1 << 16, 7, dtype=np.uint64), fmt)
     with np.errstate(all="ignore"):

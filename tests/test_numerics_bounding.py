@@ -17,12 +17,12 @@ import mpmath
 import numpy as np
 import pytest
 
-import formats
-import numerics
-import routes
-from numerics import bounds
-from numerics.bounding import DTYPE, BoundingBackend
-from numerics.policy import Policy
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.numerics import bounds
+from roundoff_coverage.numerics.bounding import DTYPE, BoundingBackend
+from roundoff_coverage.numerics.policy import Policy
 
 CTX = mpmath.MPContext()
 CTX.prec = 300                                # a local context, never mpmath.mp

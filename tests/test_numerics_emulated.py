@@ -8,8 +8,8 @@ import gmpy2
 import numpy as np
 import pytest
 
-import formats
-import numerics
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
 from mpfr_oracle import FormatOracle
 
 INEXACT, UNDERFLOW, OVERFLOW, DIVZERO, INVALID = 1, 2, 4, 8, 16

@@ -13,9 +13,9 @@ import mpmath
 import numpy as np
 import pytest
 
-import formats
-from numerics import bounds, metrics
-from numerics.metrics import CLASSES
+from roundoff_coverage import formats
+from roundoff_coverage.numerics import bounds, metrics
+from roundoff_coverage.numerics.metrics import CLASSES
 
 FORMATS = ["bfloat16", "binary16", "float8_e4m3fn", "binary32"]
 CTX = mpmath.MPContext()

@@ -11,9 +11,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import formats
-from numerics.backend import BINARY, TERNARY, UNARY, CapabilityError
-from numerics.native import native
+from roundoff_coverage import formats
+from roundoff_coverage.numerics.backend import BINARY, TERNARY, UNARY, CapabilityError
+from roundoff_coverage.numerics.native import native
 
 FLOATS = ("float32", "float64")
 FMT = {"float16": "binary16", "float32": "binary32", "float64": "binary64",

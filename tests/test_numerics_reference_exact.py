@@ -10,10 +10,10 @@ import gmpy2
 import numpy as np
 import pytest
 
-import formats
-from numerics.backend import CapabilityError
-from numerics.exact import ExactDivisionByZero, ExactnessError, exact
-from numerics.reference import reference, resolve
+from roundoff_coverage import formats
+from roundoff_coverage.numerics.backend import CapabilityError
+from roundoff_coverage.numerics.exact import ExactDivisionByZero, ExactnessError, exact
+from roundoff_coverage.numerics.reference import reference, resolve
 
 PREC = 100
 ORACLE = gmpy2.context(precision=400, emin=gmpy2.get_emin_min(), emax=gmpy2.get_emax_max())

@@ -12,9 +12,9 @@ import random
 import pandas as pd
 import pytest
 
-import reports
-from reports import results
-from reports.runner import Selection
+from roundoff_coverage import reports
+from roundoff_coverage.reports import results
+from roundoff_coverage.reports.runner import Selection
 
 
 def _row(op="exp", route="forward", port="y", fmt="bfloat16", max_ulp=0.25, **extra):

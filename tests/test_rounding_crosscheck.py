@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import formats
+from roundoff_coverage import formats
 
 
 def _inputs(n, seed):

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import formats
+from roundoff_coverage import formats
 from mpfr_oracle import MODES7
 from rounding_checks import gap_points, three_way
 

@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-import formats
+from roundoff_coverage import formats
 from mpfr_oracle import MODES7
 from rounding_checks import three_way
 

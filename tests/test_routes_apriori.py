@@ -13,12 +13,12 @@ import mpmath
 import numpy as np
 import pytest
 
-import formats
-import numerics
-import routes
-from numerics.policy import preset
-from reports import evaluate, runner
-from routes import apriori
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.numerics.policy import preset
+from roundoff_coverage.reports import evaluate, runner
+from roundoff_coverage.routes import apriori
 
 CTX = mpmath.MPContext()
 CTX.prec = 300

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-import numerics
-import routes
-from routes import certs
-from routes.vocabulary import spec_gradient_kinds
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes import certs
+from roundoff_coverage.routes.vocabulary import spec_gradient_kinds
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

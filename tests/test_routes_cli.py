@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import routes
-from reports.cli import main
+from roundoff_coverage import routes
+from roundoff_coverage.reports.cli import main
 
 ERROR = "roundoff-coverage: error: "
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-import routes
+from roundoff_coverage import routes
 from test_routes_invoke import SCRATCH, scratch_operator
 
 

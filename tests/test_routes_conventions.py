@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pytest
 
-import numerics
-import routes
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
 
 NAN, INF = math.nan, math.inf
 
@@ -206,7 +206,7 @@ def test_remainder_signs(backend):
 @pytest.mark.parametrize("fmt", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
 def test_nextafter_walks_the_format(fmt):
     # Oracle: every finite value of the format, decoded from every bit pattern and sorted.
-    import formats
+    from roundoff_coverage import formats
     f = formats.get(fmt)
     vals = formats.decode(np.arange(1 << f.bits, dtype=np.uint64), f)
     vals = np.unique(vals[np.isfinite(vals)])                     # -0 and +0 merge

@@ -9,12 +9,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import numerics
-import routes
-from routes import custom as C
-from routes.errors import RouteError
-from routes.graph import Graph
-from routes.ports import value
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes import custom as C
+from roundoff_coverage.routes.errors import RouteError
+from roundoff_coverage.routes.graph import Graph
+from roundoff_coverage.routes.ports import value
 
 
 class Logged(C.Program):

@@ -15,9 +15,9 @@ import mpmath
 import numpy as np
 import pytest
 
-import numerics
-import routes
-from routes import ports as P
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes import ports as P
 from test_routes_invoke import SCRATCH, scratch_operator
 
 CTX = mpmath.MPContext()

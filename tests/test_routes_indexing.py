@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-import numerics
-import routes
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
 
 NAN = math.nan
 U = 2.0 ** -8          # half an ulp of 1 in bfloat16

@@ -12,9 +12,9 @@ import itertools
 import numpy as np
 import pytest
 
-import numerics
-import routes
-from routes.errors import RouteError
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes.errors import RouteError
 
 F64 = numerics.native("float64")
 
@@ -231,6 +231,6 @@ def test_index_words_round_trip_and_refuse_misfits():
 
 def test_decode_index_has_no_rule_at_a_zero_bound():
     # A zero bound admits no index: the spec's "no rule at some attributes".
-    import numerics
+    from roundoff_coverage import numerics
     assert routes.op("decodeIndex", bounds=(3, 0)).rule(numerics.native("float64")) is None
     assert routes.op("decodeIndex", bounds=(3, 1)).rule(numerics.native("float64")) is not None

@@ -11,11 +11,11 @@ import contextlib
 import numpy as np
 import pytest
 
-import numerics
-import routes
-from routes import attributes as A
-from routes import ports as P
-from routes.registry import define, withdraw
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes import attributes as A
+from roundoff_coverage.routes import ports as P
+from roundoff_coverage.routes.registry import define, withdraw
 
 SCRATCH = "scratchSoftmax"
 
@@ -247,7 +247,7 @@ def test_samples_of_an_undeclared_kind_are_refused(scratch):
 
 
 def test_prepare_evaluates_forward_once_and_the_pullback_reuses_it():
-    from routes.rules import saving
+    from roundoff_coverage.routes.rules import saving
     calls = []
 
     def forward(xp, a, x):

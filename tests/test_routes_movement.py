@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import numerics
-import routes
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
 
 U = 2.0 ** -8
 BACKENDS = {

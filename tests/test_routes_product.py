@@ -9,10 +9,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import numerics
-import routes
-from routes import certs
-from routes.errors import RouteError
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes import certs
+from roundoff_coverage.routes.errors import RouteError
 
 
 def fr(a):

@@ -11,9 +11,9 @@ import mpmath
 import numpy as np
 import pytest
 
-import numerics
-import routes
-from routes.families import random as R
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes.families import random as R
 
 CTX = mpmath.MPContext()
 CTX.prec = 300

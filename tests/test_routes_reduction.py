@@ -11,9 +11,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import numerics
-import routes
-from routes.errors import RouteError
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes.errors import RouteError
 
 
 def q(a):

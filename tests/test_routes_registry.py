@@ -20,12 +20,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import formats
-import numerics
-import routes
-from routes.errors import RouteError
-from routes.registry import DERIVED_KINDS, declaration
-from routes.vocabulary import spec_row
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes.errors import RouteError
+from roundoff_coverage.routes.registry import DERIVED_KINDS, declaration
+from roundoff_coverage.routes.vocabulary import spec_row
 
 KINDS = ("ordinary", "edges", "special")
 
@@ -134,7 +134,7 @@ def test_registered_operator_is_in_the_spec_vocabulary(name):
 
 
 def test_the_table_is_exactly_the_specs_154_operators():
-    from routes.vocabulary import VOCABULARY
+    from roundoff_coverage.routes.vocabulary import VOCABULARY
     assert routes.names() == tuple(row[1] for row in VOCABULARY) and len(VOCABULARY) == 154
 
 
@@ -179,7 +179,7 @@ def test_samples_fit_the_ports_and_the_format(o, fmt):
 
 
 def test_known_failures_become_strict_xfails():
-    from routes.registry import KnownFailure
+    from roundoff_coverage.routes.registry import KnownFailure
     o = routes.op("exp")
     fake = type("Fake", (), {"name": "exp", "attrs": o.attrs,
                              "decl": type("D", (), {"known_failures": (

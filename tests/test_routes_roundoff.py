@@ -10,10 +10,10 @@ import mpmath
 import numpy as np
 import pytest
 
-import formats
-import numerics
-import routes
-from numerics import metrics
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.numerics import metrics
 
 CTX = mpmath.MPContext()
 CTX.prec = 300

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-import numerics
-import routes
-from routes.errors import RouteError
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes.errors import RouteError
 
 NAN = math.nan
 BACKENDS = {

@@ -10,8 +10,8 @@ import mpmath
 import numpy as np
 import pytest
 
-import numerics
-import routes
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
 
 CTX = mpmath.MPContext()
 CTX.prec = 300

@@ -11,9 +11,9 @@ import mpmath
 import numpy as np
 import pytest
 
-import numerics
-import routes
-from routes.families.spectral import PI, twiddles
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.routes.families.spectral import PI, twiddles
 
 CTX = mpmath.MPContext()
 CTX.prec = 300

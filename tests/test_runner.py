@@ -19,13 +19,13 @@ import mpmath
 import numpy as np
 import pytest
 
-import formats
-import numerics
-import routes
-from reports import evaluate, runner
-from reports.cli import main
-from routes.ports import value
-from routes.registry import define, withdraw
+from roundoff_coverage import formats
+from roundoff_coverage import numerics
+from roundoff_coverage import routes
+from roundoff_coverage.reports import evaluate, runner
+from roundoff_coverage.reports.cli import main
+from roundoff_coverage.routes.ports import value
+from roundoff_coverage.routes.registry import define, withdraw
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMALL = runner.Selection(ops=("neg", "exp", "eq", "softmax"),
@@ -97,7 +97,7 @@ def test_killed_run_keeps_finished_tasks_and_resume_runs_only_the_rest(tmp_path)
     ckpt = pathlib.Path(runner.checkpoint_path(out))
     args = ["--ops", "softmax,logSoftmax,layerNorm,attention,crossEntropy,exp",
             "--formats", "bfloat16,binary16,binary32", "--samples", "3", "--out", str(out)]
-    proc = subprocess.Popen([sys.executable, "-m", "reports", "run", *args, "--jobs", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "roundoff_coverage", "run", *args, "--jobs", "1",
                              "--quiet"], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     deadline = time.time() + 60
@@ -291,7 +291,7 @@ def test_magnitudes_are_log_uniform_over_the_whole_range_and_keep_the_domain():
 def test_large_inputs_of_a_worst_case_regenerate_from_the_seed(tmp_path):
     from fractions import Fraction
 
-    import reports
+    from roundoff_coverage import reports
     sel = runner.Selection(ops=("reduce",), formats=("bfloat16",), routes=("forward",), draws=1)
     _run(sel, tmp_path / "r.json")
     df = reports.load(tmp_path / "r.json")

@@ -24,7 +24,7 @@ def _env(sim: bool):
 
 
 def _cli(args, sim=True, timeout=900):
-    return subprocess.run([sys.executable, "-m", "reports", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "roundoff_coverage", *args], capture_output=True,
                           text=True, cwd=ROOT, env=_env(sim), timeout=timeout)
 
 
@@ -85,10 +85,10 @@ def test_a_kernel_that_rounds_differently_breaks_its_contract():
     say the contract did not hold and count the differing elements."""
     code = textwrap.dedent("""
         import json
-        import kernels.primitives as P
+        from roundoff_coverage.kernels import primitives as P
         import numpy as np
-        import formats
-        from reports import evaluate, runner
+        from roundoff_coverage import formats
+        from roundoff_coverage.reports import evaluate, runner
         real = P._emulated
         def degraded(f, simulated, dev):
             ops = real(f, simulated, dev)
@@ -126,7 +126,7 @@ def test_cuda_without_gpu_or_simulator_is_a_one_line_error(tmp_path):
 
 
 def test_the_summary_says_simulator_rows_are_not_gpu_accuracy(rows):
-    from reports import summary
+    from roundoff_coverage.reports import summary
     text = summary.text(rows)
     n = len(_pick(rows, implementation="cuda", status="ok"))
     assert f"cuda kernels: {n} rows measured on simulator; 0 contracts did not hold" in text

@@ -43,7 +43,7 @@ class Built:
 def build(results_path, out_dir, baseline=None) -> Built:
     """Write the report of the results file ``results_path`` into ``out_dir`` (created if
     needed); with ``baseline`` (a results file) also the comparison page."""
-    from reports import gate, results
+    from roundoff_coverage.reports import gate, results
     t0 = time.perf_counter()
     try:
         doc = results.read(results_path)

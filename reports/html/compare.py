@@ -5,7 +5,7 @@ gate never disagree about a regression.
 
 from __future__ import annotations
 
-from reports import gate
+from roundoff_coverage.reports import gate
 
 from .index import op_href
 from .markup import esc, short, table

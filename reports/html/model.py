@@ -157,7 +157,7 @@ def normalize(index: int, raw, families: dict) -> Row:
 
 def _families(ops) -> dict:
     """{operator: family} for the operators the table knows."""
-    import routes
+    from roundoff_coverage import routes
     out = {}
     for name in ops:
         try:
@@ -182,7 +182,7 @@ class Report:
         self.by_op: dict[str, list[Row]] = {}
         for r in self.rows:
             self.by_op.setdefault(r.op, []).append(r)
-        from routes.registry import FAMILIES
+        from roundoff_coverage.routes.registry import FAMILIES
         order = {f: i for i, f in enumerate(FAMILIES)}
         self.families = sorted({r.family for r in self.rows},
                                key=lambda f: (order.get(f, len(order)), f))
@@ -196,7 +196,7 @@ class Report:
 
     def ops_in_order(self) -> list[str]:
         """Operators by family (spec order), then in the registry's order."""
-        import routes
+        from roundoff_coverage import routes
         reg = {n: i for i, n in enumerate(routes.names())}
         fam = {f: i for i, f in enumerate(self.families)}
         return sorted(self.by_op, key=lambda o: (fam[self.by_op[o][0].family],
@@ -216,7 +216,7 @@ def _edges(v):
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
             for x in v) and all(a < b for a, b in zip(v, v[1:])):
         return [float(x) for x in v]
-    from numerics.metrics import HIST_EDGES
+    from roundoff_coverage.numerics.metrics import HIST_EDGES
     return list(HIST_EDGES)
 
 

@@ -47,7 +47,7 @@ def page_body(report: model.Report, op: str, rows: list) -> str:
 
 def _declaration(op: str) -> str:
     """The operator's notes and certificates (as ``roundoff-coverage ops`` shows them)."""
-    import routes
+    from roundoff_coverage import routes
     try:
         decl = routes.declaration(op)
         certs = routes.certificates(decl.name)
@@ -70,7 +70,7 @@ def _safe_row(report, r) -> str:
     try:
         return _row(report, r)
     except Exception as exc:                                  # noqa: BLE001
-        from reports.evaluate import one_line
+        from roundoff_coverage.reports.evaluate import one_line
         return (f'<div class="row error" id="r{r.index}"><h4>{esc(_heading(r))}</h4>'
                 f"<p>This row could not be drawn: {esc(one_line(exc))}</p></div>")
 

@@ -34,8 +34,8 @@ class SnippetError(ValueError):
 
 def snippet(row, results_path: str, force_regenerate: bool = False) -> str:
     """The reproducer of ``row`` (a model.Row with a ``worst`` dict); see module docstring."""
-    import routes
-    from reports import evaluate
+    from roundoff_coverage import routes
+    from roundoff_coverage.reports import evaluate
     w = row.worst
     if not isinstance(w, dict) or not isinstance(w.get("inputs"), dict):
         raise SnippetError("the row has no reproducer")
@@ -132,7 +132,7 @@ def _self_contained(row, op, w, element, elementwise) -> str:
         attrs["shape"] = (1,)            # one element of each input (module docstring)
         element = 0
     call, j = _route_call(row, op)
-    lines = ["import numpy as np", "import formats, numerics, routes", "",
+    lines = ["import numpy as np", "from roundoff_coverage import formats, numerics, routes", "",
              f"fmt = formats.get({row.format!r})", f"op = {_call(row.op, attrs)}"]
 
     def values(var, stored, names):
@@ -172,13 +172,14 @@ def _regenerated(row, results_path, element) -> str:
     key = {"op": row.op, "attrs": row.attrs, "route": row.route, "port": row.port,
            "format": row.format, "mode": row.mode, "policy": row.policy,
            "implementation": row.implementation}
-    from routes import op as make
+    from roundoff_coverage.routes import op as make
     op = make(row.op, **row.attrs)
     call, j = _route_call(row, op)
     backend = ("numerics.native(fmt.name)" if row.implementation == "native" else
                "numerics.emulated(fmt, task.mode, task.policy, seed=zlib.crc32(task.key.encode()))")
-    lines = ["import zlib", "import numpy as np", "import numerics, reports",
-             "from reports import regenerate, results", "",
+    lines = ["import zlib", "import numpy as np",
+             "from roundoff_coverage import numerics, reports",
+             "from roundoff_coverage.reports import regenerate, results", "",
              f"doc = results.read({results_path!r})",
              f"key = {key!r}",
              "row = next(r for r in doc['rows'] if all(r.get(k) == v for k, v in key.items()))",

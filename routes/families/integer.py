@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import formats
+from roundoff_coverage import formats
 
 from .. import attributes as A
 from .. import words as W
