@@ -115,10 +115,11 @@ def test_cli_runs_a_small_coverage_run_beside_stand_ins(tmp_path):
                               text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
         rows = json.loads(out.read_text())["rows"]
-        ok = [r for r in rows if r["status"] == "ok"]
-        assert {r["op"] for r in ok} == {"exp", "add"}
+        # Float instances (the integer and Boolean instances of add have no ulp error).
+        measured = [r for r in rows if r["status"] == "ok" and r["max_ulp"] is not None]
+        assert {r["op"] for r in measured} == {"exp", "add"}
         # Correctly rounded primitives of the emulated model: within half an ulp.
-        assert all(abs(r["max_ulp"]) <= 0.5 for r in ok)
+        assert all(abs(r["max_ulp"]) <= 0.5 for r in measured)
         out.unlink()
 
 
