@@ -1,9 +1,9 @@
 """formats: what a binary floating-point format is, and rounding reals into it.
 
 Public names (shared/ARCHITECTURE.md): ``BinaryFormat``, ``CATALOG``, ``get``, ``round_to``
-(fast, float64 arrays), ``round_exact`` (any real, any width), ``encode``, ``decode``,
-``next_up``, ``next_down``, ``ulp``, ``ordinal``, ``from_ordinal``, ``values``, the rounding
-``MODES`` and the IEEE flag bits.
+(fast on float64 arrays; other real input rounded once too), ``round_exact`` (any real, any
+width), ``encode``, ``decode``, ``next_up``, ``next_down``, ``ulp``, ``ordinal``,
+``from_ordinal``, ``values``, the rounding ``MODES`` and the IEEE flag bits.
 """
 
 from .catalog import ALIASES, CATALOG, get, load_formats_file

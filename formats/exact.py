@@ -1,7 +1,7 @@
 """Exact rounding of any real number into any format, with IEEE flags.
 
-The real is read exactly (int, Fraction, gmpy2 mpz/mpq/mpfr, float, decimal string) as a
-sign and a rational n/d, and rounded with Python integer arithmetic: this path is the
+The real is read exactly (int, Fraction, gmpy2 mpz/mpq/mpfr, float, numpy scalar, decimal
+string) as a sign and a rational n/d, and rounded with Python integer arithmetic: this path is the
 definition the fast path (``round_to``) must match bit for bit, and it handles formats of
 any width (binary128, binary256).  Written separately from ``formats.kernel`` on purpose:
 the two are compared against each other and both against MPFR.
@@ -25,6 +25,7 @@ Exceptional results follow shared/FACTS.md:
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -49,12 +50,15 @@ class Real:
     d: int = 1
 
 
+_ACCEPTS = "give an int, Fraction, gmpy2 number, float, numpy real scalar or decimal string"
 _DECIMAL = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _MPZ, _MPQ, _MPFR = type(gmpy2.mpz(0)), type(gmpy2.mpq(0)), type(gmpy2.mpfr(0))
 
 
 def read_real(x) -> Real:
-    """Read ``x`` exactly; a ValueError names what could not be read."""
+    """Read the real ``x`` exactly: int, Fraction, gmpy2 number, float, numpy real scalar
+    (longdouble included), mpmath mpf, Decimal or decimal string; a ValueError names what
+    could not be read (a complex number, say)."""
     if type(x) is float:
         return _read_float(x)
     if isinstance(x, bool):
@@ -80,11 +84,24 @@ def read_real(x) -> Real:
             return Real("zero", sign)
         n, d = x.as_integer_ratio()
         return Real("finite", sign, abs(int(n)), int(d))
+    if isinstance(x, numbers.Complex) and not isinstance(x, numbers.Real):
+        raise ValueError(f"round_exact: {type(x).__name__} {x!r} is complex, not a real number; "
+                         f"{_ACCEPTS}")
+    if isinstance(x, numbers.Integral):                     # numpy integers
+        return read_real(int(x))
     try:
-        f = float(x)           # float, numpy floating scalars
+        # Exact for numpy floating scalars (longdouble too: float() would round it to
+        # binary64), mpmath mpf, Decimal; NaN and inf raise, zeros lose their sign here.
+        n, d = x.as_integer_ratio()
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        n = 0
+    if n:
+        return Real("finite", int(n < 0), abs(int(n)), int(d))
+    try:
+        f = float(x)           # specials and zeros above; ml_dtypes scalars (exact in binary64)
     except (TypeError, ValueError):
         raise ValueError(f"round_exact: cannot read {type(x).__name__} {x!r} as a real number; "
-                         f"give an int, Fraction, gmpy2 number, float or decimal string") from None
+                         f"{_ACCEPTS}") from None
     return _read_float(f)
 
 

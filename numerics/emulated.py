@@ -134,11 +134,9 @@ class EmulatedBackend(Backend):
             for idx, v in np.ndenumerate(x):
                 out[idx] = formats.round_exact(v, self.fmt, self.mode).to_mpfr()
             return out
-        x = np.asarray(x)
-        if x.dtype == object:
-            return np.vectorize(lambda v: formats.round_exact(v, self.fmt, self.mode).to_float(),
-                                otypes=[np.float64])(x)
-        return formats.round_to(x.astype(np.float64), self.fmt, self.mode, seed=self._next_seed())
+        # round_to reads any real input exactly (int64 beyond 2**53, Fractions...): one
+        # rounding, never a binary64 intermediate first.
+        return formats.round_to(x, self.fmt, self.mode, seed=self._next_seed())
 
     def constant(self, literal, shape=()):
         r = formats.round_exact(literal, self.fmt, self.mode)

@@ -15,7 +15,9 @@ Conventions (one tuple entry per port, in port order):
   gradients: one per input, None at non-value inputs (and, from a prepared pullback, at
   inputs whose flag is off).
 
-The rule trusts that the inputs fit the ports (``routes.invoke`` checks them first).
+Every map checks the number of inputs and each input's shape against its port (RouteError,
+the message ``routes.invoke`` gives); the element kinds, index bounds and integer words are
+``routes.invoke``'s checks: the rule trusts them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class Rule:
     def __init__(self, op, xp):
         self.op, self.xp = op, xp
         self._ins, self._outs = op.inputs, op.outputs
+        self._shapes = tuple(p.array_shape for p in self._ins)
 
     @property
     def has_jvp(self) -> bool:
@@ -57,13 +60,23 @@ class Rule:
         return [i for i, p in enumerate(self._ins) if p.differentiable]
 
     # ----- reading arguments ----------------------------------------------------------------
-    def _read(self, inputs) -> tuple:
+    def _fit(self, inputs) -> tuple:
+        """``inputs`` as a tuple after checking their number and shapes against the ports
+        (invoke's messages; no pass over the data: kinds, index bounds and integer words
+        are invoke's checks)."""
         inputs = tuple(inputs)
         if len(inputs) != len(self._ins):
             raise RouteError(f"{self.op.name}: expects {len(self._ins)} inputs "
                              f"({', '.join(self.op.input_names)}) (got {len(inputs)})")
+        for i, (want, x) in enumerate(zip(self._shapes, inputs)):
+            if (x.shape if type(x) is np.ndarray else np.shape(x)) != want:
+                raise RouteError(f"{self.op.name}: input {self.op.input_names[i]} expects "
+                                 f"{self._ins[i]} (got shape {list(np.shape(x))})")
+        return inputs
+
+    def _read(self, inputs) -> tuple:
         return tuple(self.xp.asarray(x) if p.scalar else np.asarray(x)
-                     for x, p in zip(inputs, self._ins))
+                     for x, p in zip(self._fit(inputs), self._ins))
 
     def _linear(self, vs, ports, like, what) -> tuple:
         """Tangents or cotangents: backend numbers at value ports (zeros for None), None
@@ -89,9 +102,13 @@ class Rule:
         return tuple(self._forward(self._read(inputs)))
 
     def validate(self, inputs) -> None:
-        """The value-domain check; RouteError naming the operator and the argument."""
+        """The value-domain check (after the number and shapes of the inputs); RouteError
+        naming the operator and the argument."""
         check = self.op.decl.validate
-        message = check(self.xp, self.op.attrs, *self._read(inputs)) if check else None
+        if not check:
+            self._fit(inputs)                  # the number and shapes still
+            return
+        message = check(self.xp, self.op.attrs, *self._read(inputs))
         if message:
             raise RouteError(f"{self.op.name}: {message}")
 

@@ -221,6 +221,29 @@ def test_rule_refuses_a_wrong_number_of_arguments():
     assert err(rule.jvp, [np.zeros(2)] * 2, [None]) == "mul: expects 2 tangents (got 1)"
 
 
+@pytest.mark.parametrize("backend", [F64, numerics.reference(64), numerics.exact(),
+                                     numerics.emulated("bfloat16")],
+                         ids=["native", "reference", "exact", "emulated"])
+def test_rule_maps_refuse_a_wrong_shape_with_invokes_message(backend):
+    o = routes.op("mul", shape=(2, 3))
+    rule = o.rule(backend)
+    xs = [np.ones((2, 3)), np.ones(3)]              # y would broadcast: refused, not broadcast
+    want = "mul: input y expects value[2,3] (got shape [3])"
+    assert err(routes.invoke, o, xs, backend) == want
+    assert err(rule.forward, xs) == want
+    assert err(rule.backward, xs, [np.ones((2, 3))]) == want
+    assert err(rule.jvp, xs, [None, None]) == want
+    assert err(rule.validate, xs) == want
+    assert err(rule.prepare, xs, (True, True)) == want
+    assert err(rule.forward, [np.ones((2, 3)), np.ones((3, 2))]) == \
+        "mul: input y expects value[2,3] (got shape [3, 2])"
+    # A rank-0 port refuses an array, and a scalar (Python number) fits it.
+    clamp = routes.op("clamp", shape=(2,)).rule(backend)
+    assert err(clamp.forward, [np.zeros(2), np.zeros(1), 1.0]) == \
+        "clamp: input lo expects frozen[] (got shape [1])"
+    assert len(clamp.forward([np.zeros(2), -1.0, 1.0])[0]) == 2
+
+
 def test_word_elements_have_no_gradient_and_wrap_around():
     o = routes.op("mul", shape=(3,), element="uint8")
     rule = o.rule(F64)
