@@ -234,7 +234,14 @@ def _make_screen(kind, f):
                 if y == 0.0:
                     tiny = True                                     # |exact| < 2**-1074
                 if math.isnan(ti):
-                    if ieee_inf:
+                    # metrics.CLASSES: a NaN for |exact| > max_finite is overflow_to_nan in
+                    # every format; 2 rel covers y's error and the rounding of y (1 +- 2 rel).
+                    ay = abs(y)
+                    if not ieee_inf:
+                        c = RESOLVE
+                    elif ay > maxf and (exact == 1 or ay * (1.0 - 2.0 * rel) > maxf):
+                        c, k = 2, 0                                 # overflow_to_nan
+                    elif ay <= maxf and (exact == 1 or ay * (1.0 + 2.0 * rel) <= maxf):
                         c, k = 1, 0                                 # nan_from_finite
                     else:
                         c = RESOLVE
@@ -327,8 +334,11 @@ def _make_screen(kind, f):
             if ae < 2.0 ** -10:
                 hist[0] += 1
             else:                                                   # [2**k, 2**(k+1)): k + 11
+                # ae >= 2**-10: biased exponent >= 1013, so the bin is >= 1; inf's is 2047.
                 hist[min(((_bits(ae) >> 52) & 0x7FF) - 1012, hist.size - 1)] += 1
-            fine[min(int(ae * FINE_STEP), FINE_BINS)] += 1
+            # Compare before converting: int() of a float beyond 2**63 (or of inf) is
+            # undefined in LLVM (-2**63 on x86), an index far below the array.
+            fine[int(ae * FINE_STEP) if ae < FINE_BINS / FINE_STEP else FINE_BINS] += 1
         acc[0], acc[1], acc[2], acc[3], acc[4], acc[5], acc[6], acc[7], acc[8] = \
             n_meas, n_nan, s_abs, e_min, e_max, a_max, i_max, n_bad, r_max
     return kernel

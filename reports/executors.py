@@ -6,29 +6,39 @@ order units *finish*; the caller (reports/runner.py, reports/measure.py) checkpo
 as it arrives, drives the progress bar and restores a deterministic order before writing, so
 the results file never depends on the executor, the number of workers or the finishing order.
 
-``local(fn, units, jobs, ...)``: this machine's worker processes (multiprocessing, forkserver),
-or this process when one worker is enough.  An exception in a unit propagates: the units of
-this project turn their own failures into data (error rows), so one reaching here is a bug.
+``local(fn, units, jobs, ...)``: this machine's worker processes (concurrent.futures over
+forkserver), or this process when one worker is enough.  An exception in a unit propagates:
+the units of this project turn their own failures into data (error rows), so one reaching
+here is a bug, or a user's target that raised (measure).  A worker that dies ends the run at
+once with ``WorkerDied`` naming the unit it was computing.
 
 ``dask(fn, units, scheduler=..., workers=..., retries=1)``: a Dask cluster (``distributed``,
 the optional extra ``roundoff-coverage[dask]``, imported only here).  With an address it joins
 an existing scheduler; without one it starts a ``LocalCluster`` of ``workers`` processes with
 one thread each.  Faults are the cluster's business up to a point: Dask reschedules the units
-of a worker that dies (at most ``distributed.scheduler.allowed-failures`` deaths per unit);
-``retries`` reruns a unit that raised; a unit that still fails is yielded as ``Failed`` with a
-one-line message and the run goes on.  Losing the scheduler itself ends the run with
-``ExecutorError`` (finished units stay in the caller's checkpoint).
+of a worker that dies (at most ``distributed.scheduler.allowed-failures`` deaths per unit,
+then the run ends with ``WorkerDied``, as on the local executor); ``retries`` reruns a unit
+that raised; a unit that still fails is yielded as ``Failed`` with a one-line message and the
+run goes on.  Losing the scheduler itself ends the run with ``ExecutorError`` (finished units
+stay in the caller's checkpoint).
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import gc
+import itertools
+import json
 import logging
 import multiprocessing
 import os
+import signal
 import sys
+import tempfile
 import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 LOCAL, DASK = "local", "dask"
@@ -73,37 +83,121 @@ EVALUATE = f"{__package__}.evaluate"      # the module workers preload by defaul
 
 
 def local(fn, units, jobs: int, *, serial: bool = False, inline=None, initializer=None,
-          initargs=(), preload: str = EVALUATE, batched: bool = False):
+          initargs=(), preload: str = EVALUATE, batched: bool = False, isolate: bool = False,
+          name=str):
     """Yield ``(key, fn(*args))`` for every unit as it finishes.  In this process (with
-    ``inline`` in place of ``fn`` when given) when ``serial``, ``jobs <= 1`` or there is one
-    unit; else over a pool of ``min(jobs, units)`` processes started with ``initializer``.
-    ``batched``: several units per pool item (see ``batches``), for many small units."""
-    units = list(units)
-    if serial or jobs <= 1 or len(units) <= 1:
+    ``inline`` in place of ``fn`` when given) when ``serial``, or when ``jobs <= 1`` or there
+    is one unit and not ``isolate``; else over a pool of at most ``jobs`` processes started
+    with ``initializer``.  ``isolate``: always in worker processes, so that code which may
+    crash (a user's target) cannot take this process with it.  ``units`` may be a lazy
+    iterable: at most two pool items per worker are in flight, so memory does not grow with
+    the number of units.  ``batched``: several units per pool item (see ``batches``; reads
+    ``units`` whole).  A worker that dies (a signal, a segfault, the kernel's OOM killer)
+    ends the iteration at once with WorkerDied naming the unit, ``name(key)``, it was
+    computing; the units already yielded are the caller's to keep."""
+    units = iter(units)
+    if serial:
         call = inline or fn
         for key, args in units:
             yield key, call(*args)
         return
-    items = batches(units, jobs) if batched else [[u] for u in units]
-    pool = pool_context(preload).Pool(min(jobs, len(units)), initializer=initializer,
-                                      initargs=initargs)
-    try:
-        for done in pool.imap_unordered(functools.partial(_run_batch, fn), items):
-            yield from done
-        pool.close()
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
-        # Release the pool's semaphores now: an interrupted run exits right after, and the
-        # resource tracker would report them as leaked.
-        del pool
-        gc.collect()
+    head = list(itertools.islice(units, 2))
+    if not isolate and (jobs <= 1 or len(head) <= 1):
+        call = inline or fn
+        for key, args in itertools.chain(head, units):
+            yield key, call(*args)
+        return
+    if not head:
+        return
+    if batched:
+        everything = head + list(units)
+        workers = min(jobs, len(everything))
+        items = iter(batches(everything, workers))
+    else:
+        workers = max(1, jobs) if len(head) > 1 else 1
+        items = ([u] for u in itertools.chain(head, units))
+    with tempfile.TemporaryDirectory(prefix="roundoff-coverage-units-") as track:
+        pool = ProcessPoolExecutor(workers, mp_context=pool_context(preload),
+                                   initializer=initializer, initargs=initargs)
+        pending = {}
+        try:
+            while True:
+                for batch in itertools.islice(items, 2 * workers - len(pending)):
+                    pending[pool.submit(_run_batch, fn, batch, track)] = batch
+                if not pending:
+                    break
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                # Results first: a unit that finished just before a worker died is kept.
+                for fut in sorted(finished, key=lambda f: f.exception() is not None):
+                    batch = pending.pop(fut)
+                    try:
+                        done = fut.result()
+                    except BrokenProcessPool:
+                        raise WorkerDied(_death(pool, track, pending, batch, name)) from None
+                    yield from done
+        except BaseException:
+            _stop(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            # Release the pool's semaphores now: an interrupted run exits right after, and
+            # the resource tracker would report them as leaked.
+            del pool
+            gc.collect()
 
 
-def _run_batch(fn, batch):
-    return [(key, fn(*args)) for key, args in batch]
+class WorkerDied(ExecutorError):
+    """A worker process of the local executor died while computing a unit."""
+
+
+def _run_batch(fn, batch, track):
+    """The results of a pool item; before each unit, its key goes to the file ``track/<pid>``,
+    which names the unit should this process die in it."""
+    out = []
+    path = os.path.join(track, str(os.getpid()))
+    for key, args in batch:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(key))
+        out.append((key, fn(*args)))
+    return out
+
+
+def _death(pool, track, pending, batch, name) -> str:
+    """One line: which worker died how, and the unit it was computing."""
+    procs = dict(getattr(pool, "_processes", None) or {})
+    time.sleep(0.1)                    # the exit status of a process killed a moment ago
+    codes = {pid: p.exitcode for pid, p in procs.items()}
+    # The pool terminates (SIGTERM) its other workers once one dies: the culprit is the one
+    # that ended another way; failing that, any that ended.
+    dead = [pid for pid, c in codes.items() if c not in (None, 0, -signal.SIGTERM)] or \
+        [pid for pid, c in codes.items() if c not in (None, 0)]
+    how = "died"
+    units = []
+    for pid in dead:
+        code = codes[pid]
+        how = (f"was killed by {signal.Signals(-code).name}" if code < 0 and
+               -code in signal.valid_signals() else f"exited with status {code}")
+        if code == -signal.SIGKILL:
+            how += " (out of memory?)"
+        with contextlib.suppress(OSError, ValueError):
+            with open(os.path.join(track, str(pid)), encoding="utf-8") as fh:
+                units.append(name(json.loads(fh.read())))
+    if units:
+        where = f"while computing {', '.join(units)}"
+    else:
+        keys = [k for b in [batch, *pending.values()] for k, _ in b]
+        where = f"while computing one of {', '.join(name(k) for k in keys[:4])}" + \
+            (", ..." if len(keys) > 4 else "")
+    return (f"a worker process {how} {where}; the units finished before are kept in the "
+            f"checkpoint: rerun with --resume")
+
+
+def _stop(pool):
+    """Terminate the workers of ``pool`` now (an interrupt, or an error in a unit): the
+    executor's shutdown would otherwise wait for the units they are computing."""
+    for p in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(Exception):
+            p.terminate()
 
 
 def batches(units, jobs: int) -> list:
@@ -144,10 +238,11 @@ def require():
 
 
 def dask(fn, units, *, scheduler: str | None = None, workers: int | None = None,
-         retries: int = 1, announce=None):
+         retries: int = 1, announce=None, name=str):
     """Yield ``(key, result)`` for every unit as it finishes on a Dask cluster, the result
     being ``fn(*args)`` or ``Failed(message)`` when the unit raised on 1 + ``retries``
-    attempts (or its workers kept dying, ``KilledWorker``).  ``scheduler``: an address
+    attempts; WorkerDied, naming the unit (``name(key)``), when every worker that ran it
+    died in it (``KilledWorker``).  ``scheduler``: an address
     (``tcp://HOST:PORT``); None starts a LocalCluster of ``workers`` processes (default: the
     cores), one thread each.  ``announce(line)`` receives the dashboard address when the
     cluster has a dashboard.  Leaving the generator early (Ctrl-C, SIGTERM in the caller)
@@ -170,7 +265,7 @@ def dask(fn, units, *, scheduler: str | None = None, workers: int | None = None,
             pending[fut] = key
         for fut in distributed.as_completed(list(pending), loop=client.loop):
             key = pending.pop(fut)
-            yield key, _result(fut, key, scheduler)
+            yield key, _result(fut, key, scheduler, name)
     finally:
         if pending:
             client.cancel(list(pending))
@@ -255,7 +350,7 @@ def _guarded(fn, *args):
         return fn(*args)
 
 
-def _result(fut, key, scheduler):
+def _result(fut, key, scheduler, name=str):
     """The result of a completed future, Failed for an error; ExecutorError when the cluster
     dropped the unit (cancelled: the scheduler went away or restarted)."""
     if fut.status == "finished":
@@ -266,7 +361,14 @@ def _result(fut, key, scheduler):
             if fut.status != "error":
                 raise ExecutorError(_dropped(key, scheduler, fut.status)) from None
     if fut.status == "error":
-        return Failed(f"on the Dask cluster: {one_line(fut.exception())}")
+        exc = fut.exception()
+        if type(exc).__name__ == "KilledWorker":
+            # Dask reran the unit on fresh workers (distributed.scheduler.allowed-failures)
+            # and every one died in it: the unit kills its process, like a local worker's.
+            raise WorkerDied(f"every Dask worker that ran {name(key)} died in it "
+                             f"(KilledWorker); the units finished before are kept in the "
+                             f"checkpoint: rerun with --resume")
+        return Failed(f"on the Dask cluster: {one_line(exc)}")
     raise ExecutorError(_dropped(key, scheduler, fut.status))
 
 

@@ -18,10 +18,12 @@ below 4 ulps) carry the screen's uncertainty, at most 2**(p-40) ulp per input.
 
 The work is cut into chunks of CHUNK inputs, run in worker processes or on a Dask cluster
 (reports/executors.py), checkpointed as they finish (``<out>.partial.jsonl``, resumable
-across executors) and merged in chunk order, so the results file is the same whatever
-``jobs``, the executor or the finishing order.  A chunk that fails on the cluster (twice)
-leaves the row with status ``error``, naming the chunk.  The row has the coverage run's
-schema (route ``forward``, port ``out``, implementation = the target) plus
+across executors) and merged as they arrive into a Tally (reports/tally.py), whose result
+does not depend on the order, so the results file is the same whatever ``jobs``, the
+executor or the finishing order, and memory does not grow with the number of chunks.  A
+chunk that fails on the cluster (twice) leaves the row with status ``error``, naming the
+chunk; a worker that dies ends the measurement (executors.WorkerDied).  The row has the
+coverage run's schema (route ``forward``, port ``out``, implementation = the target) plus
 ``incorrectly_rounded``.
 """
 
@@ -35,7 +37,9 @@ import importlib
 import json
 import math
 import os
+import re
 import signal
+import sys
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -43,13 +47,13 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from roundoff_coverage import formats
-from roundoff_coverage import numerics
+from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics import metrics, screen
-from roundoff_coverage.numerics.native import UFUNCS, resolve as native_dtype
-
-from . import executors, results, runner
 from roundoff_coverage.numerics.metrics import clamp_exact
+from roundoff_coverage.numerics.native import resolve as native_dtype
+
+from . import budget, executors, results, runner
+from .tally import Tally, compact
 
 CHUNK = 1 << 22
 EXHAUSTIVE_MAX = 1 << 32
@@ -114,12 +118,7 @@ def target(spec, fmt, reference: str | None = None, arity: int | None = None) ->
         lib, name = spec.rsplit(":", 1)
         if not name:
             raise MeasureError(f"{spec}: no function name after ':'")
-        try:
-            module = importlib.import_module(lib)
-        except ImportError:
-            module = None
-        except Exception as exc:                              # noqa: BLE001 (user code)
-            raise MeasureError(f"importing {lib} failed: {exc}") from None
+        module = None if _library_path(lib) else _import(lib)
         if module is not None:
             fn = module
             for part in name.split("."):
@@ -131,6 +130,35 @@ def target(spec, fmt, reference: str | None = None, arity: int | None = None) ->
         return _c_function(spec, lib, name, fmt, reference, arity)
     raise MeasureError(f"unknown target {spec!r}: use numpy.NAME, LIBRARY:FUNCTION (libm:expf),"
                        f" package.module:function or torch.NAME")
+
+
+def _library_path(lib: str) -> bool:
+    """Whether ``lib`` (the part of LIBRARY:FUNCTION before the colon) names a shared library
+    by its path -- ``./libfoo.so``, ``/x/libfoo.so``, ``lib/libfoo.so``, ``libfoo.so.6``, an
+    existing file -- which is never a module name (import_module("./x") is a TypeError)."""
+    seps = tuple(s for s in (os.sep, os.altsep, "/") if s)
+    return (lib.startswith((".", *seps)) or any(s in lib for s in seps)
+            or re.search(r"\.(so(\.\d+)*|dylib|dll)$", lib) is not None
+            or os.path.isfile(lib))
+
+
+def _import(lib: str):
+    """The module ``lib``, None when there is no such module (then ``lib`` is a library
+    name such as ``libm``).  The working directory is searched too, as ``python -m`` does:
+    the console script does not put it on sys.path.  It is put there to stay, before any
+    worker pool starts, so the workers (which rebuild the target from its spec with the
+    parent's sys.path) import the module too."""
+    cwd = os.getcwd()
+    if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(lib)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and not (lib == exc.name or lib.startswith(exc.name + ".")):
+            raise MeasureError(f"importing {lib} failed: {executors.one_line(exc)}") from None
+        return None
+    except Exception as exc:                                  # noqa: BLE001 (user code)
+        raise MeasureError(f"importing {lib} failed: {executors.one_line(exc)}") from None
 
 
 def _finish(spec, name, call, reference, arity, natural) -> Target:
@@ -185,7 +213,12 @@ def _python(fn, fmt):
 
     def call(xs):
         with np.errstate(all="ignore"):
-            out = np.asarray(fn(*[x.astype(dtype) for x in xs]), dtype=np.float64)
+            got = fn(*[x.astype(dtype) for x in xs])
+        try:
+            out = np.asarray(got, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise MeasureError(f"the target returned {type(got).__name__}, not numbers "
+                               f"({executors.one_line(exc)})") from None
         if out.shape != xs[0].shape:
             raise MeasureError(f"the target returned shape {out.shape} for inputs of shape "
                                f"{xs[0].shape}: it must work elementwise on numpy arrays")
@@ -229,8 +262,13 @@ def _c_function(spec, lib, name, fmt, reference, arity):
     if ctype is None:
         raise MeasureError(f"{spec}: C functions are measured in binary32 (float) or binary64 "
                            f"(double), not {fmt.label}")
-    path = ctypes.util.find_library(lib[3:] if lib.startswith("lib") else lib) \
-        if "/" not in lib else lib
+    # An existing file is loaded by its absolute path (dlopen searches the loader's
+    # directories, not the working directory, for a name without a slash); another path or
+    # file name (libm.so.6) as given; a library name (libm, m) through find_library.
+    if _library_path(lib):
+        path = os.path.abspath(lib) if os.path.isfile(lib) else lib
+    else:
+        path = ctypes.util.find_library(lib[3:] if lib.startswith("lib") else lib)
     try:
         so = ctypes.CDLL(path or lib)
     except OSError as exc:
@@ -413,7 +451,7 @@ def run_chunk(m: Measurement, t: Target, j: int) -> dict:
     |error| in the chunk.  The maximum over all chunks is settled by ``settle``."""
     fmt = formats.get(m.format)
     xs = inputs(m, j)
-    out = np.asarray(t.call(xs), dtype=np.float64).reshape(-1)
+    out = _outputs(t, xs, j)
     summ = {"n": int(out.size), "counts": [0] * len(metrics.CLASSES),
             "hist": [0] * len(metrics.HIST_EDGES), "fine": [0] * (screen.FINE_BINS + 1),
             "measured": 0, "nan": 0, "sum_abs": 0.0, "min": math.inf, "max": -math.inf,
@@ -439,6 +477,28 @@ def run_chunk(m: Measurement, t: Target, j: int) -> dict:
     return summ
 
 
+def _outputs(t: Target, xs: list, j: int) -> np.ndarray:
+    """The target's float64 outputs on chunk ``j``'s inputs ``xs``, one per input;
+    MeasureError (one line, picklable: it crosses from a worker to the parent) when the
+    target raises or returns something else."""
+    try:
+        got = t.call(xs)
+    except MeasureError:
+        raise
+    except Exception as exc:                                  # noqa: BLE001 (user code)
+        raise MeasureError(f"the target {t.spec} raised {executors.one_line(exc)} "
+                           f"(on chunk {j})") from None
+    try:
+        out = np.asarray(got, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise MeasureError(f"the target {t.spec} returned {type(got).__name__}, not numbers "
+                           f"({executors.one_line(exc)}; on chunk {j})") from None
+    if out.size != xs[0].size:
+        raise MeasureError(f"the target {t.spec} returned {out.size} values for "
+                           f"{xs[0].size} inputs (on chunk {j}): it must work elementwise")
+    return out
+
+
 def _candidates(summ, xs, out, s):
     """Keep the screen's candidates for the largest error (numerics.screen._select)."""
     summ["lower"] = float(s.lower)
@@ -448,20 +508,14 @@ def _candidates(summ, xs, out, s):
                      for i, u in zip(s.cands, up)]
 
 
-def settle(m: Measurement, t: Target, parts: list):
+def settle(m: Measurement, t: Target, tally: Tally):
     """(worst, exact): the reproducer of the largest |error| over all chunks, and whether
     that maximum is exact -- every candidate whose upper bound reaches the largest lower
-    bound is recomputed exactly (it is not exact only when a chunk had more than
-    WORST_CANDIDATES such inputs)."""
+    bound is recomputed exactly (it is not exact only when more than WORST_CANDIDATES such
+    inputs were in one chunk, or more than tally.CANDIDATES_KEPT in all)."""
     fmt = formats.get(m.format)
-    lower = max((p["lower"] for p in parts), default=-math.inf)
-    best = None
-    for p in parts:
-        w = p["worst"]
-        if w is not None and (best is None or abs(w["ulp"]) > abs(best["ulp"])):
-            best = w
-    cands = sorted((c for p in parts for c in p["cands"] if c[-1] >= lower),
-                   key=lambda c: -c[-1])
+    best = tally.worst
+    cands = tally.candidates()
     if cands:
         arr = np.array(cands, dtype=np.float64)
         xs = [arr[:, k].copy() for k in range(m.arity)]
@@ -471,8 +525,7 @@ def settle(m: Measurement, t: Target, parts: list):
                    t.reference)
         if w is not None and (best is None or abs(w["ulp"]) > abs(best["ulp"])):
             best = w
-    exact = all(p["dropped"] is None or p["dropped"] < lower for p in parts)
-    return best, exact
+    return best, tally.exact
 
 
 def _exact(name, fmt, xs, out, idx, summ):
@@ -497,9 +550,10 @@ def _exact(name, fmt, xs, out, idx, summ):
         if a.size:
             summ["min"] = min(summ["min"], float(err[ok].min()))
             summ["max"] = max(summ["max"], float(err[ok].max()))
-        for v in a:
+        top = screen.FINE_BINS / screen.FINE_STEP
+        for v in a:                  # v may be inf (an error beyond binary64): the top bins
             summ["hist"][_coarse(v)] += 1
-            summ["fine"][min(int(v * screen.FINE_STEP), screen.FINE_BINS)] += 1
+            summ["fine"][int(v * screen.FINE_STEP) if v < top else screen.FINE_BINS] += 1
         rel = np.abs(meas.rel[~np.isnan(meas.rel) & np.isfinite(meas.rel)])
         if rel.size:
             summ["max_rel"] = max(summ["max_rel"], float(rel.max()))
@@ -511,8 +565,11 @@ def _exact(name, fmt, xs, out, idx, summ):
 
 
 def _coarse(a: float) -> int:
+    """The metrics.HIST_EDGES bin of |error| ``a`` >= 0 (inf: the last bin)."""
     if a < 2.0 ** -10:
         return 0
+    if not a < metrics.HIST_EDGES[-1]:
+        return len(metrics.HIST_EDGES) - 1      # frexp(inf) is (inf, 0): not its exponent
     return min(math.frexp(a)[1] + 10, len(metrics.HIST_EDGES) - 1)
 
 
@@ -577,47 +634,62 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
     """Measure ``spec`` (a target string or a callable) in ``fmt``: ``samples`` random
     inputs, or every input with samples=None.  With ``out``, the results file is written
     (and checkpointed as chunks finish); callables run in this process (jobs ignored; the
-    dask executor refuses them).  ``executor``: ``local`` or ``dask`` (the cluster at
-    ``scheduler``, or a LocalCluster of ``jobs`` workers).  A chunk that fails on the
-    cluster makes the row's status ``error`` (see ``_failed``)."""
+    dask executor refuses them), named targets in worker processes (even with one job: a
+    target that crashes ends the measurement with a message, not this process).
+    ``executor``: ``local`` or ``dask`` (the cluster at ``scheduler``, or a LocalCluster of
+    ``jobs`` workers).  A chunk that fails on the cluster makes the row's status ``error``
+    (see ``_failed``).  MeasureError for a request that cannot run, or cannot fit this
+    machine's memory or disk (reports/budget.py), before any work."""
     fmt_obj = formats.get(fmt)
     python = callable(spec) and not isinstance(spec, str)
     if python and executor == executors.DASK:
         raise MeasureError("a Python callable target runs in this process only: name it as "
                            "package.module:function to measure it on a Dask cluster")
+    if samples is not None and (isinstance(samples, bool) or
+                                not isinstance(samples, (int, np.integer))):
+        raise MeasureError(f"--samples must be a whole number (got {samples!r})")
+    if samples is not None and samples < 1:
+        raise MeasureError(f"--samples must be >= 1 (got {samples})")
     t = target(spec, fmt_obj, reference, arity)
     label = fmt_obj.name if fmt_obj.name in formats.CATALOG else fmt_obj.spec
     m = Measurement(t.spec, label, t.reference, t.arity, samples, seed)
     if samples is None and m.total > EXHAUSTIVE_MAX:
         raise MeasureError(f"--exhaustive covers at most 2**32 inputs ({fmt_obj.label}, "
                            f"{t.arity} argument(s): 2**{fmt_obj.bits * t.arity}); use --samples")
-    if samples is not None and samples < 1:
-        raise MeasureError(f"--samples must be >= 1 (got {samples})")
     if not screen.screenable(fmt_obj) and m.total > 1 << 20:
         raise MeasureError(f"{fmt_obj.label} is measured exactly, input by input: at most "
                            f"2**20 samples")
+    n = m.chunks()
+    workers = 1 if python else (jobs or os.cpu_count() or 1)
+    try:
+        budget.check_measure(m.total, CHUNK, workers, out)
+    except budget.BudgetError as exc:
+        raise MeasureError(str(exc)) from None
     t0 = time.perf_counter()
-    done = {}
+    tally = Tally()
+    done = set()
     ckpt = None
     if out is not None:
         path = runner.checkpoint_path(out)
         if resume and os.path.exists(path):
-            done = {int(k): v for k, v in runner.read_checkpoint(path, m.fingerprint()).items()}
-        ckpt = runner.Checkpoint(path, m, {str(k): v for k, v in done.items()})
-    n = m.chunks()
-    todo = [j for j in range(n) if j not in done]
+            for k, summ in runner.read_checkpoint(path, m.fingerprint()).items():
+                j = int(k)
+                if 0 <= j < n and j not in done:
+                    done.add(j)
+                    tally.add(j, summ)
+        ckpt = runner.Checkpoint(path, m, {}, append=bool(done))
     outcome = MeasureOutcome(chunks=n, resumed=len(done))
-    bar = runner.Progress(n, len(done), stream, quiet=not progress, work=len(todo),
+    todo = (j for j in range(n) if j not in done)
+    bar = runner.Progress(n, len(done), stream, quiet=not progress, work=n - len(done),
                           unit=f"chunks of {CHUNK} inputs")
-    summaries = dict(done)
     old = signal.signal(signal.SIGTERM, runner.raise_interrupt)
     try:
         announce = executors.announcer(stream) if progress else None
         for j, summ in _execute(m, t, todo, jobs, python, executor, scheduler, announce):
-            summaries[j] = summ
+            tally.add(j, summ)
             outcome.ran += 1
             if ckpt is not None:
-                ckpt.add(str(j), summ)
+                ckpt.add(str(j), compact(summ))
             bar.update(1, 1.0)
     except (KeyboardInterrupt, runner.Interrupted):
         outcome.interrupted = True
@@ -628,9 +700,7 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
     outcome.wall = time.perf_counter() - t0
     if outcome.interrupted:
         return outcome
-    parts = [summaries[j] for j in range(n)]
-    failed = [j for j, p in enumerate(parts) if "error" in p]
-    outcome.row = _failed(m, t, parts, failed) if failed else row(m, t, parts)
+    outcome.row = _failed(m, t, tally) if tally.failed else row(m, t, tally)
     if out is not None:
         results.write(out, results.document([outcome.row], m))
         with contextlib.suppress(FileNotFoundError):
@@ -639,85 +709,64 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
 
 
 def _execute(m, t, todo, jobs, python, executor="local", scheduler=None, announce=None):
-    """Yield (j, summary) of every chunk as it finishes; a chunk that failed on the cluster
-    yields ``{"error": message}`` (checkpointed like a summary)."""
-    units = [(j, (m, j)) for j in todo]
+    """Yield (j, summary) of every chunk of ``todo`` (an iterator) as it finishes; a chunk
+    that failed on the cluster yields ``{"error": message}`` (checkpointed like a
+    summary).  Named targets run in worker processes even with one job (``isolate``)."""
+    units = ((j, (m, j)) for j in todo)
+
+    def name(j):
+        return f"chunk {j} (inputs {j * CHUNK}..{min((j + 1) * CHUNK, m.total) - 1})"
     if executor == executors.DASK:
         for j, got in executors.dask(_work, units, scheduler=scheduler, workers=jobs,
-                                     announce=announce):
+                                     announce=announce, name=name):
             yield j, ({"error": got.message} if isinstance(got, executors.Failed) else got)
         return
     yield from executors.local(_work, units, jobs or os.cpu_count() or 1, serial=python,
                                inline=lambda m, j: run_chunk(m, t, j), initializer=_init,
-                               preload=__name__)
+                               preload=__name__, isolate=True, name=name)
 
 
-def _failed(m: Measurement, t: Target, parts: list, failed: list) -> dict:
+def _failed(m: Measurement, t: Target, tally: Tally) -> dict:
     """The row of a measurement with failed chunks: status ``error``, the reason naming the
     chunks, their input ranges and the first message; the statistics are those of the
     chunks that finished (``samples`` counts their inputs only), so a partial measurement
     is still readable but can never pass for a complete one."""
-    ok = [p for p in parts if "error" not in p]
-    first = parts[failed[0]]["error"]
+    failed = sorted(tally.failed)
+    first = tally.failed[failed[0]]
     spans = ", ".join(f"{j} (inputs {j * CHUNK}..{min((j + 1) * CHUNK, m.total) - 1})"
                       for j in failed[:5]) + (", ..." if len(failed) > 5 else "")
-    reason = (f"{len(failed)} of {len(parts)} chunks failed: {spans}; first error: {first}")
-    if ok:
-        out = row(m, t, ok)
-    else:
-        empty = {"n": 0, "counts": [0] * len(metrics.CLASSES), "hist": [0] * len(
-            metrics.HIST_EDGES), "fine": [0] * (screen.FINE_BINS + 1), "measured": 0, "nan": 0,
-            "sum_abs": 0.0, "max_rel": 0.0, "not_cr": 0, "resolved": 0, "lower": -math.inf,
-            "cands": [], "dropped": None, "worst": None}
-        out = row(m, t, [empty])
+    reason = f"{len(failed)} of {tally.chunks} chunks failed: {spans}; first error: {first}"
+    out = row(m, t, tally)
+    if not tally.measured and tally.n == 0:
         out["max_rel"] = None                      # nothing was measured
     out.update(status="error", reason=reason)
     return out
 
 
-def row(m: Measurement, t: Target, parts: list) -> dict:
-    """The results row of the merged chunk summaries (in chunk order: deterministic)."""
-    tot = {k: sum(p[k] for p in parts) for k in ("n", "measured", "nan", "sum_abs", "not_cr",
-                                                   "resolved")}
-    counts = np.sum([p["counts"] for p in parts], axis=0)
-    hist = np.sum([p["hist"] for p in parts], axis=0)
-    fine = np.sum([p["fine"] for p in parts], axis=0)
-    worst, exact = settle(m, t, parts)
-    measured = tot["measured"]
-    mins = [p["min"] for p in parts if p["measured"]]
-    maxs = [p["max"] for p in parts if p["measured"]]
+def row(m: Measurement, t: Target, tally: Tally) -> dict:
+    """The results row of the merged chunk summaries."""
+    worst, exact = settle(m, t, tally)
+    max_ulp = abs(worst["ulp"]) if worst else None
+    extremes = max(abs(tally.min), abs(tally.max)) if tally.measured else None
     return {
         "op": m.target, "instance": "measure", "attrs": {"reference": m.reference},
         "route": "forward", "port": "out", "format": m.format, "mode": "nearest_even",
         "policy": "-", "implementation": m.target, "device": "cpu", "status": "ok",
         "reason": None if exact else f"more than {WORST_CANDIDATES} inputs of a chunk may "
-        f"hold the largest error: the maximum is exact to 2**(p-40) ulp", "need": None, "exhaustive": m.exhaustive, "samples": tot["n"],
-        "max_ulp": abs(worst["ulp"]) if worst else None, "p99_ulp": _p99(fine, hist, measured),
-        "mean_ulp": tot["sum_abs"] / measured if measured else None,
-        "min_signed_ulp": min(mins) if mins else None,
-        "max_signed_ulp": max(maxs) if maxs else None,
-        "max_rel": max(p["max_rel"] for p in parts), "bound": None, "bound_ratio": None,
-        "violations": None,
-        "exceptional": {c: int(k) for c, k in zip(metrics.CLASSES, counts) if c != "ok" and k},
-        "flags": None, "unmeasured": tot["nan"], "mismatches": None,
-        "histogram": hist.tolist(), "by_magnitude": None, "ref_prec": None, "worst": worst,
-        "incorrectly_rounded": tot["not_cr"], "resolved_exactly": tot["resolved"]}
-
-
-def _p99(fine, hist, measured):
-    """The 99th percentile of |error| to the histogram's resolution: the upper edge of the
-    1/1024-ulp step (below 4 ulps) or of the binade holding it."""
-    if not measured:
-        return None
-    rank = math.ceil(0.99 * measured)
-    run = np.cumsum(fine)
-    k = int(np.searchsorted(run, rank))
-    if k < screen.FINE_BINS:
-        return (k + 1) / screen.FINE_STEP
-    run = np.cumsum(hist)
-    k = int(np.searchsorted(run, rank))
-    edges = metrics.HIST_EDGES
-    return float(edges[k + 1]) if k + 1 < len(edges) else math.inf
+        f"hold the largest error: the maximum is exact to 2**(p-40) ulp", "need": None,
+        "exhaustive": m.exhaustive, "samples": tally.n,
+        "max_ulp": max_ulp,
+        "p99_ulp": tally.p99(max_ulp if max_ulp is not None else extremes),
+        "mean_ulp": tally.mean,
+        "min_signed_ulp": tally.min if tally.measured else None,
+        "max_signed_ulp": tally.max if tally.measured else None,
+        "max_rel": tally.max_rel, "bound": None, "bound_ratio": None, "violations": None,
+        "exceptional": {c: int(k) for c, k in zip(metrics.CLASSES, tally.counts)
+                        if c != "ok" and k},
+        "flags": None, "unmeasured": tally.nan, "mismatches": None,
+        "histogram": tally.hist.tolist(), "by_magnitude": None, "ref_prec": None,
+        "worst": worst, "incorrectly_rounded": tally.not_cr,
+        "resolved_exactly": tally.resolved}
 
 
 def text(o: MeasureOutcome) -> str:

@@ -33,7 +33,7 @@ from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 
-from . import executors, results
+from . import budget, executors, results
 from .evaluate import PHASES, ROUTES, Task, _status_rows, batchable, evaluate, sample_kinds
 
 DEFAULT_FORMATS = ("bfloat16", "binary16", "float8_e4m3fn", "float8_e5m2", "binary32")
@@ -148,6 +148,21 @@ def cost(task: Task) -> float:
     return len(task.routes) * calls * (1 + size / 200)
 
 
+def footprint(task: Task) -> int:
+    """The input and output elements a task holds at once: every port of every draw of
+    every sample kind (the whole format for an exhaustive task); what its memory grows
+    with (reports/budget.py)."""
+    try:
+        o = task.build()
+        n = sum(int(max(1, _size(p.shape))) for p in o.inputs + o.outputs)
+        kinds = len([k for k in sample_kinds(o) if not task.kinds or k in task.kinds]) or 1
+    except Exception:                                         # noqa: BLE001 (an error row)
+        return 0
+    if task.exhaustive:
+        return (1 << min(formats.get(task.format).bits, 16)) * len(o.inputs + o.outputs)
+    return n * kinds * task.draws
+
+
 def _size(shape):
     s = 1
     for n in shape:
@@ -194,27 +209,38 @@ def checkpoint_path(out) -> str:
 
 
 def read_checkpoint(path, fingerprint) -> dict:
-    """{task key: rows} of a checkpoint written by a run with this fingerprint; a torn last
-    line (a kill in mid-write) is ignored.  ValueError when it belongs to another run."""
+    """{task key: rows} of a checkpoint written by a run with this fingerprint.  A damaged
+    unit line -- torn by a kill in mid-write, text or binary junk -- is skipped: that unit is
+    simply computed again.  ValueError (one line naming the file and what to do) when the
+    file cannot be read, its head line is damaged, or it belongs to another run."""
+    fix = "remove it or run without --resume"
+    try:
+        with open(path, "rb") as fh:
+            lines = fh.read().split(b"\n")
+    except OSError as exc:
+        raise ValueError(f"cannot read checkpoint {path}: {exc.strerror or exc}; {fix}") \
+            from None
     done = {}
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
-    if not lines or not lines[0].strip():
+    if not lines[0].strip():
         return done
     try:
-        head = json.loads(lines[0])
-    except json.JSONDecodeError:
-        raise ValueError(f"checkpoint {path} is damaged (first line is not JSON)") from None
+        head = json.loads(lines[0].decode("utf-8"))
+    except (ValueError, RecursionError):              # not UTF-8, not JSON, nested too deep
+        head = None
+    if not isinstance(head, dict):
+        raise ValueError(f"checkpoint {path} is damaged (its first line is not a checkpoint "
+                         f"head); {fix}")
     if head.get("checkpoint") != results.SCHEMA:
-        raise ValueError(f"{path} is not a roundoff-coverage checkpoint")
+        raise ValueError(f"{path} is not a roundoff-coverage checkpoint; {fix}")
     if head.get("fingerprint") != fingerprint:
         raise ValueError(f"checkpoint {path} belongs to a different selection or seed "
-                         f"({head.get('command')}); remove it or run without --resume")
+                         f"({head.get('command')}); {fix}")
     for line in lines[1:]:
         try:
-            rec = json.loads(line)
-            done[rec["task"]] = rec["rows"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            rec = json.loads(line.decode("utf-8"))
+            if isinstance(rec["task"], str):
+                done[rec["task"]] = rec["rows"]
+        except (ValueError, KeyError, TypeError, RecursionError):
             continue
     return done
 
@@ -222,10 +248,21 @@ def read_checkpoint(path, fingerprint) -> dict:
 class Checkpoint:
     """The checkpoint file of a run: a head line (fingerprint, command), then one line per
     finished unit (``add(key, rows)``), flushed as it finishes; ``read_checkpoint`` reads
-    it back.  ``sel``: anything with ``fingerprint()`` and ``command()``."""
+    it back.  ``sel``: anything with ``fingerprint()`` and ``command()``.  A new file holds
+    the units of ``keep``; ``append``: go on writing the existing file of ``path``, whose
+    head ``read_checkpoint`` has checked (nothing kept in memory for it)."""
 
-    def __init__(self, path, sel, keep: dict):
+    def __init__(self, path, sel, keep: dict, append: bool = False):
         self.path = path
+        if append:
+            with open(path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(size - 1, 0))
+                torn = size > 0 and fh.read(1) != b"\n"
+            self.fh = open(path, "a", encoding="utf-8")
+            if torn:                     # a line cut by a kill: end it, never extend it
+                self.fh.write("\n")
+            return
         self.fh = open(path, "w", encoding="utf-8")
         self._line({"checkpoint": results.SCHEMA, "fingerprint": sel.fingerprint(),
                     "command": sel.command()})
@@ -323,6 +360,11 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
     keys = {t.key for t in tasks}
     done = {k: v for k, v in done.items() if k in keys}
     costs = {t.key: cost(t) for t in tasks if t.key not in done}
+    if execute is None and scheduler is None:         # this machine's memory
+        biggest = max((t for t in tasks if t.key not in done), key=footprint, default=None)
+        if biggest is not None:
+            budget.check_run((f"{biggest.op} {biggest.instance} in {biggest.format}",
+                              footprint(biggest), biggest.draws), min(jobs, len(costs)))
     todo = sorted((t for t in tasks if t.key not in done), key=lambda t: -costs[t.key])
     outcome = Outcome(resumed=len(done), total=len(tasks), out=str(out))
     ckpt = Checkpoint(ckpt_path, sel, done)
@@ -367,7 +409,7 @@ def _execute(todo, jobs, execute=None, executor="local", scheduler=None, announc
     if executor == executors.DASK:
         tasks = {t.key: t for t in todo}
         for key, got in executors.dask(_unit, units, scheduler=scheduler, workers=jobs,
-                                       announce=announce):
+                                       announce=announce, name=_unit_name):
             if isinstance(got, executors.Failed):
                 task = tasks[key]
                 got = ([r for route in task.routes
@@ -377,8 +419,12 @@ def _execute(todo, jobs, execute=None, executor="local", scheduler=None, announc
     # A test's ``execute`` is a closure: it runs here, pickle cannot send it to the pool.
     for key, got in executors.local(_unit, units, jobs, serial=execute is not None,
                                     initializer=_init_worker, preload=executors.EVALUATE,
-                                    batched=True):
+                                    batched=True, name=_unit_name):
         yield (key, *got)
+
+
+def _unit_name(key) -> str:
+    return f"task {key}"
 
 
 def check_selection(sel: Selection) -> None:

@@ -22,6 +22,7 @@ import time
 import pytest
 
 from roundoff_coverage.reports import evaluate, executors, measure, runner
+from roundoff_coverage.reports.tally import Tally
 from roundoff_coverage.reports.cli import main
 
 # 2 operators x 2 instances (default, 2x3): 4 tasks; the fault tests use 12.
@@ -227,7 +228,9 @@ def test_a_measure_chunk_failing_twice_makes_the_row_an_error(cluster, tmp_path,
     # The statistics are chunk 1's, computed here independently of the cluster.
     t = measure.target("numpy.exp", "bfloat16")
     m = measure.Measurement(t.spec, "bfloat16", t.reference, 1, samples, 0)
-    alone = measure.row(m, t, [measure.run_chunk(m, t, 1)])
+    tally = Tally()
+    tally.add(1, measure.run_chunk(m, t, 1))
+    alone = measure.row(m, t, tally)
     assert {k: v for k, v in r.items() if k not in ("status", "reason")} == \
         {k: v for k, v in alone.items() if k not in ("status", "reason")}
 

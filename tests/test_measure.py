@@ -165,20 +165,21 @@ def test_jobs_do_not_change_the_file_and_resume_finishes_it(tmp_path, monkeypatc
     measure.measure("numpy.exp", "bfloat16", out=str(a), jobs=1, **base)
     measure.measure("numpy.exp", "bfloat16", out=str(b), jobs=2, **base)
     assert a.read_bytes() == b.read_bytes()
-    # Interrupted after the first chunk: the checkpoint keeps it, --resume runs the rest.
-    real = measure.run_chunk
+    # Interrupted (Ctrl-C in this process) when the second chunk arrives: the checkpoint
+    # keeps the first, --resume runs the rest.
+    real = measure.compact
     calls = []
 
-    def stop_second(m, t, j):
-        calls.append(j)
+    def stop_second(summ):
+        calls.append(summ)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(m, t, j)
-    monkeypatch.setattr(measure, "run_chunk", stop_second)
+        return real(summ)
+    monkeypatch.setattr(measure, "compact", stop_second)
     c = tmp_path / "c.json"
     o = measure.measure("numpy.exp", "bfloat16", out=str(c), jobs=1, **base)
     assert o.interrupted and not c.exists()
-    monkeypatch.setattr(measure, "run_chunk", real)
+    monkeypatch.setattr(measure, "compact", real)
     o = measure.measure("numpy.exp", "bfloat16", out=str(c), jobs=1, resume=True, **base)
     assert o.resumed == 1 and o.ran == 2
     assert c.read_bytes() == a.read_bytes()

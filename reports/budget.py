@@ -1,0 +1,109 @@
+"""Memory and disk plans: a run or a measurement that cannot fit this machine is refused
+before any work, with one line saying what it needs and what fits.
+
+The figures are estimates from measurements on this project's machines (2 cores, 24 GiB),
+rounded up:
+
+- a coverage run holds one task per worker at a time; a task keeps its draws and every
+  route's computed and exact values in memory, about ``RUN_BYTES_PER_ELEMENT`` per input or
+  output element of every draw of every sample kind (exp with 30,000 draws of its two
+  instances over 4 kinds: 1.08 M elements, +1.03 GB peak; matmul: 1.1 KB per element), on
+  top of ``WORKER_BASE`` per worker (numba, the operator table, mpmath);
+- a measurement holds one chunk of ``CHUNK`` inputs per worker (about
+  ``MEASURE_BYTES_PER_INPUT`` each: the inputs, outputs, errors and classes, the
+  screen's scratch arrays), and in the parent about ``MEASURE_BYTES_PER_CHUNK`` per chunk
+  (the set of finished chunks); its checkpoint takes at most ``CHECKPOINT_BYTES_PER_CHUNK``
+  of disk per chunk (the summary, with up to 64 candidates for the largest error).
+"""
+
+from __future__ import annotations
+
+import os
+
+RUN_BYTES_PER_ELEMENT = 2048
+WORKER_BASE = 400 << 20
+MEASURE_BYTES_PER_INPUT = 96
+MEASURE_BYTES_PER_CHUNK = 128
+CHECKPOINT_BYTES_PER_CHUNK = 16 << 10
+
+
+class BudgetError(ValueError):
+    """A request that cannot fit this machine (one-line message)."""
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new work: MemAvailable of /proc/meminfo, else the
+    physical memory."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 1 << 62                       # unknown: do not refuse on a guess
+
+
+def free_disk(path) -> int:
+    """Free bytes on the file system that holds ``path`` (or its nearest existing folder)."""
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return 1 << 62
+    return st.f_bavail * st.f_frsize
+
+
+def size_text(n: float) -> str:
+    """Bytes in binary units, two significant figures and more: ``1.5 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if abs(n) < 1024 or unit == "EiB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.3g} EiB"
+
+
+def check_measure(total: int, chunk: int, workers: int, out=None) -> None:
+    """BudgetError when ``total`` inputs in chunks of ``chunk`` on ``workers`` processes
+    need more memory than is available, or a checkpoint at ``out`` more disk than is free."""
+    chunks = -(-total // chunk)
+    memory = available_memory()
+    fixed = workers * (WORKER_BASE + chunk * MEASURE_BYTES_PER_INPUT)
+    need = fixed + chunks * MEASURE_BYTES_PER_CHUNK
+    fits = [max(0, int(0.95 * memory - fixed) // MEASURE_BYTES_PER_CHUNK)]
+    what = [f"needs about {size_text(need)} of memory ({size_text(memory)} available)"]
+    over = need > memory
+    if out is not None:
+        disk = free_disk(out)
+        ckpt = chunks * CHECKPOINT_BYTES_PER_CHUNK
+        fits.append(int(0.95 * disk) // CHECKPOINT_BYTES_PER_CHUNK)
+        what.append(f"its checkpoint about {size_text(ckpt)} of disk ({size_text(disk)} free)")
+        over = over or ckpt > disk
+    if over:
+        most = min(fits) * chunk
+        raise BudgetError(f"{total} samples ({chunks} chunks of {chunk} inputs) "
+                          f"{' and '.join(what)}: at most about {most:.3g} samples fit "
+                          f"this machine with {workers} worker(s)")
+
+
+def check_run(largest: tuple, jobs: int) -> None:
+    """BudgetError when the largest task, ``(label, elements, draws)`` -- the input and
+    output elements of all its draws and sample kinds, and its draws per kind -- cannot
+    fit ``jobs`` workers' share of the available memory."""
+    label, elements, draws = largest
+    memory = available_memory()
+    need = jobs * (WORKER_BASE + elements * RUN_BYTES_PER_ELEMENT)
+    if need <= memory:
+        return
+    per_draw = max(1, elements // max(draws, 1))
+    # 5% below the limit: the available memory moves while the machine works.
+    most = max(0, int(0.95 * memory / jobs - WORKER_BASE) // (per_draw * RUN_BYTES_PER_ELEMENT))
+    raise BudgetError(f"--samples {draws}: the largest task ({label}) needs about "
+                      f"{size_text(need / jobs)} per worker, {size_text(need)} for {jobs} "
+                      f"worker(s), and {size_text(memory)} is available: at most about "
+                      f"--samples {most} fits (or fewer --jobs)")

@@ -1,0 +1,68 @@
+"""A request that cannot fit the machine is refused before any work, with one line saying
+what it needs and what fits (reports/budget.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from roundoff_coverage.reports import budget, runner
+from roundoff_coverage.reports.cli import main
+
+HUGE = "99999999999999999999"
+
+
+def _one_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("roundoff-coverage: error: "), err
+    return err[0]
+
+
+def test_a_run_too_large_for_memory_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["run", "--samples", HUGE, "--out", str(out), "--jobs", "2"]) == 2
+    line = _one_line(capsys)
+    m = re.search(r"--samples (\d+): the largest task \((\w+) .+\) needs about .+ per worker.+"
+                  r"at most about --samples (\d+) fits", line)
+    assert m and m.group(1) == HUGE, line
+    assert not out.exists() and not (tmp_path / "r.json.partial.jsonl").exists()
+    # What it says fits does fit, by the same plan, and ten times as much does not.
+    fits = int(m.group(3))
+    sel = runner.Selection(draws=fits)
+    tasks = runner.plan(sel)
+    big = max(tasks, key=runner.footprint)
+    assert big.op == m.group(2)
+    budget.check_run(("", runner.footprint(big), big.draws), 2)
+    sel10 = runner.Selection(draws=10 * fits + 10)
+    big10 = max(runner.plan(sel10), key=runner.footprint)
+    with pytest.raises(budget.BudgetError):
+        budget.check_run(("", runner.footprint(big10), big10.draws), 2)
+
+
+def test_a_measurement_too_large_is_refused_naming_memory_and_disk(tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["measure", "numpy.exp", "--samples", HUGE, "--out", str(out)]) == 2
+    line = _one_line(capsys)
+    assert re.fullmatch(rf"roundoff-coverage: error: {HUGE} samples \(\d+ chunks of 4194304 "
+                        r"inputs\) needs about [\d.e+]+ [KMGTPE]iB of memory \([\d.]+ [KMGT]iB "
+                        r"available\) and its checkpoint about [\d.e+]+ [KMGTPE]iB of disk "
+                        r"\([\d.]+ [KMGT]iB free\): at most about [\d.e+]+ samples fit this "
+                        r"machine with \d+ worker\(s\)", line), line
+    assert not (tmp_path / "m.json.partial.jsonl").exists()
+
+
+def test_the_plan_follows_the_memory_there_is(monkeypatch):
+    monkeypatch.setattr(budget, "available_memory", lambda: 8 << 30)
+    budget.check_run(("t", 1000, 10), 2)
+    with pytest.raises(budget.BudgetError, match=r"8 GiB is available"):
+        budget.check_run(("t", 4 << 20, 10), 2)          # 2 x (4 Mi x 2 KiB) = 16 GiB
+    budget.check_measure(100 << 22, 1 << 22, 2)
+    with pytest.raises(budget.BudgetError, match="of memory"):
+        budget.check_measure((1 << 60), 1 << 22, 2)
+
+
+def test_sizes_read_in_binary_units():
+    assert budget.size_text(512) == "512 B"
+    assert budget.size_text(1536) == "1.5 KiB"
+    assert budget.size_text(3 << 30) == "3 GiB"
