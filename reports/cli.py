@@ -1,9 +1,9 @@
 """The ``roundoff-coverage`` command line: one parser, one subcommand function each.
 
 ``main(argv) -> int`` returns the exit status of shared/ARCHITECTURE.md: 0 success, 1 a gate
-or check failed, 2 bad usage or bad input.  User errors (``UsageError``, ``FormatError``,
-argparse's own) are turned into one line ``roundoff-coverage: error: <reason>`` on stderr in
-exactly one place, ``main``; a subcommand only raises them.
+or check failed, 2 bad usage or bad input, 130 interrupted.  User errors (``UsageError``,
+``FormatError``, argparse's own) are turned into one line ``roundoff-coverage: error:
+<reason>`` on stderr in exactly one place, ``main``; a subcommand only raises them.
 
 A subcommand is a ``_add_<name>(subparsers, common)`` function that declares its arguments
 and sets ``handler``; ``_SUBCOMMANDS`` lists them.  ``common`` is the parent parser of the
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from fractions import Fraction
 
@@ -21,7 +22,7 @@ from roundoff_coverage import formats
 from roundoff_coverage.formats import FormatError
 
 PROG = "roundoff-coverage"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
@@ -37,24 +38,64 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv=None) -> int:
-    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit status."""
-    parser = build_parser()
+    """Run the command line ``argv`` (default ``sys.argv[1:]``); the exit status.
+
+    Every way out is one of the statuses above, never a traceback: a user error is one line
+    and 2; Ctrl-C is one line and 130; output cut off by its reader (``| head``) ends
+    quietly with 1 (the status the command would have had is unknown, so never a pass);
+    anything else is a bug, reported in one line with 1 (the traceback too under
+    ROUNDOFF_COVERAGE_TRACEBACK=1)."""
     try:
+        parser = build_parser()
         args = parser.parse_args(argv)
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()                             # a closed pipe shows here, not at exit
+        return status
     except (UsageError, FormatError) as exc:
         message = " ".join(str(exc).split())           # one line, whatever the source
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except SystemExit as exc:                          # --help exits 0 from inside argparse
         return EXIT_OK if exc.code in (None, 0) else EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_FAILED
+    except Exception as exc:                           # noqa: BLE001 (the last resort)
+        return _internal_error(exc)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of a closed pipe is quiet."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):      # not a real file (a test's capture)
+        pass
+
+
+def _internal_error(exc) -> int:
+    """One line for an exception no code path expected (a bug), the traceback before it
+    only when ROUNDOFF_COVERAGE_TRACEBACK is set; exit status 1."""
+    import os
+    import traceback
+    if os.environ.get("ROUNDOFF_COVERAGE_TRACEBACK", "") not in ("", "0"):
+        traceback.print_exc()
+    message = " ".join(str(exc).split())[:500]
+    print(f"{PROG}: internal error: {type(exc).__name__}: {message} (a bug: please report it; "
+          f"ROUNDOFF_COVERAGE_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+    return EXIT_FAILED
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every subcommand of ``_SUBCOMMANDS`` under one parser."""
     parser = _Parser(prog=PROG, description="Roundoff and numerics analysis workbench.")
     common = _Parser(add_help=False)
-    common.add_argument("--formats-file", metavar="PATH",
+    common.add_argument("--formats-file", metavar="PATH", type=_path,
                         help="TOML file of user formats ([formats.NAME] tables with exp_bits, "
                              "man_bits and optionally bias, encoding, saturate, "
                              "flush_subnormals)")
@@ -63,6 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
     for add in _SUBCOMMANDS:
         add(sub, common)
     return parser
+
+
+def _path(text) -> str:
+    """An argument that names a file or folder: not empty, no NUL character (the system
+    refuses it); argparse reports the error."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty path (give a file or folder name)")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a path (it holds a NUL character)")
+    return text
 
 
 def _user_formats(args) -> dict:
@@ -352,6 +403,15 @@ def _exact(value) -> str:
 # ----- run -------------------------------------------------------------------------------------
 
 _RUN_LISTS = ("ops", "families", "formats", "modes", "routes", "policies", "implementations")
+# Seeds: numpy's SeedSequence takes any non-negative integer; the results file keeps the seed
+# as a JSON integer, which readers with 64-bit integers hold exactly up to 2**63 - 1.
+SEED_MAX = 2**63 - 1
+_SEED_WHY = ": at most 2**63 - 1, which every reader of the results file holds exactly"
+# A Dask LocalCluster starts every one of its --jobs workers, whatever the work: the work is
+# CPU-bound, so more than a few per core only adds memory (a worker holds numpy, numba and
+# mpmath: hundreds of MiB).  The local executor starts no more workers than units, and
+# reports/budget.py refuses a plan that cannot fit this machine's memory.
+JOBS_PER_CORE = 4
 _RUN_KEYS = _RUN_LISTS + ("samples", "seed", "exhaustive", "jobs", "out", "csv", "gate",
                          "executor", "scheduler")
 
@@ -385,18 +445,22 @@ def _add_run(sub, common):
                         "most 16 bits")
     p.add_argument("--jobs", metavar="N", type=int, help="worker processes (default: all cores)")
     _add_executor(p)
-    p.add_argument("--out", metavar="PATH", help="results file (default results/coverage.json)")
-    p.add_argument("--csv", metavar="PATH", help="also write the rows as CSV")
+    p.add_argument("--out", metavar="PATH", type=_path,
+                   help="results file (default results/coverage.json)")
+    p.add_argument("--csv", metavar="PATH", type=_path, help="also write the rows as CSV")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from <out>.partial.jsonl")
-    p.add_argument("--config", metavar="TOML", help="a TOML file with any of these options "
-                   "(keys: " + ", ".join(_RUN_KEYS) + "); the command line wins")
+    p.add_argument("--config", metavar="TOML", type=_path,
+                   help="a TOML file with any of these options (keys: "
+                        + ", ".join(_RUN_KEYS) + "); the command line wins")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary")
-    p.add_argument("--gate", metavar="BASELINE", help="then gate the new results against "
-                   "the baseline results file BASELINE (as 'gate --baseline BASELINE OUT' "
-                   "does, default settings); exit 1 on a precision regression")
-    p.add_argument("--html", metavar="DIR", help="then write the HTML report of the new "
-                   "results into DIR (as 'report OUT --out DIR' does)")
+    p.add_argument("--gate", metavar="BASELINE", type=_path,
+                   help="then gate the new results against the baseline results file "
+                        "BASELINE (as 'gate --baseline BASELINE OUT' does, default "
+                        "settings); exit 1 on a precision regression")
+    p.add_argument("--html", metavar="DIR", type=_path,
+                   help="then write the HTML report of the new results into DIR (as "
+                        "'report OUT --out DIR' does)")
     p.set_defaults(handler=cmd_run)
 
 
@@ -423,21 +487,31 @@ def _run_config(path) -> dict:
                 value = [v for v in value.split(",")]
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise UsageError(f"config file {path}: {key} must be a list of names")
+            if not any(v.strip() for v in value):
+                raise UsageError(f"config file {path}: {key} is an empty list (give one or "
+                                 f"more names; leave the key out for the default)")
             data[key] = ",".join(value)
         elif key in ("samples", "seed", "jobs"):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise UsageError(f"config file {path}: {key} must be an integer")
         elif key == "exhaustive" and not isinstance(value, bool):
             raise UsageError(f"config file {path}: exhaustive must be true or false")
-        elif key in ("out", "csv", "gate") and not isinstance(value, str):
-            raise UsageError(f"config file {path}: {key} must be a path")
+        elif key in ("out", "csv", "gate") and (not isinstance(value, str)
+                                                or not value.strip()):
+            raise UsageError(f"config file {path}: {key} must be a path (got {value!r})")
         elif key in ("executor", "scheduler") and not isinstance(value, str):
             raise UsageError(f"config file {path}: {key} must be a name or an address")
     return data
 
 
-def _names(text, what, known, default):
-    """A comma-separated list checked against ``known`` (UsageError with close matches)."""
+def _empty(option, what) -> str:
+    return (f"{option}: empty list of {what}s (give one or more names, comma-separated; "
+            f"leave the option out for the default)")
+
+
+def _names(text, what, known, default, option):
+    """A comma-separated list checked against ``known`` (UsageError with close matches; an
+    empty list is an error too)."""
     if text is None:
         return tuple(default)
     import difflib
@@ -452,8 +526,30 @@ def _names(text, what, known, default):
         if name not in out:
             out.append(name)
     if not out:
-        raise UsageError(f"empty list of {what}s")
+        raise UsageError(_empty(option, what))
     return tuple(out)
+
+
+def _in_range(option, value, lo, hi, why="") -> int:
+    """``value`` when lo <= value <= hi, else UsageError naming ``option`` and the range."""
+    if not lo <= value <= hi:
+        raise UsageError(f"{option} must be from {lo} to {hi} (got {value}){why}")
+    return value
+
+
+def _check_jobs(jobs, executor, scheduler) -> None:
+    """--jobs is at least 1 and, for a Dask LocalCluster, at most JOBS_PER_CORE per core."""
+    import os
+    if jobs is None:
+        return
+    if jobs < 1:
+        raise UsageError(f"--jobs must be >= 1 (got {jobs})")
+    from . import executors
+    if executor == executors.DASK and scheduler is None:
+        cores = os.cpu_count() or 1
+        _in_range("--jobs", jobs, 1, JOBS_PER_CORE * cores,
+                  f": a Dask LocalCluster of {JOBS_PER_CORE} worker processes per core of "
+                  f"this machine's {cores}; more only cost memory")
 
 
 def _selection(args, user):
@@ -463,14 +559,17 @@ def _selection(args, user):
     from roundoff_coverage.routes.registry import FAMILIES
 
     from . import evaluate, runner
-    ops = _names(args.ops, "operator", routes.names(), ()) if args.ops else ()
-    fams = _names(args.families, "family", FAMILIES, ()) if args.families else ()
+    ops = _names(args.ops, "operator", routes.names(), (), "--ops") \
+        if args.ops is not None else ()
+    fams = _names(args.families, "family", FAMILIES, (), "--families") \
+        if args.families is not None else ()
     chosen = set(ops) | {n for n in routes.names() if routes.declaration(n).family in fams}
     ops = tuple(n for n in routes.names() if n in chosen) if (ops or fams) else routes.names()
     if not ops:
         raise UsageError(f"no registered operator in families {', '.join(fams)}")
     fmts = []
-    for name in (args.formats.split(",") if args.formats else runner.DEFAULT_FORMATS):
+    listed = runner.DEFAULT_FORMATS if args.formats is None else args.formats.split(",")
+    for name in listed:
         if name.strip():
             fmt = formats.get(name.strip(), known=user)
             if not fmt.fits_binary64:
@@ -482,19 +581,20 @@ def _selection(args, user):
                 fmt.spec if name.strip() in user else name.strip()
             if label not in fmts:
                 fmts.append(label)
+    if not fmts:
+        raise UsageError(_empty("--formats", "format"))
     samples = runner.DEFAULT_DRAWS if args.samples is None else args.samples
     if samples < 1:
         raise UsageError(f"--samples must be >= 1 (got {samples})")
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be >= 1 (got {args.jobs})")
+    seed = _in_range("--seed", 0 if args.seed is None else args.seed, 0, SEED_MAX, _SEED_WHY)
     return runner.Selection(
         ops=ops, formats=tuple(fmts),
-        modes=_names(args.modes, "rounding mode", formats.MODES, ("nearest_even",)),
-        routes=_names(args.routes, "route", evaluate.ROUTES, evaluate.ROUTES),
-        policies=_names(args.policies, "policy", numerics.PRESETS, ("strict",)),
+        modes=_names(args.modes, "rounding mode", formats.MODES, ("nearest_even",), "--modes"),
+        routes=_names(args.routes, "route", evaluate.ROUTES, evaluate.ROUTES, "--routes"),
+        policies=_names(args.policies, "policy", numerics.PRESETS, ("strict",), "--policies"),
         implementations=_names(args.implementations, "implementation",
-                               runner.IMPLEMENTATIONS, ("emulated",)),
-        draws=samples, seed=0 if args.seed is None else args.seed,
+                               runner.IMPLEMENTATIONS, ("emulated",), "--implementations"),
+        draws=samples, seed=seed,
         exhaustive=bool(args.exhaustive))
 
 
@@ -532,8 +632,11 @@ def cmd_run(args) -> int:
     if args.html:
         _check_report_dir(args.html)
     executor, scheduler = _executor(args)
+    _check_jobs(args.jobs, executor, scheduler)
     if "cuda" in sel.implementations:
         _cuda_device()
+    if sel.exhaustive:
+        _warn_unenumerated(sel)
     try:
         outcome = runner.run(sel, out, jobs=args.jobs, resume=args.resume, csv=csv,
                              progress=not args.quiet, executor=executor, scheduler=scheduler)
@@ -544,7 +647,7 @@ def cmd_run(args) -> int:
     if outcome.interrupted:
         print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} tasks "
               f"kept in {runner.checkpoint_path(out)}; rerun with --resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     if not args.quiet:
         print(summary.text(outcome.rows, outcome.phases, outcome.wall))
         note = f" ({outcome.resumed} resumed from the checkpoint)" if outcome.resumed else ""
@@ -556,6 +659,31 @@ def cmd_run(args) -> int:
     if args.gate:
         return _gate(args.gate, out)
     return EXIT_OK
+
+
+def _warn_unenumerated(sel) -> None:
+    """A warning on stderr when ``--exhaustive`` enumerates nothing of the selection: no
+    elementwise unary operator in a format of at most EXHAUSTIVE_MAX_BITS bits (the rows then
+    say ``exhaustive: false``: their inputs were sampled)."""
+    from roundoff_coverage import routes
+
+    from . import evaluate
+    fmts = [formats.get(f) for f in sel.formats]
+    small = [f for f in fmts if f.bits <= evaluate.EXHAUSTIVE_MAX_BITS]
+    for name in sel.ops if small else ():
+        decl = routes.declaration(name)
+        if decl.family not in evaluate.EXHAUSTIVE_FAMILIES or not decl.examples:
+            continue
+        try:
+            o = routes.op(name, **dict(next(iter(decl.examples.values()))))
+        except Exception:                                      # noqa: BLE001 (no instance)
+            continue
+        if any(evaluate.exhaustible(o, f) for f in small):
+            return
+    why = (f"no format of at most {evaluate.EXHAUSTIVE_MAX_BITS} bits" if not small else
+           "no elementwise operator with one value input")
+    print(f"{PROG}: warning: --exhaustive enumerates nothing here ({why}); every row is "
+          f"sampled and says exhaustive: false", file=sys.stderr)
 
 
 def _cuda_device() -> str:
@@ -585,11 +713,12 @@ def _executor(args) -> tuple:
     """(executor, scheduler address or None) of the options.  Dask is imported here, so a
     missing extra fails before any work, not after the planning."""
     from . import executors
-    executor = args.executor or (executors.DASK if args.scheduler else executors.LOCAL)
+    executor = args.executor if args.executor is not None else \
+        executors.DASK if args.scheduler is not None else executors.LOCAL
     if executor not in executors.EXECUTORS:
         raise UsageError(f"unknown executor {executor!r} (choose from "
                          f"{', '.join(executors.EXECUTORS)})")
-    if executor == executors.LOCAL and args.scheduler:
+    if executor == executors.LOCAL and args.scheduler is not None:
         raise UsageError(f"--scheduler {args.scheduler}: the local executor has no scheduler; "
                          f"use --executor dask")
     if executor == executors.DASK:
@@ -597,7 +726,49 @@ def _executor(args) -> tuple:
             executors.require()
         except executors.ExecutorError as exc:
             raise UsageError(str(exc)) from None
+        if args.scheduler is not None:
+            _check_scheduler(args.scheduler)
     return executor, args.scheduler
+
+
+_SCHEDULER_FORMS = ("tcp://HOST:PORT, tls://HOST:PORT, ws://HOST:PORT, wss://HOST:PORT, "
+                    "ucx://HOST:PORT, inproc://ADDRESS or HOST:PORT (tcp)")
+
+
+def _check_scheduler(address) -> None:
+    """UsageError, at once and without connecting, for a --scheduler address Dask cannot
+    parse: distributed's own parsers (``parse_address``, ``parse_host_port``) on a scheme it
+    knows, a host and a port in 1..65535 (inproc: any location)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+    from distributed.comm.registry import backends
+
+    def bad(why):
+        return UsageError(f"--scheduler {address!r}: {why}; give {_SCHEDULER_FORMS}")
+
+    if not isinstance(address, str) or not address.strip() or address != address.strip():
+        raise bad("not an address")
+    try:
+        scheme, location = parse_address(address, strict=False)
+    except (ValueError, TypeError) as exc:
+        raise bad(" ".join(str(exc).split())) from None
+    known = set(backends) | {"tcp", "tls", "ws", "wss", "ucx", "inproc"}
+    if scheme not in known:
+        raise bad(f"unknown protocol {scheme!r}")
+    if scheme == "inproc":
+        if not location:
+            raise bad("no location after inproc://")
+        return
+    try:
+        host, port = parse_host_port(location)
+    except (ValueError, TypeError) as exc:
+        raise bad(" ".join(str(exc).split())) from None
+    if not host:
+        raise bad("no host")
+    # A host name, an IPv4 address or an IPv6 one (brackets taken off, maybe with a zone).
+    if not re.fullmatch(r"[A-Za-z0-9._:%-]+", host):
+        raise bad(f"host {host!r} is not a host name or an IP address")
+    if not isinstance(port, int) or not 1 <= port <= 65535:
+        raise bad(f"port {port} is not in 1..65535")
 
 
 # ----- gate ------------------------------------------------------------------------------------
@@ -614,18 +785,18 @@ def _add_gate(sub, common):
                                    "made with different seeds or sample counts; exit 2 for a "
                                    "file that is not a results file.  Improvements are listed "
                                    "and pass.")
-    p.add_argument("current", metavar="CURRENT", help="the new results file")
-    p.add_argument("--baseline", metavar="BASELINE", required=True,
+    p.add_argument("current", metavar="CURRENT", type=_path, help="the new results file")
+    p.add_argument("--baseline", metavar="BASELINE", type=_path, required=True,
                    help="the baseline results file")
     p.add_argument("--metric", choices=("max", "p99"), default="max",
                    help="error metric compared: max_ulp (default) or p99_ulp")
-    p.add_argument("--tolerances", metavar="TOML",
+    p.add_argument("--tolerances", metavar="TOML", type=_path,
                    help="allowed growth in ulps: default = X, [formats] NAME = X, [families] "
                         "NAME = X (a route gets the largest matching entry; default 0.01)")
-    p.add_argument("--markdown", metavar="FILE", help="also write a Markdown report (e.g. "
-                   "$GITHUB_STEP_SUMMARY)")
-    p.add_argument("--junit", metavar="FILE", help="also write a JUnit XML report (one test "
-                   "case per route)")
+    p.add_argument("--markdown", metavar="FILE", type=_path,
+                   help="also write a Markdown report (e.g. $GITHUB_STEP_SUMMARY)")
+    p.add_argument("--junit", metavar="FILE", type=_path,
+                   help="also write a JUnit XML report (one test case per route)")
     p.add_argument("--update", action="store_true",
                    help="write CURRENT as the new BASELINE (sorted, stable formatting) after "
                         "reporting; exit 0")
@@ -685,11 +856,13 @@ def _add_report(sub, common):
                                    "sortable table of every row, histograms, errors by "
                                    "magnitude, bounds and worst-case reproducers.  It opens "
                                    "from disk, with no server and no network.")
-    p.add_argument("results", metavar="RESULTS", help="a results file (roundoff-coverage/1)")
-    p.add_argument("--out", metavar="DIR", required=True, help="the report folder (created)")
-    p.add_argument("--baseline", metavar="BASELINE", help="also compare with the baseline "
-                   "results file BASELINE (compare.html: what got better and worse, as the "
-                   "gate judges it)")
+    p.add_argument("results", metavar="RESULTS", type=_path,
+                   help="a results file (roundoff-coverage/1)")
+    p.add_argument("--out", metavar="DIR", type=_path, required=True,
+                   help="the report folder (created)")
+    p.add_argument("--baseline", metavar="BASELINE", type=_path,
+                   help="also compare with the baseline results file BASELINE "
+                        "(compare.html: what got better and worse, as the gate judges it)")
     p.add_argument("--quiet", action="store_true", help="no summary line")
     p.set_defaults(handler=cmd_report)
 
@@ -750,7 +923,8 @@ def _add_measure(sub, common):
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the samples")
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: all cores)")
     _add_executor(p)
-    p.add_argument("--out", metavar="PATH", help="results file (default results/measure.json)")
+    p.add_argument("--out", metavar="PATH", type=_path,
+                   help="results file (default results/measure.json)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted measurement from its checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary")
@@ -760,12 +934,15 @@ def _add_measure(sub, common):
 def cmd_measure(args) -> int:
     """``measure``: exit 0 when measured, 130 when interrupted (checkpoint kept)."""
     from . import measure, runner
+    if "\0" in args.target or not args.target.strip():
+        raise UsageError(f"TARGET {args.target!r} is not a target: give numpy.NAME, "
+                         f"LIBRARY:FUNCTION, package.module:function or torch.NAME")
     fmt = formats.get(args.format, known=_user_formats(args))
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be >= 1 (got {args.jobs})")
-    out = _writable(args.out or "results/measure.json", "output file")
+    _in_range("--seed", args.seed, 0, SEED_MAX, _SEED_WHY)
     samples = None if args.exhaustive else (1_000_000 if args.samples is None else args.samples)
+    out = _writable(args.out or "results/measure.json", "output file")
     executor, scheduler = _executor(args)
+    _check_jobs(args.jobs, executor, scheduler)
     try:
         outcome = measure.measure(args.target, fmt, samples=samples, seed=args.seed,
                                   reference=args.reference, arity=args.arity, out=out,
@@ -776,9 +953,10 @@ def cmd_measure(args) -> int:
     except ValueError as exc:              # a checkpoint of another measurement; Dask
         raise UsageError(str(exc)) from None
     if outcome.interrupted:
-        print(f"{PROG}: interrupted: {outcome.resumed} + finished chunks kept in "
-              f"{runner.checkpoint_path(out)}; rerun with --resume", file=sys.stderr)
-        return 130
+        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.chunks} "
+              f"chunks kept in {runner.checkpoint_path(out)}; rerun with --resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not args.quiet:
         print(measure.text(outcome))
         print(f"results: {out}")

@@ -200,12 +200,13 @@ def _status_rows(task, o, route, status, reason, need=None):
 
 
 def base_row(task, route, port, status, reason=None, need=None) -> dict:
-    """A row with every field, the metrics empty."""
+    """A row with every field, the metrics empty (``exhaustive`` false: nothing enumerated;
+    ``_rows`` marks the rows whose draws were every finite value of the format)."""
     return {"op": task.op, "instance": task.instance,
             "attrs": {k: jsonable(v) for k, v in task.attrs}, "route": route, "port": port,
             "format": task.format, "mode": task.mode, "policy": task.policy,
             "implementation": task.implementation, "device": "cpu", "status": status,
-            "reason": reason, "need": need, "exhaustive": task.exhaustive, "samples": 0,
+            "reason": reason, "need": need, "exhaustive": False, "samples": 0,
             "max_ulp": None, "p99_ulp": None, "mean_ulp": None, "min_signed_ulp": None,
             "max_signed_ulp": None, "max_rel": None, "bound": None, "bound_ratio": None,
             "violations": None, "unbounded": None, "interval_bound": None,
@@ -830,6 +831,9 @@ def _rows(task, d, fmt, backend, route, got, ref, prec, bounds):
     for j, (i, name, port) in enumerate(route_ports(d.op, route)):
         row = base_row(task, route, name, "ok")
         row["ref_prec"] = prec
+        # True only where ``draw`` enumerated the format (Task.exhaustive asks for it, but
+        # only `exhaustible` operators and formats are enumerated; the rest are sampled).
+        row["exhaustive"] = d.kinds == ["exhaustive"]
         comp, where = _concat(got, i, fmt, backend, port.scalar)
         exact, _ = _concat(ref, i, fmt, None)
         ulp = measure_port(row, comp, exact, fmt, bounds.ulps, *bounds.port(j))

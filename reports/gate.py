@@ -48,7 +48,7 @@ from . import results
 DEFAULT_TOLERANCE = 0.01                  # ulp
 METRICS = {"max": "max_ulp", "p99": "p99_ulp"}
 DIRECTED = ("toward_zero", "upward", "downward")
-KEY_FIELDS = ("op", "attrs", "route", "port", "format", "mode", "policy", "implementation")
+KEY_FIELDS = results.KEY_FIELDS
 _TEXT_LIMIT = 100                         # improvements shown on a terminal
 _MARKDOWN_LIMIT = 500                     # rows per table in a job summary (GitHub caps at 1 MiB)
 
@@ -60,56 +60,23 @@ class GateError(ValueError):
 # ----- reading -----------------------------------------------------------------------------
 
 def read(path, role="results file") -> dict:
-    """The results document at ``path``, checked enough to be compared: ``meta`` with a seed
-    and a sample count, rows with every key field, no two rows with one key."""
+    """The results document at ``path``, checked enough to be compared (results.check,
+    strict): ``meta`` with a seed and a sample count, rows with every key field and their
+    numbers in their domains, no two rows with one key."""
     try:
         doc = results.read(path)
     except results.ResultsError as exc:
         raise GateError(f"{role}: {_one_line(exc)}") from None
-    meta = doc.get("meta")
-    if not isinstance(meta, dict):
-        raise GateError(f"{role} {path}: no meta object")
-    sel = meta.get("selection")
-    if not isinstance(meta.get("seed"), int) or not isinstance(sel, dict) \
-            or not isinstance(sel.get("samples"), int):
-        raise GateError(f"{role} {path}: its meta lacks the seed or the sample count "
-                        f"(meta.seed, meta.selection.samples)")
-    seen = {}
-    for i, row in enumerate(doc["rows"]):
-        if not isinstance(row, dict):
-            raise GateError(f"{role} {path}: row {i} is not an object")
-        missing = [f for f in KEY_FIELDS + ("status",) if f not in row]
-        if missing:
-            raise GateError(f"{role} {path}: row {i} lacks {', '.join(missing)}")
-        if not isinstance(row["attrs"], dict) or not all(
-                isinstance(row[f], str) for f in KEY_FIELDS if f not in ("attrs", "port")):
-            raise GateError(f"{role} {path}: row {i} has a malformed key field")
-        k = key(row)
-        if k in seen:
-            raise GateError(f"{role} {path}: rows {seen[k]} and {i} are both {label(k)}")
-        seen[k] = i
-    return doc
+    try:
+        return results.check(doc, path, role, strict=True)
+    except results.ResultsError as exc:
+        raise GateError(_one_line(exc)) from None
 
 
-def key(row) -> tuple:
-    """A row's route key: the KEY_FIELDS, attributes as canonical JSON text."""
-    return (row["op"], json.dumps(row["attrs"], sort_keys=True, separators=(",", ":")),
-            row["route"], str(row["port"]), row["format"], row["mode"], row["policy"],
-            row["implementation"])
-
-
-def _attrs_text(attrs_json: str) -> str:
-    """``{"axis":1,"shape":[2,3]}`` as ``axis=1,shape=[2,3]``."""
-    attrs = json.loads(attrs_json)
-    return ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in attrs.items())
-
-
-def label(k) -> str:
-    """A route key as one test id, fields joined with ``-`` (shared/STYLE.md rule 5):
-    ``softmax[axis=1,shape=[2,3]]-forward-y-bfloat16-nearest_even-strict-emulated``."""
-    op, attrs, *rest = k
-    text = _attrs_text(attrs)
-    return "-".join([op + (f"[{text}]" if text else "")] + list(rest))
+# A row's route key and its label: one definition, in results.
+key = results.route_key
+label = results.route_label
+_attrs_text = results.attrs_text
 
 
 # ----- tolerances ----------------------------------------------------------------------------

@@ -687,9 +687,9 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
         announce = executors.announcer(stream) if progress else None
         for j, summ in _execute(m, t, todo, jobs, python, executor, scheduler, announce):
             tally.add(j, summ)
-            outcome.ran += 1
             if ckpt is not None:
                 ckpt.add(str(j), compact(summ))
+            outcome.ran += 1
             bar.update(1, 1.0)
     except (KeyboardInterrupt, runner.Interrupted):
         outcome.interrupted = True

@@ -66,10 +66,12 @@ def find_task(doc: dict, row: dict) -> evaluate.Task:
         raise ReproduceError(f"cannot plan the run again from the file's selection: "
                              f"{evaluate.one_line(exc)}") from None
     for t in tasks:
+        # A row is marked exhaustive only where its task enumerated the format; a task asked
+        # for exhaustive draws of an operator or format it cannot enumerate made sampled rows.
         if ({k: evaluate.jsonable(v) for k, v in t.attrs} == row["attrs"]
-                and (t.format, t.mode, t.policy, t.implementation, t.exhaustive)
-                == (row["format"], row["mode"], row["policy"], row["implementation"],
-                    bool(row["exhaustive"]))):
+                and (t.format, t.mode, t.policy, t.implementation)
+                == (row["format"], row["mode"], row["policy"], row["implementation"])
+                and (t.exhaustive or not row["exhaustive"])):
             return t
     raise ReproduceError(f"no task of the file's selection made the row {row['op']} "
                          f"{row.get('instance')} {row['format']}")

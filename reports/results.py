@@ -156,6 +156,170 @@ def read(path) -> dict:
     return doc
 
 
+# ----- checking a document ---------------------------------------------------------------------
+
+STATUSES = ("ok", "no_rule", "not_differentiable", "error")
+KEY_FIELDS = ("op", "attrs", "route", "port", "format", "mode", "policy", "implementation")
+# |error| statistics and bounds: >= 0 or inf, never NaN (statistics leave NaN errors out and
+# count them in ``unmeasured``, numerics.metrics.summary).
+NONNEGATIVE_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "max_rel", "bound", "bound_ratio",
+                      "interval_bound", "interval_bound_ratio")
+SIGNED_FIELDS = ("min_signed_ulp", "max_signed_ulp")
+COUNT_FIELDS = ("samples", "violations", "unbounded", "interval_unbounded", "unmeasured",
+                "mismatches", "incorrectly_rounded", "resolved_exactly")
+
+
+def route_key(row) -> tuple:
+    """A row's route key: the KEY_FIELDS, attributes as canonical JSON text."""
+    return (row["op"], json.dumps(row["attrs"], sort_keys=True, separators=(",", ":")),
+            row["route"], str(row["port"]), row["format"], row["mode"], row["policy"],
+            row["implementation"])
+
+
+def attrs_text(attrs_json: str) -> str:
+    """``{"axis":1,"shape":[2,3]}`` as ``axis=1,shape=[2,3]``."""
+    attrs = json.loads(attrs_json)
+    return ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in attrs.items())
+
+
+def route_label(k) -> str:
+    """A route key as one test id, fields joined with ``-`` (shared/STYLE.md rule 5):
+    ``softmax[axis=1,shape=[2,3]]-forward-y-bfloat16-nearest_even-strict-emulated``."""
+    op, attrs, *rest = k
+    text = attrs_text(attrs)
+    return "-".join([op + (f"[{text}]" if text else "")] + list(rest))
+
+
+def _float(v):
+    """A float field's value as a float (the file's "inf", "-inf", "nan" included); None for a
+    value that is not a number at all."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return float(v)
+    return None
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _shown(v) -> str:
+    return " ".join(repr(v).split())[:40]
+
+
+def key_problem(row) -> str | None:
+    """Why ``row`` has no route key (not an object, a key field missing or malformed), or
+    None."""
+    if not isinstance(row, dict):
+        return f"is not an object ({type(row).__name__})"
+    missing = [f for f in KEY_FIELDS + ("status",) if f not in row]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    if not isinstance(row["attrs"], dict) or not all(
+            isinstance(row[f], str) for f in KEY_FIELDS if f not in ("attrs", "port")):
+        return "has a malformed key field"
+    return None
+
+
+def field_problems(row) -> list:
+    """[(field, what is wrong and what would be right)] of a row with a key: its status and
+    the domains of its numbers -- statistics and bounds >= 0 or inf (never NaN), signed
+    errors min <= max, counts non-negative integers, p99 and mean no larger than the maximum
+    (beyond a histogram's resolution), exceptional counts, histogram counts."""
+    out = []
+    if row["status"] not in STATUSES:
+        out.append(("status", f"status must be one of {', '.join(STATUSES)} "
+                              f"(got {_shown(row['status'])})"))
+    values = {}
+    for name in NONNEGATIVE_FIELDS + SIGNED_FIELDS:
+        v = row.get(name)
+        if v is None:
+            continue
+        f = _float(v)
+        signed = name in SIGNED_FIELDS
+        if f is None or math.isnan(f) or (not signed and f < 0):
+            what = "a number, inf, -inf or null" if signed else "a number >= 0, inf or null"
+            out.append((name, f"{name} must be {what} (got {_shown(v)})"))
+        else:
+            values[name] = f
+    for name in COUNT_FIELDS:
+        v = row.get(name)
+        if v is not None and not _count(v):
+            out.append((name, f"{name} must be a non-negative integer or null (got {_shown(v)})"))
+    v = row.get("ref_prec")
+    if v is not None and not (_count(v) and v > 0):
+        out.append(("ref_prec", f"ref_prec must be a positive number of bits or null "
+                                f"(got {_shown(v)})"))
+    v = row.get("exhaustive")
+    if v is not None and not isinstance(v, bool):
+        out.append(("exhaustive", f"exhaustive must be true or false (got {_shown(v)})"))
+    v = row.get("exceptional")
+    if v is not None and not (isinstance(v, dict) and all(_count(n) for n in v.values())):
+        out.append(("exceptional", f"exceptional must map outcome classes to non-negative "
+                                   f"integer counts (got {_shown(v)})"))
+    v = row.get("histogram")
+    if v is not None and not (isinstance(v, list) and all(_count(n) for n in v)):
+        out.append(("histogram", f"histogram must be a list of non-negative integer counts "
+                                 f"(got {_shown(v)})"))
+    top = values.get("max_ulp")
+    if top is not None:
+        # measure reads p99 and the mean off histograms of screened errors: p99 is the upper
+        # edge of its 1/1024-ulp step below 4 ulps, of its binade above (edges 2**k up to
+        # 2**20, then inf), so either may exceed the exact maximum by that resolution, never
+        # by more than 2 * max + 2**-9.
+        ceiling = math.inf if top >= 2.0 ** 19 else 2 * top + 2.0 ** -9
+        for name in ("p99_ulp", "mean_ulp"):
+            if values.get(name, 0.0) > ceiling:
+                out.append((name, f"{name} {_shown(row[name])} exceeds max_ulp "
+                                  f"{_shown(row['max_ulp'])}: it must be <= max_ulp"))
+    lo, hi = values.get("min_signed_ulp"), values.get("max_signed_ulp")
+    if lo is not None and hi is not None and lo > hi:
+        out.append(("min_signed_ulp", f"min_signed_ulp {_shown(row['min_signed_ulp'])} exceeds "
+                                      f"max_signed_ulp {_shown(row['max_signed_ulp'])}: it "
+                                      f"must be <= max_signed_ulp"))
+    return out
+
+
+def check(doc, path, role="results file", strict=True) -> dict:
+    """``doc`` (as ``read`` returns it) when it can be compared and reported; ResultsError,
+    one line naming ``role``, ``path``, the row and the field, for the first defect.
+    ``strict`` (the gate): ``meta`` must hold the seed and the sample count (non-negative
+    integers) and every row must have its key and fields in their domains (``field_problems``).
+    Not strict (the report, which draws a malformed row as an error row): only two
+    well-formed rows with one route key are refused, as they are in both cases -- the route's
+    numbers would be ambiguous."""
+    where = f"{role} {path}"
+    if strict:
+        meta = doc.get("meta")
+        if not isinstance(meta, dict):
+            raise ResultsError(f"{where}: no meta object")
+        sel = meta.get("selection")
+        if not _count(meta.get("seed")) or not isinstance(sel, dict) \
+                or not _count(sel.get("samples")):
+            raise ResultsError(f"{where}: its meta lacks the seed or the sample count "
+                               f"(meta.seed, meta.selection.samples: non-negative integers)")
+    seen = {}
+    for i, row in enumerate(doc["rows"]):
+        problem = key_problem(row)
+        if problem is not None:
+            if strict:
+                raise ResultsError(f"{where}: row {i} {problem}")
+            continue
+        k = route_key(row)
+        fields = field_problems(row)
+        if fields and strict:
+            raise ResultsError(f"{where}: row {i} ({route_label(k)}): {fields[0][1]}")
+        if fields:
+            continue                     # drawn as an error row of its own, not the route's
+        if k in seen:
+            raise ResultsError(f"{where}: rows {seen[k]} and {i} are both {route_label(k)}")
+        seen[k] = i
+    return doc
+
+
 def frame(doc):
     """A tidy DataFrame of a results document: one row per (route, port) measured."""
     import pandas as pd

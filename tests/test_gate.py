@@ -45,6 +45,10 @@ def row(**fields) -> dict:
             "unmeasured": 0, "mismatches": None, "histogram": [0] * 31, "ref_prec": 72,
             "worst": None, "flags": ["inexact"]}
     base.update(fields)
+    if isinstance(base["max_ulp"], (int, float)):       # p99 and mean never exceed the max
+        for name in ("p99_ulp", "mean_ulp"):
+            if name not in fields:
+                base[name] = min(base[name], base["max_ulp"])
     return base
 
 

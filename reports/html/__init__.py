@@ -11,7 +11,8 @@ The report is a folder that opens from disk (file://) with no server and no netw
 Reports are pure functions of the result records (shared/STYLE.md rule 12): malformed rows
 become error rows, and a page or section that fails to render becomes an error message in
 the report rather than an exception.  ``HtmlError`` (one line) is raised only for a results
-or baseline file that cannot be read and an output folder that cannot be written.
+or baseline file that cannot be read, one with two rows of one route key (results.check: the
+gate refuses it too), and an output folder that cannot be written.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def build(results_path, out_dir, baseline=None) -> Built:
     from roundoff_coverage.reports import gate, results
     t0 = time.perf_counter()
     try:
-        doc = results.read(results_path)
+        doc = results.check(results.read(results_path), results_path, strict=False)
     except results.ResultsError as exc:
         raise HtmlError(_one_line(exc)) from None
     cmp = summary = None

@@ -1,8 +1,9 @@
 """The results document as the report reads it: normalized rows, coverage counts, groups.
 
 ``Report(doc, path)`` turns each raw row into a ``Row`` whose fields have checked types.
-A row that is not an object, lacks a key field or holds a field of the wrong type becomes
-an ``error`` row whose reason names the defect: the report shows it like a failed route
+A row that is not an object, lacks a key field, holds a field of the wrong type or a number
+outside its domain (results.field_problems, as the gate checks it) becomes an ``error`` row
+whose reason names the defect: the report shows it like a failed route
 instead of crashing on it (shared/STYLE.md rule 12).  Nothing here writes HTML.
 """
 
@@ -12,6 +13,8 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+
+from roundoff_coverage.reports import results
 
 STATUSES = ("ok", "no_rule", "not_differentiable", "error")
 TEXT_FIELDS = ("op", "route", "format", "mode", "policy", "implementation")
@@ -139,6 +142,15 @@ def normalize(index: int, raw, families: dict) -> Row:
         row.contract = contract
     else:
         problems.append("contract is not an object")
+    # The domains of the numbers (results.field_problems, the gate's own check) for the
+    # fields whose types were right; a bad histogram loses its figure only.
+    bad = {p.split(" ", 1)[0] for p in problems}
+    if results.key_problem(raw) is None:
+        for name, problem in results.field_problems(raw):
+            if name == "histogram":
+                raw = dict(raw, histogram=None)
+            elif name not in bad and name != "status":
+                problems.append(problem)
     # Figures and the reproducer are optional: a defect there loses that figure only
     # (svg.py and operator.py check their shapes), not the row.
     row.histogram = raw.get("histogram") if isinstance(raw.get("histogram"), list) else None
