@@ -54,20 +54,20 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from roundoff_coverage import formats
+from roundoff_coverage.numerics import primitives as P
+from roundoff_coverage.numerics.primitives import named
 
 from .errors import KernelError
 from .primitives import emulation_range_ok
 
-EXACT = frozenset({"negative", "abs", "maximum", "minimum"})
-CORRECTLY_ROUNDED = frozenset({"add", "subtract", "multiply", "divide", "sqrt", "square"})
-TRANSCENDENTAL = frozenset({"exp", "log", "sin", "cos", "tanh", "expm1", "log1p", "sinh",
-                            "erf", "rsqrt"})
-# Maximum error in binary64 ulps of libdevice's double-precision functions (CUDA C++
-# Programming Guide, "Mathematical Functions", Table "Double-Precision Mathematical Standard
-# Library Functions with Maximum ULP Error").
-# rsqrt: 1 / sqrt(a), two correctly rounded operations, within 1.5 ulp: claimed 2.
-DEVICE64_ULP = {"exp": 1, "log": 1, "sin": 2, "cos": 2, "tanh": 2, "expm1": 1, "log1p": 1,
-                "sinh": 2, "erf": 2, "rsqrt": 2}
+# The device primitives by what their result is (numerics.primitives declares each): exact,
+# IEEE's correctly rounded operations, and those evaluated within ``device_ulp`` binary64
+# ulps by libdevice (CUDA C++ Programming Guide, "Mathematical Functions").
+EXACT = frozenset(named(P.EXACT, device=True))
+CORRECTLY_ROUNDED = frozenset(named(P.BASIC, device=True))
+DEVICE64_ULP = {p.name: p.device_ulp for p in P.PRIMITIVES.values()
+                if p.device and p.device_ulp is not None}
+TRANSCENDENTAL = frozenset(DEVICE64_ULP)
 # Relative distance from a rounding boundary beyond which a screened claim is bitwise: far
 # above the 2 * 2**-52 of the binary64 evaluations (and of a binary64 look at the exact value).
 SCREEN_MARGIN = 2.0 ** -44

@@ -44,6 +44,9 @@ import numpy as np
 from roundoff_coverage import formats
 from roundoff_coverage.formats.fast import round_params
 from roundoff_coverage.formats.kernel import make_rounder
+from roundoff_coverage.numerics.primitives import named
+
+from .errors import KernelError
 
 FLAVOURS = ("binary64", "binary32", "emulated")
 
@@ -181,13 +184,16 @@ def _binary64_ops(simulated, dev):
             "max": ieee_max, "min": ieee_min}
 
 
-NAMES = ("negative", "abs", "sqrt", "exp", "log", "sin", "cos", "tanh",
-         "add", "subtract", "multiply", "divide", "maximum", "minimum",
-         "square", "expm1", "log1p", "sinh", "erf", "rsqrt")
+# The device primitives, as numerics.primitives declares them (``device=True``).
+NAMES = named(device=True)
 
 
-def _named(fns):
-    return dict(zip(NAMES, fns, strict=True))
+def _named(fns: dict) -> dict:
+    """``fns`` when it implements every declared device primitive and nothing else."""
+    if set(fns) != set(NAMES):
+        raise KernelError(f"device primitives: missing {sorted(set(NAMES) - set(fns))}, "
+                          f"undeclared {sorted(set(fns) - set(NAMES))}")
+    return fns
 
 
 def _native64(f, dev):
@@ -195,16 +201,19 @@ def _native64(f, dev):
     exp, log, sin, cos, tanh, mx, mn = f["exp"], f["log"], f["sin"], f["cos"], f["tanh"], \
         f["max"], f["min"]
     expm1, log1p, sinh, erf, rsqrt = f["expm1"], f["log1p"], f["sinh"], f["erf"], f["rsqrt"]
-    return _named((
-        dev(lambda a, rp: -a), dev(lambda a, rp: abs(a)), dev(lambda a, rp: sqrt(a)),
-        dev(lambda a, rp: exp(a)), dev(lambda a, rp: log(a)), dev(lambda a, rp: sin(a)),
-        dev(lambda a, rp: cos(a)), dev(lambda a, rp: tanh(a)),
-        dev(lambda a, b, rp: add(a, b)), dev(lambda a, b, rp: sub(a, b)),
-        dev(lambda a, b, rp: mul(a, b)), dev(lambda a, b, rp: div(a, b)),
-        dev(lambda a, b, rp: mx(a, b)), dev(lambda a, b, rp: mn(a, b)),
-        dev(lambda a, rp: mul(a, a)), dev(lambda a, rp: expm1(a)),
-        dev(lambda a, rp: log1p(a)), dev(lambda a, rp: sinh(a)),
-        dev(lambda a, rp: erf(a)), dev(lambda a, rp: rsqrt(a))))
+    return _named({
+        "negative": dev(lambda a, rp: -a), "abs": dev(lambda a, rp: abs(a)),
+        "sqrt": dev(lambda a, rp: sqrt(a)),
+        "exp": dev(lambda a, rp: exp(a)), "log": dev(lambda a, rp: log(a)),
+        "sin": dev(lambda a, rp: sin(a)), "cos": dev(lambda a, rp: cos(a)),
+        "tanh": dev(lambda a, rp: tanh(a)),
+        "add": dev(lambda a, b, rp: add(a, b)), "subtract": dev(lambda a, b, rp: sub(a, b)),
+        "multiply": dev(lambda a, b, rp: mul(a, b)),
+        "divide": dev(lambda a, b, rp: div(a, b)),
+        "maximum": dev(lambda a, b, rp: mx(a, b)), "minimum": dev(lambda a, b, rp: mn(a, b)),
+        "square": dev(lambda a, rp: mul(a, a)), "expm1": dev(lambda a, rp: expm1(a)),
+        "log1p": dev(lambda a, rp: log1p(a)), "sinh": dev(lambda a, rp: sinh(a)),
+        "erf": dev(lambda a, rp: erf(a)), "rsqrt": dev(lambda a, rp: rsqrt(a))})
 
 
 def _native32(f, simulated, dev):
@@ -215,20 +224,25 @@ def _native32(f, simulated, dev):
     f32, f64 = np.float32, np.float64
     # Transcendental: the binary64 value (within 2 binary64 ulps) rounded once to nearest
     # even into binary32 by the conversion.
-    return _named((
-        dev(lambda a, rp: -a), dev(lambda a, rp: abs(a)),
-        dev(lambda a, rp: f64(fsqrt(a))),
-        dev(lambda a, rp: f64(f32(exp(f64(a))))), dev(lambda a, rp: f64(f32(log(f64(a))))),
-        dev(lambda a, rp: f64(f32(sin(f64(a))))), dev(lambda a, rp: f64(f32(cos(f64(a))))),
-        dev(lambda a, rp: f64(f32(tanh(f64(a))))),
-        dev(lambda a, b, rp: f64(fadd(a, b))), dev(lambda a, b, rp: f64(fsub(a, b))),
-        dev(lambda a, b, rp: f64(fmul(a, b))), dev(lambda a, b, rp: f64(fdiv(a, b))),
-        dev(lambda a, b, rp: mx(a, b)), dev(lambda a, b, rp: mn(a, b)),
-        dev(lambda a, rp: f64(fmul(a, a))), dev(lambda a, rp: f64(f32(expm1(f64(a))))),
-        dev(lambda a, rp: f64(f32(log1p(f64(a))))),
-        dev(lambda a, rp: f64(f32(sinh(f64(a))))),
-        dev(lambda a, rp: f64(f32(erf(f64(a))))),
-        dev(lambda a, rp: f64(f32(rsqrt(f64(a)))))))
+    return _named({
+        "negative": dev(lambda a, rp: -a), "abs": dev(lambda a, rp: abs(a)),
+        "sqrt": dev(lambda a, rp: f64(fsqrt(a))),
+        "exp": dev(lambda a, rp: f64(f32(exp(f64(a))))),
+        "log": dev(lambda a, rp: f64(f32(log(f64(a))))),
+        "sin": dev(lambda a, rp: f64(f32(sin(f64(a))))),
+        "cos": dev(lambda a, rp: f64(f32(cos(f64(a))))),
+        "tanh": dev(lambda a, rp: f64(f32(tanh(f64(a))))),
+        "add": dev(lambda a, b, rp: f64(fadd(a, b))),
+        "subtract": dev(lambda a, b, rp: f64(fsub(a, b))),
+        "multiply": dev(lambda a, b, rp: f64(fmul(a, b))),
+        "divide": dev(lambda a, b, rp: f64(fdiv(a, b))),
+        "maximum": dev(lambda a, b, rp: mx(a, b)), "minimum": dev(lambda a, b, rp: mn(a, b)),
+        "square": dev(lambda a, rp: f64(fmul(a, a))),
+        "expm1": dev(lambda a, rp: f64(f32(expm1(f64(a))))),
+        "log1p": dev(lambda a, rp: f64(f32(log1p(f64(a))))),
+        "sinh": dev(lambda a, rp: f64(f32(sinh(f64(a))))),
+        "erf": dev(lambda a, rp: f64(f32(erf(f64(a))))),
+        "rsqrt": dev(lambda a, rp: f64(f32(rsqrt(f64(a)))))})
 
 
 def _emulated(f, simulated, dev):
@@ -257,7 +271,8 @@ def _emulated(f, simulated, dev):
         """exp(a), with binary64's overflow to inf and underflow to 0 on finite a replaced by
         2**(emax+2) and 2**(qmin-2): the exact value lies beyond the format's range (below
         half its smallest subnormal), so these stand-ins round as it does in every mode
-        (numerics.emulated does the same, _OVERFLOWING and _NEVER_ZERO)."""
+        (numerics.emulated does the same for every primitive declared ``overflow=1`` /
+        ``underflow=1`` in numerics.primitives)."""
         y = exp(a)
         if a != a or a == math.inf or a == -math.inf:
             return y
@@ -271,7 +286,7 @@ def _emulated(f, simulated, dev):
     def overflow_beyond(y, a, rp):
         """y = f(a) of expm1 or sinh, with binary64's overflow to +-inf on finite a replaced
         by +-2**(emax+2): the exact value lies beyond the format's range, so the stand-in
-        rounds as it does (numerics.emulated's _OVERFLOWING)."""
+        rounds as it does (numerics.primitives' ``overflow=1``)."""
         if (y == math.inf or y == -math.inf) and a == a and a != math.inf and a != -math.inf:
             return math.copysign(b2f((rp[2] + 2 + 1023) << 52), y)
         return y
@@ -280,17 +295,21 @@ def _emulated(f, simulated, dev):
 
     # Exact primitives are rounded too: the rounding maps -0 to +0 in formats without -0
     # (fnuz) and NaN to the format's image of it, as the emulated backend's exact path does.
-    return _named((
-        dev(lambda a, rp: rnd(-a, rp)), dev(lambda a, rp: rnd(abs(a), rp)),
-        dev(lambda a, rp: rnd(sqrt(a), rp)),
-        dev(lambda a, rp: rnd(exp_beyond(a, rp), rp)), dev(lambda a, rp: rnd(log(a), rp)),
-        dev(lambda a, rp: rnd(sin(a), rp)), dev(lambda a, rp: rnd(cos(a), rp)),
-        dev(lambda a, rp: rnd(tanh(a), rp)),
-        dev(lambda a, b, rp: rnd(add(a, b), rp)), dev(lambda a, b, rp: rnd(sub(a, b), rp)),
-        dev(lambda a, b, rp: rnd(mul(a, b), rp)), dev(lambda a, b, rp: rnd(div(a, b), rp)),
-        dev(lambda a, b, rp: rnd(mx(a, b), rp)), dev(lambda a, b, rp: rnd(mn(a, b), rp)),
-        dev(lambda a, rp: rnd(mul(a, a), rp)),
-        dev(lambda a, rp: rnd(overflow_beyond(expm1(a), a, rp), rp)),
-        dev(lambda a, rp: rnd(log1p(a), rp)),
-        dev(lambda a, rp: rnd(overflow_beyond(sinh(a), a, rp), rp)),
-        dev(lambda a, rp: rnd(erf(a), rp)), dev(lambda a, rp: rnd(rsqrt(a), rp))))
+    return _named({
+        "negative": dev(lambda a, rp: rnd(-a, rp)), "abs": dev(lambda a, rp: rnd(abs(a), rp)),
+        "sqrt": dev(lambda a, rp: rnd(sqrt(a), rp)),
+        "exp": dev(lambda a, rp: rnd(exp_beyond(a, rp), rp)),
+        "log": dev(lambda a, rp: rnd(log(a), rp)),
+        "sin": dev(lambda a, rp: rnd(sin(a), rp)), "cos": dev(lambda a, rp: rnd(cos(a), rp)),
+        "tanh": dev(lambda a, rp: rnd(tanh(a), rp)),
+        "add": dev(lambda a, b, rp: rnd(add(a, b), rp)),
+        "subtract": dev(lambda a, b, rp: rnd(sub(a, b), rp)),
+        "multiply": dev(lambda a, b, rp: rnd(mul(a, b), rp)),
+        "divide": dev(lambda a, b, rp: rnd(div(a, b), rp)),
+        "maximum": dev(lambda a, b, rp: rnd(mx(a, b), rp)),
+        "minimum": dev(lambda a, b, rp: rnd(mn(a, b), rp)),
+        "square": dev(lambda a, rp: rnd(mul(a, a), rp)),
+        "expm1": dev(lambda a, rp: rnd(overflow_beyond(expm1(a), a, rp), rp)),
+        "log1p": dev(lambda a, rp: rnd(log1p(a), rp)),
+        "sinh": dev(lambda a, rp: rnd(overflow_beyond(sinh(a), a, rp), rp)),
+        "erf": dev(lambda a, rp: rnd(erf(a), rp)), "rsqrt": dev(lambda a, rp: rnd(rsqrt(a), rp))})

@@ -22,30 +22,18 @@ from __future__ import annotations
 import numpy as np
 
 from .policy import Policy, block_size
+from .primitives import (BINARY, CAPABILITIES, ELEMENTWISE, EXACT, NEEDS, TERNARY, UNARY,
+                         named)
 
-CAPABILITIES = ("Rounding", "Erf", "InverseTrig", "Cbrt", "NextAfter", "Bits")
+__all__ = ["BINARY", "CAPABILITIES", "ELEMENTWISE", "NEEDS", "TERNARY", "UNARY",
+           "EXACT_PRIMITIVES", "COMPARISONS", "PREDICATES", "Backend", "CapabilityError"]
 
-UNARY = ("negative", "abs", "square", "sqrt", "rsqrt", "cbrt", "reciprocal", "exp", "exp2",
-         "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
-         "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "floor", "ceil", "round",
-         "trunc")
-BINARY = ("add", "subtract", "multiply", "divide", "atan2", "pow", "hypot", "fmod", "remainder",
-          "copysign", "nextafter", "maximum", "minimum", "fmax", "fmin")
-TERNARY = ("fma",)
+# The primitives' names, arities, capabilities and kinds: numerics/primitives.py declares
+# each once.  round is ties-to-even (torch.round); fmod truncates (C fmod), remainder is
+# IEEE's (quotient rounded to nearest).
+EXACT_PRIMITIVES = named(EXACT)
 COMPARISONS = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal")
 PREDICATES = ("isnan", "isinf", "isfinite")
-ELEMENTWISE = UNARY + BINARY + TERNARY
-
-# The capability each primitive reads (spec: "Scalar Capabilities").  round is ties-to-even
-# (torch.round); fmod truncates (C fmod), remainder is IEEE's (quotient rounded to nearest).
-NEEDS = {"floor": "Rounding", "ceil": "Rounding", "round": "Rounding", "trunc": "Rounding",
-         "fmod": "Rounding", "remainder": "Rounding", "erf": "Erf", "asin": "InverseTrig",
-         "acos": "InverseTrig", "atan": "InverseTrig", "atan2": "InverseTrig", "cbrt": "Cbrt",
-         "nextafter": "NextAfter"}
-
-# Primitives that are exact in any backend whose numbers are closed under them.
-EXACT_PRIMITIVES = ("negative", "abs", "copysign", "maximum", "minimum", "fmax", "fmin",
-                    "floor", "ceil", "round", "trunc", "fmod", "remainder")
 
 
 class CapabilityError(LookupError):
@@ -269,7 +257,8 @@ for _n in UNARY:
     setattr(Backend, _n, _elementwise(_n, 1))
 for _n in BINARY:
     setattr(Backend, _n, _elementwise(_n, 2))
-setattr(Backend, "fma", _elementwise("fma", 3))
+for _n in TERNARY:
+    setattr(Backend, _n, _elementwise(_n, 3))
 for _n in COMPARISONS:
     setattr(Backend, _n, _comparison(_n))
 for _n in PREDICATES:

@@ -57,6 +57,7 @@ from roundoff_coverage import formats
 
 from .backend import EXACT_PRIMITIVES, Backend
 from .policy import for_backend
+from .primitives import PRIMITIVES
 
 DTYPE = np.dtype([("clo", np.float64), ("chi", np.float64), ("elo", np.float64),
                   ("ehi", np.float64)])
@@ -182,20 +183,14 @@ def _rsqrt(x):
     return 1.0 / np.sqrt(x)       # two binary64 roundings: well inside the 4096-ulp trust
 
 
-# name: (binary64 function, increasing?, (lower, upper) limits of the range (for clamping)).
-# A domain violation at an endpoint gives NaN (log of a negative, asin of 1.5, ...); since
-# domains are intervals, endpoints inside the domain put the whole interval inside.
-_MONOTONE = {
-    "exp": (np.exp, True, (0.0, INF)), "exp2": (np.exp2, True, (0.0, INF)),
-    "expm1": (np.expm1, True, (-1.0, INF)), "log": (np.log, True, (-INF, INF)),
-    "log2": (np.log2, True, (-INF, INF)), "log10": (np.log10, True, (-INF, INF)),
-    "log1p": (np.log1p, True, (-INF, INF)), "sinh": (np.sinh, True, (-INF, INF)),
-    "tanh": (np.tanh, True, (-1.0, 1.0)), "asinh": (np.arcsinh, True, (-INF, INF)),
-    "atanh": (np.arctanh, True, (-INF, INF)), "erf": (_erf, True, (-1.0, 1.0)),
-    "cbrt": (np.cbrt, True, (-INF, INF)), "asin": (np.arcsin, True, (-2.0, 2.0)),
-    "atan": (np.arctan, True, (-2.0, 2.0)), "acosh": (np.arccosh, True, (0.0, INF)),
-    "acos": (np.arccos, False, (0.0, 4.0)), "rsqrt": (_rsqrt, False, (0.0, INF)),
-}
+# The monotone primitives (numerics.primitives, cosh aside: even, enclosed by _cosh):
+# name: (binary64 function, increasing?, loose (lower, upper) limits of the image, for
+# clamping).  A domain violation at an endpoint gives NaN (log of a negative, asin of 1.5,
+# ...); since domains are intervals, endpoints inside the domain put the whole interval
+# inside.
+_OWN64 = {"erf": _erf, "rsqrt": _rsqrt}
+_MONOTONE = {p.name: (_OWN64.get(p.name) or p.ufunc, p.increasing, p.image)
+             for p in PRIMITIVES.values() if p.monotone and not p.even}
 
 
 def _clamp(lo, hi, limits):

@@ -32,6 +32,7 @@ from . import eft
 from .backend import CAPABILITIES, Backend
 from .mpfr_path import MpfrPath
 from .policy import for_backend
+from .primitives import ALGEBRAIC, EXACT, NEIGHBOUR, PRIMITIVES, TRANSCENDENTAL, named
 
 _EFT_OPS = {"add": eft.ADD, "subtract": eft.SUBTRACT, "multiply": eft.MULTIPLY,
             "divide": eft.DIVIDE, "sqrt": eft.SQRT, "fma": eft.FMA}
@@ -44,19 +45,16 @@ def _erf64(x):
     return math.erf(x)
 
 
-# binary64 evaluations for the screened path: (function, arity).
-_FLOAT64 = {
-    "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log, "log2": np.log2,
-    "log10": np.log10, "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan,
-    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh,
-    "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
-    "erf": _erf64, "cbrt": np.cbrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "atan2": np.arctan2, "pow": np.power, "hypot": np.hypot,
-}
+# binary64 evaluations for the screened path: numpy's function of every algebraic and
+# transcendental primitive (numerics.primitives), erf compiled from libm's and rsqrt as
+# 1 / sqrt.
+_OWN64 = {"erf": _erf64, "rsqrt": lambda x: 1.0 / np.sqrt(x)}
+_FLOAT64 = {n: _OWN64.get(n) or PRIMITIVES[n].ufunc
+            for n in named(ALGEBRAIC) + named(TRANSCENDENTAL)}
 # Functions whose binary64 evaluation on finite inputs reaches inf only by overflow, and
 # those whose exact value is never 0 (so a binary64 0 is an underflow).
-_OVERFLOWING = ("exp", "exp2", "expm1", "sinh", "cosh")
-_NEVER_ZERO = ("exp", "exp2", "cosh")
+_OVERFLOWING = named(overflow=1)
+_NEVER_ZERO = named(underflow=1)
 # Relative error allowed for numpy's binary64 results: libm functions are within a few
 # binary64 ulps (2**-52); 2**-40 leaves a margin of 4096 ulps.
 _SCREEN = 2.0 ** -40
@@ -209,8 +207,7 @@ class EmulatedBackend(Backend):
 
     def _primitive(self, name, arrays, with_flags):
         seed = self._next_seed()
-        if name in ("negative", "abs", "copysign", "floor", "ceil", "round", "trunc",
-                    "maximum", "minimum", "fmax", "fmin", "nextafter", "fmod", "remainder"):
+        if PRIMITIVES[name].kind in (EXACT, NEIGHBOUR):
             return self._exact_op(name, arrays, with_flags)
         if name == "square":
             return self._primitive("multiply", (arrays[0], arrays[0]), with_flags)

@@ -27,6 +27,7 @@ from roundoff_coverage import formats
 
 from .backend import Backend
 from .policy import block_size
+from .primitives import TRANSCENDENTAL, named
 
 
 class ExactnessError(ValueError):
@@ -58,9 +59,7 @@ class OrderPolicy:
 
 
 _MAX_BITS = 1 << 24          # refuse exact results larger than 16 Mbit (pow(2, 1e300))
-_TRANSCENDENTAL = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
-                   "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh",
-                   "atanh", "erf")
+_TRANSCENDENTAL = named(TRANSCENDENTAL)     # no rational value (numerics.primitives)
 
 
 def _refuse(name):

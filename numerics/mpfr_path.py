@@ -20,20 +20,15 @@ import numpy as np
 from roundoff_coverage import formats
 from roundoff_coverage.formats import DIVIDE_BY_ZERO, INVALID
 
+from .primitives import PRIMITIVES
+
 _MPFR = type(gmpy2.mpfr(0))
 _SUMS = ("add", "subtract", "fma")
 
-# Primitive -> (gmpy2 context method name, arity).  rsqrt is MPFR's rec_sqrt.
-METHODS = {
-    "add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "fma": "fma",
-    "sqrt": "sqrt", "rsqrt": "rec_sqrt", "cbrt": "cbrt", "square": "square", "exp": "exp",
-    "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log10": "log10",
-    "log1p": "log1p", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin",
-    "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh",
-    "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "erf": "erf", "atan2": "atan2",
-    "pow": "pow", "hypot": "hypot", "fmod": "fmod", "remainder": "remainder",
-    "plus": "plus",
-}
+# Primitive -> gmpy2 context method (numerics.primitives; rsqrt is MPFR's rec_sqrt), and
+# ``plus``: one rounding of a number.
+METHODS = {p.name: p.mpfr for p in PRIMITIVES.values() if p.mpfr is not None}
+METHODS["plus"] = "plus"
 
 
 class MpfrPath:

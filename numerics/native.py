@@ -63,22 +63,10 @@ import numpy as np
 from roundoff_coverage import formats
 
 from .backend import Backend, CapabilityError
+from .primitives import PRIMITIVES
 
-# The numpy ufunc for each primitive that is one ufunc call.
-UFUNCS = {
-    "negative": np.negative, "abs": np.abs, "square": np.square, "sqrt": np.sqrt,
-    "cbrt": np.cbrt, "reciprocal": np.reciprocal, "exp": np.exp, "exp2": np.exp2,
-    "expm1": np.expm1, "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p,
-    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos,
-    "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
-    "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh, "floor": np.floor,
-    "ceil": np.ceil, "round": np.rint, "trunc": np.trunc,      # rint: ties to even
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
-    "atan2": np.arctan2, "pow": np.power, "hypot": np.hypot, "fmod": np.fmod,
-    "copysign": np.copysign, "nextafter": np.nextafter,
-    "maximum": np.maximum, "minimum": np.minimum,              # NaN-propagating
-    "fmax": np.fmax, "fmin": np.fmin,                          # NaN-ignoring
-}
+# The numpy ufunc for each primitive that is one ufunc call (numerics.primitives).
+UFUNCS = {p.name: p.ufunc for p in PRIMITIVES.values() if p.ufunc is not None}
 COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less,
            "less_equal": np.less_equal, "greater": np.greater, "greater_equal": np.greater_equal}
 PREDICATE = {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}

@@ -37,6 +37,7 @@ from mpmath.libmp import fnan, finf, fninf, fone, fzero, round_ceiling, round_fl
 from roundoff_coverage import formats
 
 from .backend import Backend
+from .primitives import PRIMITIVES
 from .exact import OrderPolicy, elementwise
 
 GUARD = 32          # extra bits for every rounded primitive before its one rounding to prec
@@ -389,33 +390,34 @@ class _Box:
         self.lo, self.hi = lo, hi
 
 
-_ZERO_AT_ZERO = ("expm1", "log1p", "asin", "atan", "sinh", "tanh", "asinh", "atanh", "erf",
-                 "cbrt", "sin", "tan")
 _GT, _LT = libmp.mpf_gt, libmp.mpf_lt
-_ALL = lambda e: True
-# Monotone primitives enclosed from guarded point values: name -> (increasing, domain test).
-_MONOTONE = {
-    "exp": (True, _ALL), "exp2": (True, _ALL), "expm1": (True, _ALL), "atan": (True, _ALL),
-    "sinh": (True, _ALL), "tanh": (True, _ALL), "asinh": (True, _ALL), "erf": (True, _ALL),
-    "cbrt": (True, _ALL),
-    "cosh": (True, lambda e: not _neg(e)),               # applied to |x|
-    "log": (True, lambda e: _GT(e, fzero)), "log2": (True, lambda e: _GT(e, fzero)),
-    "log10": (True, lambda e: _GT(e, fzero)),
-    "log1p": (True, lambda e: _GT(e, libmp.mpf_neg(fone))),
-    "asin": (True, lambda e: libmp.mpf_le(libmp.mpf_abs(e), fone)),
-    "acos": (False, lambda e: libmp.mpf_le(libmp.mpf_abs(e), fone)),
-    "acosh": (True, lambda e: libmp.mpf_ge(e, fone)),
-    "atanh": (True, lambda e: _LT(libmp.mpf_abs(e), fone)),
-}
+
+
+def _domain_test(p):
+    """Whether a raw mpf lies in primitive ``p``'s declared domain (numerics.primitives)."""
+    lo, lo_closed, hi, hi_closed = p.domain
+    lo = None if lo is None else libmp.from_float(lo)
+    hi = None if hi is None else libmp.from_float(hi)
+    return lambda e: ((lo is None or (libmp.mpf_ge(e, lo) if lo_closed else _GT(e, lo))) and
+                      (hi is None or (libmp.mpf_le(e, hi) if hi_closed else _LT(e, hi))))
+
+
+# Monotone primitives enclosed from guarded point values: name -> (increasing, domain test)
+# (cosh on |x|: even, monotone on [0, inf)).
+_MONOTONE = {p.name: (p.increasing, _domain_test(p)) for p in PRIMITIVES.values()
+             if p.monotone}
+_ZERO_AT_ZERO = tuple(p.name for p in PRIMITIVES.values() if 0.0 in p.zero_at)
+_ONE_AT_ZERO = tuple(p.name for p in PRIMITIVES.values() if 0.0 in p.one_at)
+_ZERO_AT_ONE = tuple(p.name for p in PRIMITIVES.values() if 1.0 in p.zero_at)
 
 
 def _exact_point(name, e, v):
     """f(e) when it is known to be exact (v: the guarded point value), else None."""
     if e == fzero and name in _ZERO_AT_ZERO:
         return fzero
-    if e == fzero and name in ("exp", "cos", "cosh"):
+    if e == fzero and name in _ONE_AT_ZERO:
         return fone
-    if e == fone and name in ("acos", "acosh", "log"):
+    if e == fone and name in _ZERO_AT_ONE:
         return fzero
     integral = libmp.mpf_floor(e) == e
     if name == "exp2" and integral:

@@ -42,6 +42,7 @@ from numba.extending import intrinsic
 from roundoff_coverage import formats
 
 from . import metrics
+from .primitives import PRIMITIVES
 
 RESOLVE = 100                       # class code: the screen cannot decide this element
 FINE_BINS = 4096                    # |error| in [0, 4) ulp in steps of 1/1024 (for p99)
@@ -90,25 +91,24 @@ def _cbrt(x):
     return math.copysign(r, x)
 
 
-REFERENCES = {r.name: r for r in (
-    Reference("exp", 1, _u(math.exp), overflow=1, underflow=1),
-    Reference("exp2", 1, _exp2, overflow=1, underflow=1),
-    Reference("expm1", 1, _u(math.expm1), overflow=1),
-    Reference("log", 1, _u(math.log)), Reference("log2", 1, _u(math.log2)),
-    Reference("log10", 1, _u(math.log10)), Reference("log1p", 1, _u(math.log1p)),
-    Reference("sin", 1, _u(math.sin)), Reference("cos", 1, _u(math.cos)),
-    Reference("tan", 1, _u(math.tan)), Reference("asin", 1, _u(math.asin)),
-    Reference("acos", 1, _u(math.acos)), Reference("atan", 1, _u(math.atan)),
-    Reference("sinh", 1, _u(math.sinh), overflow=1), Reference("cosh", 1, _u(math.cosh), overflow=1),
-    Reference("tanh", 1, _u(math.tanh)), Reference("asinh", 1, _u(math.asinh)),
-    Reference("acosh", 1, _u(math.acosh)), Reference("atanh", 1, _u(math.atanh)),
-    Reference("erf", 1, _u(math.erf)), Reference("cbrt", 1, _cbrt),
-    Reference("sqrt", 1, kind=SQRT),
-    Reference("pow", 2, _b(math.pow), overflow=2, underflow=2),
-    Reference("atan2", 2, _b(math.atan2)), Reference("hypot", 2, _b(math.hypot), overflow=1),
-    Reference("add", 2, kind=ADD), Reference("subtract", 2, kind=SUBTRACT),
-    Reference("multiply", 2, kind=MULTIPLY), Reference("divide", 2, kind=DIVIDE),
-)}
+# The basic operations are screened exactly through their residuals; exp2 and cbrt have
+# binary64 evaluations of their own (Python 3.11's math has no cbrt); every other primitive
+# with a libm function is screened through it (numerics.primitives declares which, and how a
+# binary64 inf or 0 from finite inputs reads).
+_EXACT_KINDS = {"add": ADD, "subtract": SUBTRACT, "multiply": MULTIPLY, "divide": DIVIDE,
+                "sqrt": SQRT}
+_OWN64 = {"exp2": _exp2, "cbrt": _cbrt}
+
+
+def _reference(p) -> Reference:
+    if p.name in _EXACT_KINDS:
+        return Reference(p.name, p.arity, kind=_EXACT_KINDS[p.name])
+    f = _OWN64.get(p.name) or (_u if p.arity == 1 else _b)(getattr(math, p.libm))
+    return Reference(p.name, p.arity, f, overflow=p.overflow, underflow=p.underflow)
+
+
+REFERENCES = {p.name: _reference(p) for p in PRIMITIVES.values()
+              if p.name in _EXACT_KINDS or p.name in _OWN64 or p.libm}
 
 
 # ----- bit casts (numba's scalar .view() builds an array: ~10 ns; these are one instruction)

@@ -797,8 +797,8 @@ def _measure_route(task, d, fmt, backend, route, got, ref, prec, timer, bounds):
             # Elementwise: recompute only the suspicious elements.
             for k in check:
                 idx = np.array(sorted(hits[k]), dtype=np.int64)
-                again = run_routes(d.op.rule(numerics.reference(hi)), d.elements(k, idx),
-                                   [route])[route]
+                sub = d.elements(k, idx)            # an instance of len(idx) elements
+                again = run_routes(sub.op.rule(numerics.reference(hi)), sub, [route])[route]
                 if isinstance(again, Exception):
                     return out
                 ref[k] = tuple(_put(a, idx, b) for a, b in zip(ref[k], again[0]))
