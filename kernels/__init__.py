@@ -29,8 +29,8 @@ smoothMaxPool), ``spectral`` (rfft, irfft, selectiveScan) -- then ``custom`` (pr
 ``gpu_check`` (the script that measures every kernel on a real GPU).
 
 Every operator with a CUDA entry in the spec (shared/spec/operators.tsv) has a kernel with a
-forward route (at the attributes ``Kernel.accepts``; attention with no empty extent, scatter
-in modes replace, max, min, integer elements nowhere), and a gradient route for every one
+forward route (at the attributes ``Kernel.accepts``; attention at every attribute, empty
+extents included, scatter in modes replace, max, min, integer elements nowhere), and a gradient route for every one
 with a value input but scatter (topKMask, bernoulliMask and randUniform have none).
 Formats: binary64 (nearest even), binary32, and every format of at most 25 bits
 of precision whose products and quotients stay inside binary64's normal range (bfloat16,

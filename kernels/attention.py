@@ -15,10 +15,14 @@ with the frozen scale: the matmul kernel's scaled form), w = softmax(scores), ou
 and the heads merge back (data movement).  Gradient (``_attend_vjp``):
 gs = _softmax_lin(w, g @ v^T) * scale, gq = gs @ k, gk = gs^T @ q, gv = w^T @ g.
 
-The rule itself cannot evaluate every attribute: an empty contraction (head_dim 0, or
-value_dim 0 in the gradient's g @ v^T) or an empty batch or query axis raises inside the
-backend's reductions, so these kernels serve the attributes with every extent positive
-(``accepts``); elsewhere ``kernels.of_op`` gives None.
+Empty extents (the spec's CUDA column says "yes" at every attribute): the kernels serve
+every attribute the operator's check accepts (key_count > 0, heads > 0).  On the host, a
+launch over no output element launches nothing (``Context.launch``), and an empty
+contraction (head_dim 0 in the scores, value_dim 0 in the gradient's g @ v^T, no queries in
+w^T @ g and gs^T @ q) is the empty sum +0 without a launch, times the scale where the rule
+scales (0 * scale is exact in every format: +-0, or NaN at an infinite or NaN scale).  So
+an empty batch or query axis gives empty outputs, and the weights of an empty score row are
+softmax's of zeros, computed by the row kernel as usual.
 """
 
 from __future__ import annotations
@@ -65,8 +69,12 @@ def _t(a):
 
 
 def _mm(ctx, x, y, scale=None):
-    """x @ y for stacks x[B, n, k], y[B, k, m] (k >= 1), times ``scale`` when given."""
+    """x @ y for stacks x[B, n, k], y[B, k, m], times ``scale`` when given; at k = 0 the
+    empty sum +0 (times the scale, exactly) without a launch."""
     out = np.empty((x.shape[0], x.shape[1], y.shape[2]))
+    if x.shape[2] == 0:
+        zeros = np.zeros(out.shape)
+        return zeros if scale is None else ctx.round(zeros * scale)
     kern = ctx.compile("matmul", lambda: make_matmul(ctx.P))
     ctx.launch(kern, out.size, _c(x), _c(y), out, 0 if scale is None else 1,
                1.0 if scale is None else scale, ctx.rp)
@@ -93,9 +101,9 @@ def _lin(ctx, w, t, scale=None):
 
 
 def _stack(a):
-    """[..., n, k] as a stack [B, n, k]."""
+    """[..., n, k] as a stack [B, n, k] (B counted, not inferred: an empty array has no -1)."""
     a = np.asarray(a)
-    return a.reshape((-1,) + a.shape[-2:])
+    return a.reshape((int(np.prod(a.shape[:-2], dtype=np.int64)),) + a.shape[-2:])
 
 
 def _split(a, h):
@@ -108,10 +116,6 @@ def _join(a):
     """[..., h, n, d] -> [..., n, h * d] (the rule's _merge)."""
     a = np.moveaxis(np.asarray(a), -3, -2)
     return a.reshape(a.shape[:-2] + (a.shape[-2] * a.shape[-1],))
-
-
-def _positive(a, *names):
-    return all(n > 0 for n in a.batch) and all(getattr(a, name) > 0 for name in names)
 
 
 def launch_from_scores(o, xs, cotangents, route, ctx):
@@ -144,9 +148,7 @@ def launch_multihead(o, xs, cotangents, route, ctx):
 _PRIMS = frozenset({"maximum", "subtract", "exp", "add", "divide", "multiply"})
 KERNELS = (
     Kernel("attentionFromScores", "attention", Contract(_PRIMS, _PRIMS, False),
-           launch_from_scores, lambda a: _positive(a, "queries", "key_count", "value_dim")),
+           launch_from_scores),
     Kernel("multiheadAttention", "attention", Contract(_PRIMS, _PRIMS, False),
-           launch_multihead,
-           lambda a: _positive(a, "queries", "key_count", "heads", "head_dim",
-                               "value_head_dim")),
+           launch_multihead),
 )

@@ -420,11 +420,11 @@ _SCALAR = lambda a: a.get("element", "scalar") == "scalar"       # noqa: E731
 
 ELEMENTWISE = {
     "add": Entry(2, (), _add, _f("add"), _add_grad, _f("add"), _SCALAR),
-    "sub": Entry(2, (), _sub, _f("subtract"), _sub_grad, _f("subtract", "negative")),
+    "sub": Entry(2, (), _sub, _f("subtract"), _sub_grad, _f("subtract", "negative"), _SCALAR),
     "mul": Entry(2, (), _mul, _f("multiply"), _mul_grad, _f("multiply"), _SCALAR),
     "div": Entry(2, (), _div, _f("divide"), _div_grad, _f("divide", "multiply", "negative"),
-                 lambda a: a.rounding_mode == "none"),
-    "neg": Entry(1, (), _neg, _f("negative"), _neg_grad, _f("negative")),
+                 lambda a: a.rounding_mode == "none" and _SCALAR(a)),
+    "neg": Entry(1, (), _neg, _f("negative"), _neg_grad, _f("negative"), _SCALAR),
     "abs": Entry(1, (), _abs, _f("abs"), _abs_grad, _f("abs", "negative")),
     "sqrt": Entry(1, (), _sqrt, _f("sqrt"), _sqrt_grad, _f("sqrt", "multiply", "divide")),
     "reciprocal": Entry(1, (), _reciprocal, _f("divide"), _reciprocal_grad,

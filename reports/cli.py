@@ -251,8 +251,9 @@ def cmd_ops(args) -> int:
         print(f"{decl.name}: " + ("no certificates" if not certs else f"{len(certs)} "
                                   f"certificate{'s' if len(certs) > 1 else ''}"))
         for c in certs:
-            where = f" (inputs {list(c.inputs)})" if c.inputs is not None else ""
-            print(f"  {c.kind}{where}: {c.statement}")
+            # The route a certificate concerns: gradient (the pullback), tangent (the forward
+            # mode) or forward (the forward map), then the inputs it concerns.
+            print(f"  {c.kind} ({c.route}){c.where}: {c.statement}")
             for test in c.evidence:
                 print(f"    evidence: {test}")
         return EXIT_OK

@@ -13,21 +13,40 @@ theorem).  Kinds:
   routes/apriori.py);
 - ``enclosure``: an interval transfer encloses the real forward value.
 
+A certificate concerns one route (``Certificate.route``): ``gradient`` (the pullback),
+``tangent`` (the forward mode) or ``forward`` (a roundoff bound of the forward map, or a
+convention of the forward values), and some input positions (``inputs``; None: every
+input).  The spec's Gradient column keeps the pullback's kinds apart from the forward
+mode's ("derivative; forward mode (algebraic)": a derivative certificate for the pullback
+and an algebraic one for the forward mode); registration reads that column
+(``spec_certificates``) for the route of a derivative, algebraic or convention certificate
+that does not name its own.  Otherwise: prepared concerns the gradient, roundoff the forward
+map, derivative and algebraic the gradient, and a convention the gradient where the
+operator has a value input and the forward map where it has none.
+
 A declaration lists specs: the strings ``"algebraic"``, ``"derivative"``, ``"prepared"``
 (backed by the registry-wide tests), ``convention(test, statement)`` and
 ``roundoff(ulps, ...)``.  Registration resolves them; ``certificates(name)`` lists them,
-as ``#op_certs`` does.  Like the spec's attribute, registration does not check that the
-evidence says what the kind says: tests/test_routes_certs.py checks that every test id named
-exists.
+as ``#op_certs`` does.  Like the spec's attribute, registration refuses an input position
+the operator does not have (``inputs=(9,)`` on relu) and, for a gradient or tangent
+certificate, a position that is not a value input; it does not check that the evidence says
+what the kind says: tests/test_routes_certs.py checks that every test id named exists.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 KINDS = ("algebraic", "derivative", "convention", "prepared", "roundoff", "enclosure")
 REGISTRY_TESTS = "tests/test_routes_registry.py"
 ROUNDOFF_TESTS = "tests/test_routes_roundoff.py"
+# What a certificate is about: the pullback, the forward mode, or the forward map.
+ROUTES = ("gradient", "tangent", "forward")
+# The route of a kind when neither the certificate nor the spec's column names one
+# (convention: gradient with a value input, forward without; see ``_route``).
+DEFAULT_ROUTE = {"derivative": "gradient", "algebraic": "gradient", "prepared": "gradient",
+                 "roundoff": "forward", "enclosure": "forward"}
 
 # The standard kinds and the registry-wide tests that back them ({id}: the operator's name).
 STANDARD = {
@@ -46,8 +65,9 @@ STANDARD = {
 @dataclass(frozen=True)
 class Certificate:
     """One registered certificate: the operator, the kind, the evidence (test ids), what it
-    states, the input positions it concerns (None: all, the others held fixed) and, for
-    roundoff, the bound {"ulps", "formats", "modes"}."""
+    states, the input positions it concerns (None: all, the others held fixed), for
+    roundoff the bound {"ulps", "formats", "modes"}, and the route it concerns (ROUTES:
+    ``gradient`` the pullback, ``tangent`` the forward mode, ``forward`` the forward map)."""
 
     op: str
     kind: str
@@ -55,10 +75,21 @@ class Certificate:
     statement: str
     inputs: tuple | None = None
     bound: dict | None = None
+    route: str = "forward"
+
+    def __post_init__(self):
+        if self.route not in ROUTES:
+            raise ValueError(f"certificates: {self.op}: route must be one of "
+                             f"{', '.join(ROUTES)} (got {self.route!r})")
+
+    @property
+    def where(self) -> str:
+        """`` (inputs [2])`` for a certificate about some inputs only, else ``""``."""
+        return f" (inputs {list(self.inputs)})" if self.inputs is not None else ""
 
     def __str__(self):
-        where = f" (inputs {list(self.inputs)})" if self.inputs is not None else ""
-        return f"{self.kind}{where}: {self.statement} [{'; '.join(self.evidence)}]"
+        return (f"{self.kind} ({self.route}){self.where}: {self.statement} "
+                f"[{'; '.join(self.evidence)}]")
 
 
 @dataclass(frozen=True)
@@ -70,11 +101,16 @@ class Spec:
     statement: str
     inputs: tuple | None = None
     bound: dict | None = None
+    route: str | None = None          # None: from the spec's column or the kind's default
 
 
-def convention(test: str, statement: str, inputs=None) -> Spec:
-    """A convention certificate backed by ``test`` (a test id)."""
-    return Spec("convention", (test,), statement, None if inputs is None else tuple(inputs))
+def convention(test: str, statement: str, inputs=None, route: str | None = None) -> Spec:
+    """A convention certificate backed by ``test`` (a test id); ``route`` the route it
+    concerns (``forward`` for a convention of the forward values, such as the order of a
+    fold; default: the spec's column, else the gradient where the operator has a value
+    input and the forward map where it has none)."""
+    return Spec("convention", (test,), statement, None if inputs is None else tuple(inputs),
+                route=route)
 
 
 def roundoff(ulps: float, formats=("bfloat16", "binary16", "float8_e4m3fn"),
@@ -86,7 +122,8 @@ def roundoff(ulps: float, formats=("bfloat16", "binary16", "float8_e4m3fn"),
     evidence = tuple(f"{ROUNDOFF_TESTS}::test_forward_within_certified_bound[{{id}}-forward-"
                      f"{f}-{m}]" for f in formats for m in modes)
     return Spec("roundoff", evidence, text,
-                bound={"ulps": ulps, "formats": tuple(formats), "modes": tuple(modes)})
+                bound={"ulps": ulps, "formats": tuple(formats), "modes": tuple(modes)},
+                route="forward")
 
 
 APRIORI_TESTS = "tests/test_routes_apriori.py"
@@ -97,7 +134,8 @@ def apriori(statement: str) -> Spec:
     format, mode and policy it applies to, checked on samples by tests/test_routes_apriori.py
     and on every sample of the coverage run."""
     return Spec("roundoff", (f"{APRIORI_TESTS}::test_apriori_bound_holds[{{id}}]",), statement,
-                bound={"formula": "routes.apriori", "formats": "any", "modes": "any"})
+                bound={"formula": "routes.apriori", "formats": "any", "modes": "any"},
+                route="forward")
 
 
 BOUNDING_TESTS = "tests/test_numerics_bounding.py"
@@ -113,14 +151,76 @@ def enclosure_bound(name: str, need) -> Certificate:
                        "exact value and of every value the model can compute "
                        "(numerics.bounding), checked on every sample of the coverage run",
                        None, {"formula": "numerics.bounding", "formats": "any",
-                              "modes": "any"})
+                              "modes": "any"}, "forward")
 
 
 _CERTS: dict[str, tuple] = {}
 
 
-def register(name: str, specs) -> tuple:
-    """Resolve and register the certificates of operator ``name``."""
+def spec_certificates(name: str) -> frozenset | None:
+    """The (kind, route, inputs) of the certificates the spec's Gradient column registers for
+    ``name`` (routes.vocabulary), or None when ``name`` is not in the spec.  Before "forward
+    mode": the pullback's kinds, per input where the column says "input 2: algebraic"
+    (``inputs`` None: every value input); in the parentheses after "forward mode": the
+    forward mode's ("derivative; forward mode (algebraic)")."""
+    from .vocabulary import spec_row
+    row = spec_row(name)
+    if row is None:
+        return None
+    column = row[4]
+    mode = re.search(r"forward mode(?: \(([^)]*)\))?", column)
+    pullback = column[:mode.start()] if mode else column
+    out = set()
+    for segment in filter(None, (p.strip() for p in pullback.split(";"))):
+        inputs = None
+        if ":" in segment:
+            head, segment = segment.split(":", 1)
+            inputs = tuple(int(d) for d in re.findall(r"\d+", head))
+        out |= {(k.strip(), "gradient", inputs) for k in segment.split(",")
+                if k.strip() in KINDS}
+    if mode and mode.group(1):
+        out |= {(k.strip(), "tangent", None) for k in mode.group(1).split(",")
+                if k.strip() in KINDS}
+    return frozenset(out)
+
+
+def _routes(name: str, spec: Spec, ports) -> tuple:
+    """The routes a spec concerns: its own, else those the spec's column gives its kind
+    (one certificate each), else the kind's default."""
+    if spec.route is not None:
+        return (spec.route,)
+    listed = sorted({route for kind, route, _ in spec_certificates(name) or ()
+                     if kind == spec.kind}, key=ROUTES.index)
+    if listed:
+        return tuple(listed)
+    if spec.kind == "convention":
+        values = ports is None or any(p.differentiable for ins in ports for p in ins)
+        return ("gradient",) if values else ("forward",)
+    return (DEFAULT_ROUTE[spec.kind],)
+
+
+def _check_inputs(name: str, spec: Spec, route: str, ports) -> None:
+    """Refuse positions the operator does not have (at none of its example attributes) and,
+    for a gradient or tangent certificate, positions that are never a value input."""
+    if spec.inputs is None or ports is None:
+        return
+    for i in spec.inputs:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0 or \
+                all(i >= len(ins) for ins in ports):
+            count = sorted({len(ins) for ins in ports})
+            raise ValueError(f"certificates: {name}: {spec.kind} certificate names input "
+                             f"{i!r}, which {name} does not have (it has "
+                             f"{' or '.join(map(str, count))} inputs)")
+        if route in ("gradient", "tangent") and \
+                not any(i < len(ins) and ins[i].differentiable for ins in ports):
+            raise ValueError(f"certificates: {name}: {spec.kind} certificate of the {route} "
+                             f"names input {i}, which is not a value input")
+
+
+def register(name: str, specs, ports=None) -> tuple:
+    """Resolve and register the certificates of operator ``name``.  ``ports``: the input
+    ports at each example of the operator (registry.define passes them), against which the
+    input positions are checked; None skips that check."""
     out = []
     for spec in specs:
         if isinstance(spec, str):
@@ -131,9 +231,17 @@ def register(name: str, specs) -> tuple:
             spec = Spec(spec, (test,), statement)
         if spec.kind not in KINDS:
             raise ValueError(f"certificates: {name}: unknown kind {spec.kind!r}")
-        out.append(Certificate(name, spec.kind, tuple(e.replace("{id}", name)
-                                                      for e in spec.evidence),
-                               spec.statement, spec.inputs, spec.bound))
+        if spec.inputs is not None:
+            spec = Spec(spec.kind, spec.evidence, spec.statement, tuple(spec.inputs),
+                        spec.bound, spec.route)
+        for route in _routes(name, spec, ports):
+            if route not in ROUTES:
+                raise ValueError(f"certificates: {name}: route must be one of "
+                                 f"{', '.join(ROUTES)} (got {route!r})")
+            _check_inputs(name, spec, route, ports)
+            out.append(Certificate(name, spec.kind, tuple(e.replace("{id}", name)
+                                                          for e in spec.evidence),
+                                   spec.statement, spec.inputs, spec.bound, route))
     _CERTS[name] = tuple(out)
     return _CERTS[name]
 

@@ -4,8 +4,12 @@ record, ``decode(record)`` reads one back or refuses it with a reason.
 A record is ``{"version": 1, "tag": "softmax", "fields": [["shape", [2, 3]], ["nat", 1]]}``:
 the format version, the operator's name as its tag, and its attributes in declaration order,
 one typed field each (attributes.WIRE_TYPES).  Floats never appear: numeric scalars travel as
-frozen inputs.  ``decode`` checks every field and runs the operator's attribute check, so a
-record whose axis is outside the rank names no operator; ``decode(encode(op)) == op``.
+frozen inputs.  ``decode`` checks every field and decides the proof attributes (the
+declaration's ``proofs``), so a record whose axis is outside the rank names no operator; it
+does not run the operator's check (``Op.check``): "a decoded pooling with an ill-formed
+window is an operator value, which a recorder rejects before reading its input" (invoke and
+the graph refuse it at their attribute stage, with the check's message).
+``decode(encode(op)) == op``.
 
 A record names the operator and its attributes, not what it computes: reproducing a result
 also needs the revision of this package that evaluated it.
@@ -61,7 +65,9 @@ def decode(record) -> Op:
                           f"{len(attrs)} ({names})")
     try:
         op = Op(decl, Attrs({at.name: at.from_field(f, tag) for at, f in zip(attrs, fields)}))
-        op.check()
     except RouteError as exc:
         raise DecodeError(f"decode: {exc}") from None
+    problem = op.proof_problem()
+    if problem:
+        raise DecodeError(f"decode: {problem}")
     return op

@@ -12,6 +12,12 @@ A node's argument is a ``Ref`` to a graph input or to an earlier node's output; 
 source (value, frozen, detached) fits any scalar port of the same shape, other kinds must
 match exactly.  Gradients flow only into value ports: a frozen or detached port reads its
 source without sending it a contribution.
+
+The reverse sweep visits the nodes from the last to the first and reads each node's rule
+for the order of its contributions (``Rule.order``: input order) and for how one joins what
+a value already holds (``Rule.alias``: one backend addition, the held sum on the left).
+So mul(x, x) sends x the contribution of input 0, then adds that of input 1; a value read
+by several nodes receives the latest node's contribution first.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import RouteError
-from .invoke import checked_rule, invoke_prepared
+from .invoke import checked_rule, invoke_prepared, rule_for
 from .ports import Port
 
 
@@ -127,6 +133,15 @@ class GraphRule:
     def __init__(self, graph: Graph, xp):
         self.graph, self.xp = graph, xp
 
+    @property
+    def order(self) -> tuple:
+        """The graph's inputs in the order its contributions are emitted (input order)."""
+        return tuple(range(len(self.graph.inputs)))
+
+    def alias(self, held, incoming):
+        """Like Rule.alias: one backend addition, the held sum on the left."""
+        return incoming if held is None else self.xp.add(held, incoming)
+
     def _inputs(self, inputs) -> tuple:
         inputs = tuple(inputs)
         g = self.graph
@@ -155,12 +170,13 @@ class GraphRule:
             flags = tuple(active[r] and p.differentiable for r, p in zip(node.args, node.op.inputs))
             try:
                 outs, pull = invoke_prepared(node.op, [vals[r] for r in node.args], self.xp, flags)
+                rule = rule_for(node.op, self.xp)
             except RouteError as exc:
                 raise self._node_error(k, exc) from None
             for j, (y, p) in enumerate(zip(outs, node.op.outputs)):
                 vals[Ref(k, j)] = y
                 active[Ref(k, j)] = any(flags) and p.differentiable
-            tape.append((flags, pull))
+            tape.append((flags, pull, rule))
         return vals, active, tape
 
     def forward(self, inputs) -> tuple:
@@ -179,21 +195,18 @@ class GraphRule:
 
         def pullback(cotangents):
             cots = {}
-
-            def accumulate(ref, c):
-                cots[ref] = c if ref not in cots else xp.add(cots[ref], c)
-
             for ref, c, p in zip(g._outputs, tuple(cotangents), g.outputs):
                 if c is not None and p.differentiable and active[ref]:
-                    accumulate(ref, xp.asarray(c))
+                    cots[ref] = self.alias(cots.get(ref), xp.asarray(c))
             for k in reversed(range(len(g.nodes))):
-                flags, pull = tape[k]
+                flags, pull, rule = tape[k]
                 outs = [cots.get(Ref(k, j)) for j in range(len(g.nodes[k].op.outputs))]
                 if not any(flags) or all(c is None for c in outs):
                     continue
-                for ref, grad, flag in zip(g.nodes[k].args, pull(outs), flags):
-                    if flag:
-                        accumulate(ref, grad)
+                grads, args = pull(outs), g.nodes[k].args
+                for i in rule.order:                 # the rule's order and alias rule
+                    if flags[i]:
+                        cots[args[i]] = rule.alias(cots.get(args[i]), grads[i])
             return tuple((cots.get(Ref(-1, i)) if Ref(-1, i) in cots else
                           xp.zeros_like(vals[Ref(-1, i)])) if need else None
                          for i, need in enumerate(needs))

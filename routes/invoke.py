@@ -25,9 +25,14 @@ def check_inputs(op, inputs) -> tuple:
 
 
 def rule_for(op, backend):
-    """``op.rule(backend)``, or RouteError naming the capability the backend lacks."""
+    """``op.rule(backend)``, or RouteError with the reason there is none (the operator's
+    ``no_rule`` at these attributes, or the capability the backend lacks)."""
     rule = op.rule(backend)
     if rule is None:
+        reason = op.decl.no_rule(op.attrs) if op.decl.no_rule is not None else None
+        if reason:                              # no rule at these attributes, any backend
+            why = reason if isinstance(reason, str) else "none is registered there"
+            raise RouteError(f"{op.name}: no rule at these attributes: {why}")
         raise RouteError(f"{op.name}: no rule under {backend.name}: it needs capability "
                          f"{op.need}, which the backend does not supply")
     return rule

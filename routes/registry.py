@@ -16,12 +16,21 @@ Function signatures a declaration supplies (``xp`` the backend, ``a`` the attrib
 - ``jvp(xp, a, xs, ys, ts) -> tangent | (tangent or None per output)``: ``ts`` one tangent
   per input (None at non-value ports)
 - ``check(a) -> message | None`` and ``validate(xp, a, *xs) -> message | None``: the message
-  names the argument; the machinery prefixes ``"<name>: "``
+  names the argument; the machinery prefixes ``"<name>: "``.  ``check`` is the spec's
+  Op.check, the attribute stage of invoke, the graph and the tape
+- ``proofs(a) -> message | None``: the conditions the spec's types decide (its proof
+  attributes: the pooled axes are axes of the shape...), which ``decode`` refuses; decode
+  does not run ``check`` (spec: "Op.decode doesn't run Op.check: a decoded pooling with an
+  ill-formed window is an operator value").  A declaration without ``proofs`` has not
+  separated the two: its whole ``check`` counts as proofs (decode refuses what it refuses)
 - ``needs``: a capability (numerics.CAPABILITIES), None, or ``needs(a) -> capability | None``
 - ``no_rule(a) -> reason | None``: attributes at which the operator has no rule at any scalar
   (spec: "the attributes at which the operator has no rule", e.g. an integer true division)
 - operators without value inputs have a forward mode only when they declare a ``jvp``
   (``rules.zero_tangents`` for the spec's "no value input; forward mode")
+- ``no_jvp(a) -> reason | None``: attributes at which the declared ``jvp`` is no forward
+  mode (the spec's "forward mode at some attributes"); there ``op.decl`` is the declaration
+  without its ``jvp`` and ``Op.has_jvp`` is False
 - ``samples``: {kind: sampler(rng, fmt, op) -> inputs} for kinds ``ordinary`` (finite, away
   from kinks: the points where derivatives are tested), ``edges`` (near domain edges,
   overflow and underflow thresholds, ties) and ``special`` (zeros, infinities, NaN)
@@ -39,6 +48,7 @@ xfails) and ``certificates`` (routes.certs).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,7 +108,9 @@ class Decl:
     jvp: Callable | None = None
     needs: object = None
     no_rule: Callable | None = None
+    no_jvp: Callable | None = None
     check: Callable | None = None
+    proofs: Callable | None = None
     validate: Callable | None = None
     samples: Mapping = field(default_factory=dict)
     oracle: Callable | None = None
@@ -142,9 +154,19 @@ def define(name: str, family: str, *, attributes=(), ports, forward, certificate
     pieces["notes"] = (notes,) if isinstance(notes, str) else tuple(notes)
     decl = Decl(name, family, attributes, ports, forward, **pieces)
     _TABLE[name] = decl
-    certs.register(name, certificates)
+    try:
+        certs.register(name, certificates, _example_inputs(decl))
+    except ValueError:
+        _TABLE.pop(name)
+        raise
     _add_enclosure_bound(name)
     return decl
+
+
+def _example_inputs(decl) -> list:
+    """The input ports at each example of ``decl`` (certificate positions are checked against
+    them)."""
+    return [op(decl.name, **dict(attrs)).inputs for attrs in decl.examples.values()]
 
 
 def names() -> tuple[str, ...]:
@@ -221,13 +243,27 @@ class Op:
     def __init__(self, decl: Decl, attrs: Attrs):
         self.decl, self.attrs = decl, attrs
         self._ports = None
+        if decl.jvp is not None and decl.no_jvp is not None and decl.no_jvp(attrs):
+            # The declaration as it applies here: no forward mode at these attributes, for
+            # every reader of ``op.decl.jvp`` (the rule, the coverage runs, the tests).
+            self.decl = _without_jvp(decl)
 
     name = property(lambda self: self.decl.name)
     family = property(lambda self: self.decl.family)
 
     def _port_dicts(self):
         if self._ports is None:
-            ins, outs = self.decl.ports(self.attrs)
+            try:
+                ins, outs = self.decl.ports(self.attrs)
+            except RouteError:
+                raise
+            except Exception:
+                # A decoded operator that fails its check (a pooling with a zero stride) is
+                # an operator value without meaningful ports: the check says why.
+                problem = self.problem()
+                if problem:
+                    raise RouteError(problem) from None
+                raise
             self._ports = (dict(ins), dict(outs))
         return self._ports
 
@@ -254,8 +290,19 @@ class Op:
         return self.decl.need(self.attrs)
 
     def problem(self) -> str | None:
-        """The attribute check's message (prefixed with the name), or None when it passes."""
-        message = self.decl.check(self.attrs) if self.decl.check else None
+        """The attribute check's message (prefixed with the name), or None when it passes:
+        the proof attributes, then Op.check."""
+        message = self.decl.proofs(self.attrs) if self.decl.proofs else None
+        if not message and self.decl.check:
+            message = self.decl.check(self.attrs)
+        return f"{self.name}: {message}" if message else None
+
+    def proof_problem(self) -> str | None:
+        """What ``decode`` refuses: the proof attributes' message (the whole check where the
+        declaration has no ``proofs``), prefixed with the name, or None."""
+        if self.decl.proofs is None:
+            return self.problem()
+        message = self.decl.proofs(self.attrs)
         return f"{self.name}: {message}" if message else None
 
     def check(self) -> None:
@@ -263,6 +310,19 @@ class Op:
         message = self.problem()
         if message:
             raise RouteError(message)
+
+    @property
+    def has_jvp(self) -> bool:
+        """Whether the rule has a forward mode at these attributes (a declared ``jvp``, and
+        ``no_jvp`` gives no reason here: then ``decl.jvp`` is None)."""
+        return self.no_jvp_reason() is None
+
+    def no_jvp_reason(self) -> str | None:
+        """Why there is no forward mode at these attributes, or None when there is one."""
+        reason = self.decl.no_jvp(self.attrs) if self.decl.no_jvp else None
+        if reason:
+            return f"no forward mode at these attributes: {reason}"
+        return "no forward-mode rule is registered" if self.decl.jvp is None else None
 
     def rule(self, backend):
         """The rule under ``backend``, or None when the operator has no rule at these
@@ -323,6 +383,17 @@ class Op:
         return f"op({self.name!r}{args})"
 
 
+_WITHOUT_JVP: dict = {}
+
+
+def _without_jvp(decl: Decl) -> Decl:
+    """``decl`` with ``jvp`` None (one copy per declaration): what ``Op.decl`` is at the
+    attributes where ``no_jvp`` gives a reason."""
+    if decl not in _WITHOUT_JVP:
+        _WITHOUT_JVP[decl] = dataclasses.replace(decl, jvp=None)
+    return _WITHOUT_JVP[decl]
+
+
 def _add_enclosure_bound(name):
     """Append the numerics.bounding certificate when the declaration's rule runs there: its
     capability need (at every example, for needs that depend on the attributes) is one the
@@ -338,5 +409,6 @@ def _add_enclosure_bound(name):
 def withdraw(name: str) -> None:
     """Remove operator ``name`` and its certificates (for tests that declare a scratch
     operator; the table itself never withdraws an operator)."""
-    _TABLE.pop(name, None)
+    decl = _TABLE.pop(name, None)
+    _WITHOUT_JVP.pop(decl, None)
     certs.withdraw(name)

@@ -18,6 +18,15 @@ Conventions (one tuple entry per port, in port order):
 Every map checks the number of inputs and each input's shape against its port (RouteError,
 the message ``routes.invoke`` gives); the element kinds, index bounds and integer words are
 ``routes.invoke``'s checks: the rule trusts them.
+
+A rule also holds, for a recorder (spec: "the order in which a recorder emits the
+contributions, an alias rule for two inputs that name one node"): ``order``, the input
+positions in the order the tape emits their contributions (input order: x before y), and
+``alias(held, incoming)``, how a contribution joins what its node already holds (two
+inputs that name one node, or one node read by several): one backend addition, the held
+sum on the left.  The graph's reverse sweep reads both, so under a rounding backend the
+gradient of ``add(mul(x, x), x)`` at x is ((g + g x) + g x): the later node's contribution
+first, then mul's contributions to x and y in input order.
 """
 
 from __future__ import annotations
@@ -52,9 +61,21 @@ class Rule:
 
     @property
     def has_jvp(self) -> bool:
-        """Whether a forward-mode rule is registered (an operator with no value input has one
-        when it declares ``zero_tangents``)."""
-        return self.op.decl.jvp is not None
+        """Whether the rule has a forward mode at its operator's attributes (an operator with
+        no value input has one when it declares ``zero_tangents``; ``Op.has_jvp``)."""
+        return self.op.has_jvp
+
+    @property
+    def order(self) -> tuple:
+        """The input positions in the order a recorder emits their contributions: input
+        order (the spec's order_perm is the identity for every rule here)."""
+        return tuple(range(len(self._ins)))
+
+    def alias(self, held, incoming):
+        """The alias rule: a contribution ``incoming`` to a node that already holds ``held``
+        (two inputs naming one node, or several readers of it) is added to it, one rounding
+        of the backend with the held sum on the left; None holds nothing."""
+        return incoming if held is None else self.xp.add(held, incoming)
 
     def _value_inputs(self):
         return [i for i, p in enumerate(self._ins) if p.differentiable]
@@ -138,8 +159,9 @@ class Rule:
         xs = self._read(inputs)
         ys = self._forward(xs)
         ts = self._linear(tangents, self._ins, xs, "tangents")
-        if self.op.decl.jvp is None:
-            raise RouteError(f"{self.op.name}: no forward-mode rule is registered")
+        reason = self.op.no_jvp_reason()
+        if reason:
+            raise RouteError(f"{self.op.name}: {reason}")
         if not self._value_inputs():              # nothing varies: zero tangents
             return tuple(ys), tuple(self.xp.zeros_like(y) if p.differentiable else None
                                     for y, p in zip(ys, self._outs))

@@ -6,6 +6,9 @@ Words are data, not the backend's numbers: their arithmetic is exact modular ari
 (two's complement wrap-around, as PyTorch's integer tensors compute) done here with numpy on
 uint64 bit patterns, identically under every backend, and has no gradient.  Booleans follow
 PyTorch: ``True + True`` is True (or), ``True * False`` is False (and), max is or, min is and.
+Subtraction, negation, division, remainder and pow exist for words only (PyTorch refuses
+them on Booleans); integer division and remainder take their divisors nonzero and pow its
+exponents non-negative (the rules' validate refuses the others).
 """
 
 from __future__ import annotations
@@ -73,6 +76,80 @@ def multiply(a, b, port: Port) -> np.ndarray:
         return _wrap(_bits(a) * _bits(b), port)
 
 
+def subtract(a, b, port: Port) -> np.ndarray:
+    """a - b modulo 2**width (words only: PyTorch refuses subtraction of Booleans)."""
+    with np.errstate(over="ignore"):
+        return _wrap(_bits(a) - _bits(b), port)
+
+
+def negative(a, port: Port) -> np.ndarray:
+    """-a modulo 2**width (words only): -(-128) is -128 in int8, -1 is 255 in uint8."""
+    with np.errstate(over="ignore"):
+        return _wrap(np.uint64(0) - _bits(a), port)
+
+
+def _quotient(a, b, port: Port, floor: bool) -> np.ndarray:
+    """The truncated (``floor`` False) or floored quotient of words as a uint64 pattern,
+    modulo 2**64.  Signed words divide their magnitudes (as uint64: 2**63 fits) and take the
+    sign back; the floored quotient is one less where the signs differ and a remainder is
+    left.  A zero divisor (refused by the rules' validate) gives 0."""
+    x, y = _bits(a), _bits(b)
+    with np.errstate(divide="ignore", over="ignore"):
+        if not port.signed:
+            return np.where(y == 0, np.uint64(0), x // np.where(y == 0, np.uint64(1), y))
+        nx = np.asarray(a).astype(np.int64) < 0
+        ny = np.asarray(b).astype(np.int64) < 0
+        mx = np.where(nx, np.uint64(0) - x, x)
+        my = np.where(ny, np.uint64(0) - y, y)
+        my = np.where(my == 0, np.uint64(1), my)
+        q = mx // my
+        left = mx - q * my != 0
+        q = np.where(nx != ny, np.uint64(0) - q, q)
+        if floor:
+            q = np.where((nx != ny) & left, q - np.uint64(1), q)
+        return np.where(y == 0, np.uint64(0), q)
+
+
+def divide(a, b, port: Port, rounding_mode: str) -> np.ndarray:
+    """torch.div of words at ``rounding_mode`` ``trunc`` (toward zero, C's /) or ``floor``
+    (Python's //), modulo 2**width: the one quotient that overflows, least // -1 = 2**(w-1),
+    wraps to the least word (-128 // -1 is -128 in int8)."""
+    return _wrap(_quotient(a, b, port, rounding_mode == "floor"), port)
+
+
+def remainder(a, b, port: Port) -> np.ndarray:
+    """torch.remainder of words, a - floor(a / b) b (Python's %: the divisor's sign; least %
+    -1 is 0).  a = q b + r holds exactly, so it holds modulo 2**64 with the wrapped q."""
+    with np.errstate(over="ignore"):
+        r = _bits(a) - _quotient(a, b, port, True) * _bits(b)
+    return _wrap(np.where(_bits(b) == 0, np.uint64(0), r), port)
+
+
+def power(a, b, port: Port) -> np.ndarray:
+    """a ** b modulo 2**width for exponents b >= 0 (0 ** 0 = 1), by square and multiply on
+    uint64 patterns: torch.pow's integer kernel, whose products wrap.  A negative exponent
+    (refused by the rule's validate) reads as its unsigned pattern."""
+    base, e = _bits(a), pattern(b, port)
+    out = np.ones_like(base)
+    one = np.uint64(1)
+    with np.errstate(over="ignore"):
+        while (e != 0).any():
+            out = np.where((e & one) == one, out * base, out)
+            base = base * base
+            e = e >> one
+    return _wrap(out, port)
+
+
+def first_index(mask) -> list | None:
+    """The index (a list; row-major order) of the first True entry of ``mask``, or None: for
+    validate messages that point at the offending element."""
+    mask = np.asarray(mask)
+    flat = np.flatnonzero(mask)
+    if flat.size == 0:
+        return None
+    return [int(i) for i in np.unravel_index(int(flat[0]), mask.shape)]
+
+
 def maximum(a, b, port: Port) -> np.ndarray:
     """The greater word (signed or unsigned order); or for Booleans."""
     if port.kind == "bool":
@@ -106,6 +183,25 @@ def sample(rng: np.random.Generator, port: Port) -> np.ndarray:
             vals[i] = extremes[int(rng.integers(len(extremes)))]
     return np.array(vals, dtype=object).astype(dtype(port)).reshape(shape) if n else \
         np.zeros(shape, dtype=dtype(port))
+
+
+def sample_nonzero(rng: np.random.Generator, port: Port) -> np.ndarray:
+    """``sample`` with every zero word replaced by 1: divisors that integer division and
+    remainder accept."""
+    w = sample(rng, port)
+    return w if port.kind == "bool" else np.where(w == 0, w.dtype.type(1), w)
+
+
+def sample_exponents(rng: np.random.Generator, port: Port) -> np.ndarray:
+    """Non-negative words for integer pow: 60% small (0 ... 2 width + 1, where the powers
+    of 2 and 3 pass the width and wrap), the rest ``sample`` with a negative word w replaced
+    by -1 - w (its bitwise not), so uniform over [0, greatest]."""
+    w = sample(rng, port)
+    if port.kind == "bool":
+        return w
+    w = np.where(w < 0, ~w, w) if port.signed else w
+    small = rng.integers(0, 2 * port.width + 2, w.shape).astype(w.dtype)
+    return np.where(rng.random(w.shape) < 0.6, small, w).astype(dtype(port))
 
 
 # ----- bitwise operators, shifts, counts, high products (the integer family) -----------------

@@ -4,6 +4,7 @@ pytest (a parametrized function named without brackets counts when some case of 
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ import pytest
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes import certs
-from roundoff_coverage.routes.vocabulary import spec_gradient_kinds
+from roundoff_coverage.routes.vocabulary import spec_gradient_kinds, spec_row
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -77,4 +78,88 @@ def test_unknown_certificate_kinds_are_refused():
     with pytest.raises(ValueError, match="unknown kind"):
         certs.register("relu-test", [certs.Spec("proof", (), "")])
     certs.withdraw("relu-test")
-    assert any(str(c).startswith("derivative: ") for c in routes.certificates("relu"))
+    assert any(str(c).startswith("derivative (gradient): ") for c in routes.certificates("relu"))
+
+
+@pytest.mark.parametrize("name", routes.names())
+def test_gradient_certificates_concern_the_routes_and_inputs_of_the_spec(name):
+    """Spec: "Gradient: the kinds of the certificates registered for the pullback at each
+    value input (TorchLean.Op.certificates), and whether the rule has a forward mode
+    (Op.Rule.jvp?), with the kinds of the certificates registered for it."  So
+    "derivative; forward mode (algebraic)" is a derivative certificate of the gradient and an
+    algebraic one of the tangent, and "input 2: algebraic" one of the gradient at input 2:
+    the registered (kind, route, inputs) of the derivative and algebraic kinds are the
+    column's, and so is every convention the column lists (detach's, of the tangent)."""
+    spec = certs.spec_certificates(name)
+    have = {(c.kind, c.route, c.inputs) for c in routes.certificates(name)}
+    gradient = {"derivative", "algebraic"}
+    assert {t for t in have if t[0] in gradient} == {t for t in spec if t[0] in gradient}
+    assert {t for t in spec if t[0] == "convention"} <= have
+
+
+def test_the_spec_column_is_read_per_route_and_input():
+    assert certs.spec_certificates("div") == {("derivative", "gradient", None),
+                                              ("algebraic", "tangent", None)}
+    assert certs.spec_certificates("exp") == {("derivative", "gradient", None),
+                                              ("algebraic", "gradient", None)}
+    assert certs.spec_certificates("linear") == {("algebraic", "gradient", (2,))}
+    assert certs.spec_certificates("detach") == {("convention", "tangent", None)}
+    assert certs.spec_certificates("scatter") == set() == certs.spec_certificates("eq")
+    assert certs.spec_certificates("relux") is None
+    assert spec_row("sqrt")[4] == "derivative; forward mode (algebraic)"
+    assert {c.route for c in routes.certificates("sqrt") if c.kind == "algebraic"} == {"tangent"}
+
+
+def test_every_certificate_names_a_route_and_roundoff_concerns_the_forward_map():
+    for name in routes.names():
+        for c in routes.certificates(name):
+            assert c.route in certs.ROUTES, (name, c)
+            if c.kind in ("roundoff", "enclosure"):
+                assert c.route == "forward", (name, c)
+            if c.kind == "prepared":
+                assert c.route == "gradient", (name, c)
+
+
+def test_a_convention_names_its_route_or_takes_the_operators():
+    """A convention of the forward values says so (scatter's fold order); without a route,
+    one with a value input concerns the gradient (relu's subgradient) and one without the
+    forward map (the comparisons on NaN)."""
+    by = {(n, c.evidence[0].rsplit("::", 1)[1]): c.route for n in ("scatter", "relu", "eq")
+          for c in routes.certificates(n) if c.kind == "convention"}
+    assert by[("scatter", "test_scatter_folds_repeated_targets_in_row_major_order")] == "forward"
+    assert by[("scatter", "test_scatter_max_shares_the_gradient_among_ties")] == "gradient"
+    assert by[("relu", "test_relu_subgradient_at_zero_is_zero")] == "gradient"
+    assert by[("eq", "test_comparisons_follow_ieee_on_nan_zeros_and_infinities")] == "forward"
+
+
+def test_registration_refuses_input_positions_the_operator_does_not_have():
+    """Spec: "On registration, the attribute checks ... when the operator's input list
+    reduces to a literal list, that every listed position is an input."  relu has one input:
+    inputs=(9,) is refused, and so is a gradient certificate at a port without a gradient
+    (clamp's frozen bound lo, input 1); the operator is not registered."""
+    from roundoff_coverage.routes import registry
+    base = routes.declaration("relu")
+    for name, decl, spec, text in [
+            ("reluCertTest", base, certs.Spec("algebraic", ("t",), "s", (9,)),
+             "reluCertTest: algebraic certificate names input 9, which reluCertTest does not "
+             "have (it has 1 inputs)"),
+            ("reluCertTest", base, certs.convention("t", "s", inputs=(-1,)),
+             "names input -1"),
+            ("clampCertTest", routes.declaration("clamp"),
+             certs.convention("t", "s", inputs=(1,), route="gradient"),
+             "clampCertTest: convention certificate of the gradient names input 1, which is "
+             "not a value input")]:
+        with pytest.raises(ValueError, match=re.escape(text)):
+            registry.define(name, decl.family, attributes=decl.attributes, ports=decl.ports,
+                            forward=decl.forward, certificates=[spec])
+        with pytest.raises(routes.RouteError):
+            routes.declaration(name)
+    ok = registry.define("reluCertTest", "activation", attributes=base.attributes,
+                         ports=base.ports, forward=base.forward,
+                         certificates=[certs.Spec("algebraic", ("t",), "s", (0,))])
+    try:
+        (c, *_) = routes.certificates("reluCertTest")
+        assert (c.kind, c.route, c.inputs) == ("algebraic", "gradient", (0,)) and ok
+        assert str(c).startswith("algebraic (gradient) (inputs [0]): s [t]")
+    finally:
+        registry.withdraw("reluCertTest")

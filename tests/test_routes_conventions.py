@@ -79,7 +79,7 @@ def test_max_propagates_nan_and_splits_its_gradient(backend):
 def test_clamp_passes_the_gradient_at_the_bounds_finite(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("clamp", shape=(5,)).rule(xp)
-    x, lo, hi = arr(-1.0, 2.0, -3.0, 5.0, 0.5), arr(-1.0), arr(2.0)
+    x, lo, hi = arr(-1.0, 2.0, -3.0, 5.0, 0.5), np.float64(-1.0), np.float64(2.0)   # rank 0
     g = arr(1.0, 2.0, 4.0, 8.0, 16.0)
     gx, glo, ghi = f64(xp, rule.backward([x, lo, hi], [g]))
     assert np.array_equal(gx, arr(1, 2, 0, 0, 16)) and glo is None and ghi is None
@@ -90,7 +90,7 @@ def test_clamp_passes_the_gradient_at_the_bounds_finite(backend):
 def test_clamp_passes_the_gradient_at_the_bounds(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("clamp", shape=(4,)).rule(xp)
-    x, lo, hi = arr(NAN, INF, -INF, 1.0), arr(-INF), arr(1.0)
+    x, lo, hi = arr(NAN, INF, -INF, 1.0), np.float64(-INF), np.float64(1.0)
     g = arr(1.0, 2.0, 4.0, 8.0)
     assert np.array_equal(f64(xp, rule.forward([x, lo, hi]))[0], arr(NAN, 1, -INF, 1),
                           equal_nan=True)

@@ -66,12 +66,12 @@ def test_huber_at_delta_is_continuous():
     xp = numerics.exact()
     rule = routes.op("huberLoss", reduction="none", shape=(4,)).rule(xp)
     x, t = arr(1, -1, 0.5, 3), arr(0, 0, 0, 0)
-    assert exact(rule.forward([x, t, arr(1)])[0]) == [Q(1, 2), Q(1, 2), Q(1, 8), Q(5, 2)]
-    gx, _, _ = rule.backward([x, t, arr(1)], [arr(1, 1, 1, 1)])
+    assert exact(rule.forward([x, t, np.float64(1)])[0]) == [Q(1, 2), Q(1, 2), Q(1, 8), Q(5, 2)]
+    gx, _, _ = rule.backward([x, t, np.float64(1)], [arr(1, 1, 1, 1)])
     assert exact(gx) == [Q(1), Q(-1), Q(1, 2), Q(1)]
     wide = routes.op("huberLoss", reduction="none", shape=(2,)).rule(xp)
-    assert exact(wide.forward([arr(2, 1), arr(0, 0), arr(2)])[0]) == [Q(2), Q(1, 2)]
-    assert exact(wide.backward([arr(2, 1), arr(0, 0), arr(2)], [arr(1, 1)])[0]) == [2, 1]
+    assert exact(wide.forward([arr(2, 1), arr(0, 0), np.float64(2)])[0]) == [Q(2), Q(1, 2)]
+    assert exact(wide.backward([arr(2, 1), arr(0, 0), np.float64(2)], [arr(1, 1)])[0]) == [2, 1]
 
 
 def test_huber_refuses_a_nonpositive_delta():
@@ -84,7 +84,7 @@ def test_huber_refuses_a_nonpositive_delta():
 def test_hinge_gradient_at_the_hinge_point_is_zero():
     xp = numerics.exact()
     rule = routes.op("hingeLoss", reduction="none", shape=(4,)).rule(xp)
-    x, y, margin = arr(1, 0.5, -2, -0.5), arr(1, 1, -1, -1), arr(1)
+    x, y, margin = arr(1, 0.5, -2, -0.5), arr(1, 1, -1, -1), np.float64(1)
     assert exact(rule.forward([x, y, margin])[0]) == [0, Q(1, 2), 0, Q(1, 2)]
     gx, gy, gm = rule.backward([x, y, margin], [arr(1, 1, 1, 1)])
     assert exact(gx) == [0, -1, 0, 1] and gy is None and gm is None
@@ -161,11 +161,11 @@ def test_distill_is_zero_when_student_equals_teacher_and_matches_kl():
     o = routes.op("distill", shape=(1, 2), reduction="sum")
     x = np.array([[0.0, math.log(2.0)]])
     rule = o.rule(xp)
-    same = rule.forward([x, x, arr(2)])[0]
+    same = rule.forward([x, x, np.float64(2)])[0]
     assert abs(f64(xp, same)) < 1e-70
-    assert np.all(np.abs(f64(xp, rule.backward([x, x, arr(2)], [arr(1)])[0])) < 1e-70)
+    assert np.all(np.abs(f64(xp, rule.backward([x, x, np.float64(2)], [arr(1)])[0])) < 1e-70)
     # teacher [0, 0] (p = [1/2, 1/2]), student [0, ln 2] at T = 1: KL = log(3 / 2) - ln 2 / 2.
-    got = f64(xp, rule.forward([x, np.zeros((1, 2)), arr(1)])[0])
+    got = f64(xp, rule.forward([x, np.zeros((1, 2)), np.float64(1)])[0])
     ln2 = CTX.mpf(math.log(2.0))
     want = CTX.log(1 + CTX.exp(ln2)) - CTX.log(2) - ln2 / 2
     assert near(got, float(want), ulps=0.5)
@@ -174,7 +174,7 @@ def test_distill_is_zero_when_student_equals_teacher_and_matches_kl():
 def test_distill_teacher_gets_no_gradient_and_temperature_is_checked():
     o = routes.op("distill", shape=(1, 2))
     xp = numerics.native("float64")
-    grads = o.rule(xp).backward([np.zeros((1, 2)), np.ones((1, 2)), arr(2)], [arr(1)])
+    grads = o.rule(xp).backward([np.zeros((1, 2)), np.ones((1, 2)), np.float64(2)], [arr(1)])
     assert grads[1] is None and grads[2] is None
     with pytest.raises(routes.RouteError, match="distill: temperature must be > 0 .got -1."):
         o.rule(xp).validate([np.zeros((1, 2)), np.zeros((1, 2)), np.array(-1.0)])

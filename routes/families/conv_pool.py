@@ -141,13 +141,29 @@ def _bias(b, rank):
 
 
 # ----- attribute checks shared by convolution and pooling -------------------------------------
+def _axes_problem(a, spatial):
+    """The pooled axes must be axes of the shape: a proof attribute (the spec's pooled axes
+    are indices below the rank), which decode decides."""
+    k = len(a.kernel)
+    if k > spatial:
+        return (f"kernel has {k} entries, more than the {spatial} spatial axes of shape "
+                f"{list(a.shape)}")
+    return None
+
+
+def _pooled_axes(a):
+    """pool's and smoothMaxPool's proofs: the trailing len(kernel) axes exist.  The window
+    itself (one entry per pooled axis, positive extents and strides...) is Op.check's, which
+    decode does not run."""
+    return _axes_problem(a, len(a.shape))
+
+
 def _window_problem(a, spatial, names):
     k = len(a.kernel)
     if k == 0:
         return "kernel must have one entry per pooled axis (got [])"
     if k > spatial:
-        return (f"kernel has {k} entries, more than the {spatial} spatial axes of shape "
-                f"{list(a.shape)}")
+        return _axes_problem(a, spatial)
     for name in names:
         if len(a[name]) != k:
             return (f"{name} must have one entry per pooled axis (kernel has {k}, got "
@@ -617,6 +633,7 @@ define(
         _pool_linear(xp, a, xs[0], ys[0], gs[0], True),),
     jvp=lambda xp, a, xs, ys, ts: _pool_linear(xp, a, xs[0], ys[0], ts[0], False),
     check=_pool_check,
+    proofs=_pooled_axes,
     samples={"ordinary": uniform_sampler(-2, 2, kinks=_pool_kinks),
              "edges": pick_sampler((-1.0, 0.0, 1.0)),
              "special": uniform_sampler(-2, 2, share=0.3)},
@@ -743,6 +760,7 @@ define(
         _smooth_linear(xp, a, xs[0], ys, gs[0], True), None),
     jvp=lambda xp, a, xs, ys, ts: _smooth_linear(xp, a, xs[0], ys, ts[0], False),
     check=_smooth_check,
+    proofs=_pooled_axes,
     validate=_smooth_validate,
     samples={"ordinary": uniform_sampler(-2, 2, fixed={"beta": _beta_draw}),
              "edges": uniform_sampler(-2, 2, fixed={"beta": constant_draw(30.0, 60.0)})},

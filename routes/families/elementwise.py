@@ -7,8 +7,10 @@ The spec defines no formula for the guarded forms; here they are guards at a fro
 safeDiv(x, y) = x / max(y, eps), safeInv(x) = 1 / max(x, eps), safeLog(x) = log(max(x, eps))
 (for non-negative quantities such as norms, variances, counts and probabilities that may be
 0), and smoothAbs(x) = sqrt(x^2 + eps), a smooth |x|.  Operands of equal shapes
-(broadcasting is its own operator); add and mul also take the element argument (scalars,
-Booleans or words)."""
+(broadcasting is its own operator); add, sub, mul, div, neg, pow and remainder also take the
+element argument (scalars, Booleans or words; spec: "Ports And Element Sorts"): words compute
+PyTorch's integer meaning exactly (routes.words), without gradients, and Booleans have a rule
+only where PyTorch gives them one (add: or, mul: and)."""
 
 from __future__ import annotations
 
@@ -20,13 +22,35 @@ import numpy as np
 from .. import attributes as A
 from .. import words as W
 from ..certs import convention, roundoff
-from ..helpers import binary_elementwise, elementwise_oracle, unary_elementwise
+from ..helpers import (ELEMENT, binary_elementwise, element_samplers, elementwise_oracle,
+                       unary_elementwise, word_values)
 from ..ports import frozen, value
 from ..registry import Float64, define
 from ..rules import shown, zero_tangents
 from ..samples import Domain, extremes, into, special, target, uniform, unsigned_zeros
 
 CONVENTIONS = "tests/test_routes_conventions.py"
+WORDS = "tests/test_routes_word_arithmetic.py"
+
+
+def _no_bool(what):
+    """The reason an operator has no rule at element bool: PyTorch refuses it there."""
+    return (f"element bool: PyTorch refuses {what} on Booleans (its integer meaning needs "
+            f"words), so there is no rule")
+
+
+def _nonzero_divisor(a, y):
+    """At a word element, the message for a zero divisor y (spec: "An integer division or
+    remainder fails its check at a zero divisor"), else None."""
+    if a.element in ("scalar", "bool"):
+        return None
+    at = W.first_index(y == 0)
+    return None if at is None else f"y must be a nonzero divisor (got 0 at index {at})"
+
+
+def _word_divisors(rng, port):
+    """Word operands x (any) and y (nonzero): inputs integer division and remainder accept."""
+    return W.sample(rng, port), W.sample_nonzero(rng, port)
 
 
 def _cancelling(rng, fmt, n):
@@ -94,13 +118,20 @@ binary_elementwise(
     f=lambda xp, x, y: xp.subtract(x, y),
     dx=lambda xp, x, y, out, v: v,
     dy=lambda xp, x, y, out, v: xp.negative(v),
+    words=W.subtract, word_oracle=lambda p, q: p - q, bool_reason=_no_bool("subtraction"),
     oracle=lambda ctx, x, y: ctx.fsub(x, y, exact=True),
     float64=(np.subtract, lambda x, y, g: (g, -g)),
     domain=Domain(ordinary=uniform(-4, 4, 2),
                   edges=lambda rng, fmt, n: (lambda x, y: (x, -y))(*_cancelling(rng, fmt, n))),
     notes=("IEEE subtraction: inf - inf is NaN; the gradient passes the cotangent to x and its "
-           "negation to y (an inf or NaN cotangent included).",),
+           "negation to y (an inf or NaN cotangent included).",
+           "element int*/uint*: two's complement wrap-around (0 - 1 is 255 in uint8); no "
+           "gradient.  element bool: no rule (PyTorch refuses - on Booleans; xor is "
+           "logicalXor)."),
     certificates=("derivative", "prepared",
+                  convention(f"{WORDS}::test_sub_and_neg_wrap_around",
+                             "words: the difference modulo 2**width; Booleans: no rule",
+                             route="forward"),
                   roundoff(0.5, statement="one primitive: the difference rounded once, within "
                                           "0.5 ulp in round to nearest")),
 )
@@ -111,10 +142,17 @@ unary_elementwise(
     f=lambda xp, x: xp.negative(x),
     d=lambda xp, x, y, v: xp.negative(v),
     oracle=lambda ctx, x: -x,
+    words=W.negative, word_oracle=lambda p: -p, bool_reason=_no_bool("negation"),
     float64=(np.negative, lambda x, g: -g),
     domain=Domain(ordinary=uniform(-4, 4), special=special(uniform(-4, 4))),
-    notes=("neg flips the sign bit: neg(+0) = -0, neg(NaN) is NaN; the gradient is -g.",),
+    notes=("neg flips the sign bit: neg(+0) = -0, neg(NaN) is NaN; the gradient is -g.",
+           "element int*/uint*: two's complement wrap-around (neg(-128) is -128 in int8, "
+           "neg(1) is 255 in uint8); no gradient.  element bool: no rule (PyTorch refuses "
+           "- on Booleans; logicalNot inverts a mask)."),
     certificates=("derivative", "prepared",
+                  convention(f"{WORDS}::test_sub_and_neg_wrap_around",
+                             "words: the negation modulo 2**width; Booleans: no rule",
+                             route="forward"),
                   roundoff(0, statement="exact: a sign flip")),
 )
 
@@ -263,6 +301,8 @@ unary_elementwise(
 
 
 def _div_forward(xp, a, x, y):
+    if a.element != "scalar":
+        return W.divide(x, y, W.element_port(a.element, a.shape), a.rounding_mode)
     q = xp.divide(x, y)
     if a.rounding_mode == "none":
         return q
@@ -295,7 +335,17 @@ def _div_f64_bwd(a, xs, gs):
     return g / y, -(g * (x / y)) / y
 
 
+def _trunc_div(p, q):
+    """The quotient of Python ints rounded toward zero: |p| // |q| with the sign of p q."""
+    n = abs(p) // abs(q)
+    return n if (p < 0) == (q < 0) else -n
+
+
 def _div_oracle(ctx, a, x, y):
+    if a.element != "scalar":
+        f = _trunc_div if a.rounding_mode == "trunc" else lambda p, q: p // q
+        return (word_values(f, W.element_port(a.element, a.shape), x, y),)
+
     def one(p, q):
         if ctx.isnan(p) or ctx.isnan(q):
             return ctx.nan
@@ -310,31 +360,68 @@ def _div_oracle(ctx, a, x, y):
     return (np.asarray(np.frompyfunc(one, 2, 1)(x, y), dtype=object),)
 
 
+def _div_ports(a):
+    p = W.element_port(a.element, a.shape)
+    return {"x": p, "y": p}, {"out": p}
+
+
+def _div_no_rule(a):
+    """Booleans, and words at rounding_mode none (spec: "an integer true division (div
+    .none) has no rule")."""
+    if a.element == "bool":
+        return _no_bool("division")
+    if a.element != "scalar" and a.rounding_mode == "none":
+        return ("integer true division (rounding_mode none): PyTorch promotes integer "
+                "operands to a floating type, so the quotient is not a word; the spec gives "
+                "it no rule (rounding_mode trunc or floor divides words)")
+    return None
+
+
 define(
     "div", "elementwise",
     attributes=(A.shape(), A.choice("rounding_mode", ("none", "trunc", "floor"),
-                                    doc="torch.div's rounding_mode")),
-    ports=lambda a: ({"x": value(a.shape), "y": value(a.shape)}, {"out": value(a.shape)}),
+                                    doc="torch.div's rounding_mode"), ELEMENT),
+    ports=_div_ports,
     forward=_div_forward,
     backward=lambda xp, a, xs, ys, gs, needs: (
         _div_d(xp, a, xs[0], xs[1], ys[0], gs[0], None) if needs[0] else None,
         _div_d(xp, a, xs[0], xs[1], ys[0], None, gs[0]) if needs[1] else None),
     jvp=lambda xp, a, xs, ys, ts: _div_d(xp, a, xs[0], xs[1], ys[0], ts[0], ts[1]),
-    needs=lambda a: "Rounding" if a.rounding_mode != "none" else None,
-    samples=Domain(ordinary=lambda rng, fmt, n: (rng.uniform(-4, 4, n),
-                                                  rng.choice([-1.0, 1.0], n)
-                                                  * rng.uniform(0.25, 4, n)),
-                   special=unsigned_zeros(special(uniform(-4, 4, 2), 2))).samplers(),
+    needs=lambda a: "Rounding" if a.rounding_mode != "none" and a.element == "scalar" else None,
+    no_rule=_div_no_rule,
+    validate=lambda xp, a, x, y: _nonzero_divisor(a, y),
+    samples=element_samplers(Domain(ordinary=lambda rng, fmt, n: (rng.uniform(-4, 4, n),
+                                                                   rng.choice([-1.0, 1.0], n)
+                                                                   * rng.uniform(0.25, 4, n)),
+                                    special=unsigned_zeros(special(uniform(-4, 4, 2), 2)))
+                             .samplers(), _word_divisors),
     oracle=_div_oracle,
     float64=Float64(_div_f64, _div_f64_bwd),
     examples={"": {}, "2x3": {"shape": (2, 3)}, "trunc": {"rounding_mode": "trunc"},
-              "floor": {"rounding_mode": "floor"}},
+              "floor": {"rounding_mode": "floor"},
+              "int8-trunc": {"element": "int8", "rounding_mode": "trunc"},
+              "int8-floor": {"element": "int8", "rounding_mode": "floor"},
+              "uint64-trunc": {"element": "uint64", "rounding_mode": "trunc"},
+              "int64-floor": {"element": "int64", "rounding_mode": "floor"}},
+    bad_inputs=(({"element": "int8", "rounding_mode": "trunc"},
+                  (np.array([1, 2, 3], np.int8), np.array([1, 0, 2], np.int8)),
+                  "div: y must be a nonzero divisor (got 0 at index [1])"),),
     notes=("rounding_mode none: IEEE division rounded once (x/0 = +-inf, 0/0 NaN); gradient "
            "(g/y, -(g out)/y) reusing the output.",
            "rounding_mode trunc / floor: trunc / floor of the rounded quotient (as torch.div "
            "for floats at trunc); the derivative is 0 (piecewise constant; the jumps are not "
-           "differentiated)."),
+           "differentiated).",
+           "element int*/uint*: trunc is C's / (toward zero), floor Python's //, exact on the "
+           "words; validate refuses a zero divisor; no gradient.  least // -1 = 2**(w-1) "
+           "wraps to the least word (-128 in int8), as PyTorch's CPU kernels give for int8 "
+           "and int16 (int32 and int64 trap with SIGFPE there, pytorch#127804).  "
+           "rounding_mode none has no rule at words (integer true division), nor has "
+           "element bool (PyTorch refuses it)."),
     certificates=("derivative", "algebraic", "prepared",
+                  convention(f"{WORDS}::test_integer_div_is_exact_and_refuses_zero",
+                             "words: trunc toward zero, floor as Python's //, least // -1 "
+                             "wraps, a zero divisor refused; true division has no rule",
+                             route="forward"),
                   roundoff(0.5, statement="none: one primitive, within 0.5 ulp in round to "
                                           "nearest")),
 )
@@ -652,12 +739,34 @@ def _pow_edges(rng, fmt, n):
     return np.where(zero, 0.0, x), np.where(zero, rng.choice([-2.0, -1.0, 0.5, 3.0], n), y)
 
 
+def _non_negative_exponent(a, y):
+    """At a word element, the message for a negative exponent y, else None."""
+    if a.element in ("scalar", "bool"):
+        return None
+    at = W.first_index(y < 0)
+    if at is None:
+        return None
+    return (f"y must be a non-negative exponent: integers to negative integer powers are not "
+            f"allowed (got {y[tuple(at)]} at index {at})")
+
+
 binary_elementwise(
     "pow", "elementwise",
     f=lambda xp, x, y: xp.pow(x, y),
     dx=_pow_dx, dy=_pow_dy,
+    # Python's three-argument pow: exact modulo 2**64, a multiple of every width.
+    words=W.power, word_oracle=lambda p, q: pow(p, q, 1 << 64),
+    word_draw=lambda rng, port: (W.sample(rng, port), W.sample_exponents(rng, port)),
+    bool_reason=_no_bool("pow"),
+    validate=lambda xp, a, x, y: _non_negative_exponent(a, y),
+    bad_inputs=(({"shape": (2,), "element": "int8"},
+                 (np.array([2, 3], np.int8), np.array([1, -2], np.int8)),
+                 "pow: y must be a non-negative exponent: integers to negative integer powers "
+                 "are not allowed (got -2 at index [1])"),),
     oracle=_pow_oracle,
-    float64=(np.frompyfunc(_c_pow, 2, 1), _pow_f64_bwd),
+    # numpy's float64 power and the platform's libm pow are both faithful, not correctly
+    # rounded: they differ by 1 ulp at some inputs (3.39351122 ** 1.9518253 on x86-64).
+    float64=(np.frompyfunc(_c_pow, 2, 1), _pow_f64_bwd, 1),
     domain=Domain(ordinary=lambda rng, fmt, n: (rng.uniform(0.25, 4, n),
                                                  rng.uniform(-3, 3, n)),
                   edges=_pow_edges,
@@ -666,11 +775,19 @@ binary_elementwise(
            "NaN operand; a negative base needs an integral exponent (else NaN); pow(-0, y) "
            "for odd integral y < 0 is -inf (IEEE 754 pown/pow special cases).",
            "Gradient as PyTorch: y x^(y-1) g to x (0 where y = 0), x^y log(x) g to y (0 where "
-           "x = 0 and y >= 0; NaN for x < 0, where x^y is not differentiable in y)."),
+           "x = 0 and y >= 0; NaN for x < 0, where x^y is not differentiable in y).",
+           "element int*/uint*: torch.pow's integer kernel, x^y modulo 2**width (square and "
+           "multiply with wrapping products; 0^0 = 1); no gradient.  validate refuses a "
+           "negative exponent, as torch.pow does with a scalar exponent (\"Integers to "
+           "negative integer powers are not allowed\"; its tensor-exponent kernel returns "
+           "0 or +-1 instead).  element bool: no rule (PyTorch has no Boolean pow)."),
     certificates=("prepared",
                   convention(f"{CONVENTIONS}::test_pow_gradient_masks",
                              "y = 0 gives x a zero gradient; x = 0, y >= 0 gives y a zero "
                              "gradient"),
+                  convention(f"{WORDS}::test_integer_pow_wraps_and_refuses_negative_exponents",
+                             "words: x^y modulo 2**width, 0^0 = 1, a negative exponent "
+                             "refused", route="forward"),
                   roundoff(0.5, statement="one primitive: C's pow rounded once, within 0.5 "
                                           "ulp in round to nearest")),
 )
@@ -812,6 +929,12 @@ binary_elementwise(
     f=_remainder,
     dx=lambda xp, x, y, out, v: v,
     dy=lambda xp, x, y, out, v: xp.negative(xp.multiply(v, _quotient(xp, x, y, out))),
+    words=W.remainder, word_oracle=lambda p, q: p % q, word_draw=_word_divisors,
+    bool_reason=_no_bool("remainder"),
+    validate=lambda xp, a, x, y: _nonzero_divisor(a, y),
+    bad_inputs=(({"shape": (2,), "element": "uint8"},
+                 (np.array([7, 8], np.uint8), np.array([0, 3], np.uint8)),
+                 "remainder: y must be a nonzero divisor (got 0 at index [0])"),),
     oracle=_mod_oracle(floor=True),
     float64=(np.remainder,
              lambda x, y, g: (g, -(g * np.round((x - np.remainder(x, y)) / y)))),
@@ -822,10 +945,18 @@ binary_elementwise(
            "the signs differ, one rounding of the exact value (so correctly rounded, and "
            "exact unless |y| - |fmod| needs more bits).  remainder(x, inf) = x for x >= 0, "
            "inf for x < 0 (as numpy); NaN where fmod is NaN.",
-           "Gradient as PyTorch: g to x, -floor(x / y) g to y."),
+           "Gradient as PyTorch: g to x, -floor(x / y) g to y.",
+           "element int*/uint*: torch.remainder of words, x - floor(x / y) y exactly (Python's "
+           "%: the divisor's sign; least % -1 is 0); validate refuses a zero divisor; no "
+           "gradient, and no Rounding capability read (words are data).  element bool: no "
+           "rule (PyTorch refuses it)."),
     certificates=("prepared",
                   convention(f"{CONVENTIONS}::test_remainder_signs",
-                             "the result and a zero result take the divisor's sign"),
+                             "the result and a zero result take the divisor's sign",
+                             route="forward"),
+                  convention(f"{WORDS}::test_integer_remainder_takes_the_divisors_sign",
+                             "words: Python's %, least % -1 = 0, a zero divisor refused",
+                             route="forward"),
                   roundoff(0.5, statement="fmod exact, then one addition: within 0.5 ulp in "
                                           "round to nearest")),
 )

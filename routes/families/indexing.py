@@ -23,6 +23,7 @@ import numpy as np
 from .. import attributes as A
 from .. import words as W
 from ..certs import convention, roundoff
+from ..errors import RouteError
 from ..ports import index, value
 from ..registry import define
 from .scan_order import axis_check, element_jvp, samplers
@@ -318,6 +319,27 @@ def _scatter_jvp(xp, a, xs, ys, ts):
     return _from_table(a, tx, perm)
 
 
+def _scatter_no_jvp(a):
+    """The attributes without a forward mode (spec: scatter has a forward mode "at some
+    attributes"): max and min of scalars.  Where sources tie, the result is the maximum of
+    their values, whose directional derivative is the maximum of their tangents: no linear
+    tangent map exists there.  The pullback's even split among ties is a convention of the
+    reverse mode only.  replace and sum are linear, prod a polynomial: forward mode."""
+    if a.mode in ("max", "min") and _elem(a) == "scalar":
+        return (f"mode {a.mode} is not differentiable where sources tie (a tangent would be "
+                f"the {a.mode}imum of the tied tangents, not linear in them)")
+    return None
+
+
+def _scatter_tangent(xp, a, xs, ys, ts):
+    """The forward mode where ``_scatter_no_jvp`` allows one (Rule checks it first; this
+    refuses a direct call elsewhere)."""
+    reason = _scatter_no_jvp(a)
+    if reason:
+        raise RouteError(f"scatter: no forward mode at these attributes: {reason}")
+    return element_jvp(_scatter_jvp)(xp, a, xs, ys, ts)
+
+
 def _scatter_backward(xp, a, xs, ys, gs, needs):
     perm, table, flat, ups, maps = _scatter_linear(xp, a, xs, ys)
     g = _to_table(a, np.asarray(gs[0]), perm, *table.shape)
@@ -383,7 +405,8 @@ define(
                                          "its target"), _ELEMENT),
     ports=_scatter_ports,
     forward=lambda xp, a, x, idx, u: _scatter(xp, a, x, idx, u),
-    jvp=element_jvp(_scatter_jvp),
+    jvp=_scatter_tangent,
+    no_jvp=_scatter_no_jvp,
     backward=_scatter_backward,
     check=_scatter_check,
     samples=samplers(),
@@ -407,11 +430,15 @@ define(
            "there or to the overwritten updates); sum: to x and every update; prod: the "
            "product of the other factors (no division, exact at zeros); max/min: shared "
            "evenly among the sources equal to the result, x included (PyTorch's "
-           "scatter_reduce).  element bool (replace only) / int*: no gradient."),
+           "scatter_reduce).  element bool (replace only) / int*: no gradient.",
+           "Forward mode at some attributes (the spec's Gradient column): replace, sum and "
+           "prod, and every word or Boolean element (no tangent there); none at max and min "
+           "of scalars, which are not differentiable where sources tie (the even split is "
+           "the pullback's convention only)."),
     certificates=("prepared",
                   convention(f"{TESTS}::test_scatter_folds_repeated_targets_in_row_major_order",
                              "repeated targets are folded in the row-major order of the "
-                             "index tensor (bfloat16 sums show it)"),
+                             "index tensor (bfloat16 sums show it)", route="forward"),
                   convention(f"{TESTS}::test_scatter_max_shares_the_gradient_among_ties",
                              "max/min: sources equal to the result share the cotangent "
                              "evenly; replace: the last update takes it")),

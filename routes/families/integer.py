@@ -353,7 +353,9 @@ define(
                 _element()),
     ports=lambda a: ({"words": _index_ports(a)[1]}, {"index": _index_ports(a)[0]}),
     forward=lambda xp, a, words: np.asarray(words).astype("int64"),
-    no_rule=lambda a: 0 in a.bounds,
+    # The spec: "no value input; forward mode at some attributes" -- where the rule exists.
+    jvp=zero_tangents,
+    no_rule=lambda a: "a zero bound admits no index" if 0 in a.bounds else None,
     check=_index_check,
     validate=_decode_validate,
     samples={"ordinary": _index_sampler(False)},

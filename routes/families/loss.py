@@ -650,7 +650,8 @@ define(
            "formula); the indices have no gradient."),
     certificates=("prepared",
                   convention(f"{TESTS}::test_cross_entropy_large_logits_do_not_overflow",
-                             "logits of 1000 give the exact log-sum-exp loss, no overflow")),
+                             "logits of 1000 give the exact log-sum-exp loss, no overflow",
+                             route="forward")),
 )
 
 

@@ -232,7 +232,7 @@ define(
     certificates=("prepared",
                   convention(f"{TESTS}::test_cumsum_accumulates_in_the_accumulation_format",
                              "the running sum is held in the policy's accumulation format and "
-                             "each prefix rounded once into storage")),
+                             "each prefix rounded once into storage", route="forward")),
 )
 
 

@@ -175,7 +175,8 @@ define(
                     ({"shape": (0,)}, "rfft: shape[axis] must be >= 1 (got [0])")),
     certificates=("prepared",
                   convention(f"{SPECTRAL_TESTS}::test_twiddles_are_exact_at_quarter_turns",
-                             "twiddles at multiples of pi/2 are exactly 0 and +-1")),
+                             "twiddles at multiples of pi/2 are exactly 0 and +-1",
+                             route="forward")),
 )
 
 
@@ -274,7 +275,8 @@ define(
                     ({"length": 6}, "irfft: shape[axis] must be length // 2 + 1 = 4 (got 3)")),
     certificates=("prepared",
                   convention(f"{SPECTRAL_TESTS}::test_irfft_ignores_the_imaginary_ends",
-                             "the imaginary parts at k = 0 and k = n/2 are ignored")),
+                             "the imaginary parts at k = 0 and k = n/2 are ignored",
+                             route="forward")),
 )
 
 
@@ -396,5 +398,6 @@ define(
                     ({"state": 0}, "selectiveScan: state must be >= 1 (got 0)")),
     certificates=("prepared",
                   convention(f"{SPECTRAL_TESTS}::test_selective_scan_matches_its_recurrence",
-                             "the recurrence starts from h = 0; delta is used as given")),
+                             "the recurrence starts from h = 0; delta is used as given",
+                             route="forward")),
 )
