@@ -7,6 +7,8 @@ formats.round_to), never the code under test."""
 
 from __future__ import annotations
 
+import json
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -223,3 +225,27 @@ def test_decode_index_has_a_forward_mode_wherever_it_has_a_rule():
     for attrs in routes.declaration("decodeIndex").examples.values():
         o = routes.op("decodeIndex", **attrs)
         assert o.rule(F64) is not None and o.has_jvp, attrs
+
+
+def test_a_decoded_reduce_with_repeated_axes_is_refused_by_invoke_not_by_decode():
+    """Spec: "Op.check checks the attributes that the types do not, such as the window of a
+    pooling ... and distinct axes for reduce and mean" and "Op.decode doesn't run Op.check":
+    a record of reduce or mean with a repeated axis decodes; invoke refuses it with the
+    check's message before reading its input; an axis beyond the rank is a proof attribute,
+    which decode itself refuses."""
+    for name, message in (("reduce", "reduce: axes must be distinct (got [1, 1])"),
+                          ("mean", "mean: axes must be distinct (got [1, 1])")):
+        good = routes.op(name, shape=(2, 3), axes=(1,))
+        record = json.loads(json.dumps(routes.encode(good)))
+        for field in record["fields"]:
+            if field[1] == [1]:
+                field[1] = [1, 1]
+        o = routes.decode(record)
+        assert o.problem() == message
+        with pytest.raises(routes.RouteError, match=re.escape(message)):
+            routes.invoke(o, [np.ones((2, 3))], numerics.reference(60))
+        for field in record["fields"]:
+            if field[1] == [1, 1]:
+                field[1] = [2]
+        with pytest.raises(routes.DecodeError, match="axes must be < rank 2"):
+            routes.decode(record)

@@ -109,6 +109,15 @@ def spread(v, shape, axes):
     return np.broadcast_to(np.reshape(v, ones), shape).copy()
 
 
+def _axes_in_rank(a) -> str | None:
+    """reduce's and mean's proofs: every axis is an axis of the shape.  Distinct axes are
+    Op.check's (the spec: "Op.check checks the attributes that the types do not, such as
+    ... distinct axes for reduce and mean"), so a decoded reduce with a repeated axis is an
+    operator value that invoke refuses."""
+    bad = [ax for ax in a.axes if ax >= len(a.shape)]
+    return f"axes must be < rank {len(a.shape)} (got {list(a.axes)})" if bad else None
+
+
 # ----- reduce ----------------------------------------------------------------------------------
 def _reduce_check(a):
     if not a.axes:
@@ -222,6 +231,7 @@ define(
         _reduce_linear(xp, a, xs[0], ys[0], gs[0], True),),
     jvp=lambda xp, a, xs, ys, ts: _reduce_linear(xp, a, xs[0], ys[0], ts[0], False),
     check=_reduce_check,
+    proofs=_axes_in_rank,
     samples={"ordinary": uniform_sampler(-2, 2, kinks=_reduce_kinks),
              "edges": pick_sampler((-1.0, 0.0, 0.5, 1.0)),
              "special": uniform_sampler(-2, 2, share=0.3)},
@@ -288,6 +298,7 @@ define(
         xp.divide(spread(gs[0], a.shape, a.axes), xp.constant(_count(a), a.shape)),),
     jvp=lambda xp, a, xs, ys, ts: _mean_forward(xp, a, ts[0]),
     check=_mean_check,
+    proofs=_axes_in_rank,
     samples={"ordinary": uniform_sampler(-2, 2), "special": uniform_sampler(-2, 2, share=0.3)},
     oracle=lambda ctx, a, x: (mp_array(
         [ctx.fsum(list(r)) / r.size for r in to_last(x, a.axes).reshape(-1, _count(a))],
