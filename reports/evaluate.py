@@ -59,6 +59,8 @@ from roundoff_coverage import routes
 from roundoff_coverage.numerics import metrics
 from roundoff_coverage.numerics.metrics import clamp_exact
 
+from .rows import empty as empty_row
+
 REF_EXTRA, REF_ESCALATED = 64, 192
 ROUTES = ("forward", "tangent", "gradient")
 # Families whose operators act element by element on ports of one shape (draws batch).
@@ -200,20 +202,14 @@ def _status_rows(task, o, route, status, reason, need=None):
 
 
 def base_row(task, route, port, status, reason=None, need=None) -> dict:
-    """A row with every field, the metrics empty (``exhaustive`` false: nothing enumerated;
-    ``_rows`` marks the rows whose draws were every finite value of the format)."""
-    return {"op": task.op, "instance": task.instance,
-            "attrs": {k: jsonable(v) for k, v in task.attrs}, "route": route, "port": port,
-            "format": task.format, "mode": task.mode, "policy": task.policy,
-            "implementation": task.implementation, "device": "cpu", "status": status,
-            "reason": reason, "need": need, "exhaustive": False, "samples": 0,
-            "max_ulp": None, "p99_ulp": None, "mean_ulp": None, "min_signed_ulp": None,
-            "max_signed_ulp": None, "max_rel": None, "bound": None, "bound_ratio": None,
-            "violations": None, "unbounded": None, "interval_bound": None,
-            "interval_bound_ratio": None, "interval_unbounded": None, "exceptional": {},
-            "flags": None, "unmeasured": 0, "contract": None,
-            "mismatches": None, "histogram": None, "by_magnitude": None, "ref_prec": None,
-            "worst": None}
+    """A row with every field (reports/rows.py), the metrics empty (``exhaustive`` false:
+    nothing enumerated; ``_rows`` marks the rows whose draws were every finite value of the
+    format)."""
+    return empty_row(op=task.op, instance=task.instance,
+                     attrs={k: jsonable(v) for k, v in task.attrs}, route=route, port=port,
+                     format=task.format, mode=task.mode, policy=task.policy,
+                     implementation=task.implementation, status=status, reason=reason,
+                     need=need)
 
 
 # ----- sampling --------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from roundoff_coverage.numerics.metrics import clamp_exact
 from roundoff_coverage.numerics.native import resolve as native_dtype
 
 from . import budget, executors, results, runner
+from .rows import empty as empty_row
 from .tally import Tally, compact
 
 CHUNK = 1 << 22
@@ -748,25 +749,22 @@ def row(m: Measurement, t: Target, tally: Tally) -> dict:
     worst, exact = settle(m, t, tally)
     max_ulp = abs(worst["ulp"]) if worst else None
     extremes = max(abs(tally.min), abs(tally.max)) if tally.measured else None
-    return {
-        "op": m.target, "instance": "measure", "attrs": {"reference": m.reference},
-        "route": "forward", "port": "out", "format": m.format, "mode": "nearest_even",
-        "policy": "-", "implementation": m.target, "device": "cpu", "status": "ok",
-        "reason": None if exact else f"more than {WORST_CANDIDATES} inputs of a chunk may "
-        f"hold the largest error: the maximum is exact to 2**(p-40) ulp", "need": None,
-        "exhaustive": m.exhaustive, "samples": tally.n,
-        "max_ulp": max_ulp,
-        "p99_ulp": tally.p99(max_ulp if max_ulp is not None else extremes),
-        "mean_ulp": tally.mean,
-        "min_signed_ulp": tally.min if tally.measured else None,
-        "max_signed_ulp": tally.max if tally.measured else None,
-        "max_rel": tally.max_rel, "bound": None, "bound_ratio": None, "violations": None,
-        "exceptional": {c: int(k) for c, k in zip(metrics.CLASSES, tally.counts)
-                        if c != "ok" and k},
-        "flags": None, "unmeasured": tally.nan, "mismatches": None,
-        "histogram": tally.hist.tolist(), "by_magnitude": None, "ref_prec": None,
-        "worst": worst, "incorrectly_rounded": tally.not_cr,
-        "resolved_exactly": tally.resolved}
+    return empty_row(
+        op=m.target, instance="measure", attrs={"reference": m.reference}, route="forward",
+        port="out", format=m.format, mode="nearest_even", policy="-",
+        implementation=m.target, status="ok",
+        reason=None if exact else f"more than {WORST_CANDIDATES} inputs of a chunk may hold "
+        f"the largest error: the maximum is exact to 2**(p-40) ulp",
+        exhaustive=m.exhaustive, samples=tally.n, max_ulp=max_ulp,
+        p99_ulp=tally.p99(max_ulp if max_ulp is not None else extremes),
+        mean_ulp=tally.mean,
+        min_signed_ulp=tally.min if tally.measured else None,
+        max_signed_ulp=tally.max if tally.measured else None,
+        max_rel=tally.max_rel,
+        exceptional={c: int(k) for c, k in zip(metrics.CLASSES, tally.counts)
+                     if c != "ok" and k},
+        unmeasured=tally.nan, histogram=tally.hist.tolist(), worst=worst,
+        incorrectly_rounded=tally.not_cr, resolved_exactly=tally.resolved)
 
 
 def text(o: MeasureOutcome) -> str:

@@ -21,19 +21,15 @@ import tempfile
 
 import numpy as np
 
+from . import rows
+
 SCHEMA = "roundoff-coverage/1"
-ROW_FIELDS = ("op", "instance", "attrs", "route", "port", "format", "mode", "policy",
-              "implementation", "device", "status", "reason", "need", "exhaustive", "samples",
-              "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp", "max_rel",
-              "bound", "bound_ratio", "violations", "unbounded", "interval_bound",
-              "interval_bound_ratio", "interval_unbounded", "exceptional", "flags", "unmeasured",
-              "mismatches", "histogram", "by_magnitude", "ref_prec", "worst",
-              "incorrectly_rounded", "resolved_exactly", "contract")
-FLOAT_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp",
-                "max_rel", "bound", "bound_ratio", "interval_bound", "interval_bound_ratio")
-NESTED_FIELDS = ("attrs", "exceptional", "flags", "histogram", "by_magnitude", "worst",
-                 "contract")
-ROUTE_ORDER = {"forward": 0, "tangent": 1, "gradient": 2}
+# The row's fields, key and order: reports/rows.py declares them once.
+ROW_FIELDS, FLOAT_FIELDS, NESTED_FIELDS = rows.ROW_FIELDS, rows.FLOAT_FIELDS, rows.NESTED_FIELDS
+KEY_FIELDS, STATUSES = rows.KEY_FIELDS, rows.STATUSES
+NONNEGATIVE_FIELDS, SIGNED_FIELDS = rows.NONNEGATIVE_FIELDS, rows.SIGNED_FIELDS
+COUNT_FIELDS = rows.COUNT_FIELDS
+row_key, route_key = rows.sort_key, rows.key
 
 
 class ResultsError(ValueError):
@@ -63,21 +59,16 @@ def clean(v):
     return v
 
 
-def row_key(row) -> tuple:
-    return (row["op"], json.dumps(row["attrs"], sort_keys=True),
-            ROUTE_ORDER.get(row["route"], 9), row["route"], str(row["port"]), row["format"],
-            row["mode"], row["policy"], row["implementation"])
-
-
 COVERAGE_REFERENCE = ("numerics.reference at format precision + 64 bits, recomputed once at "
                       "+ 192 bits where an error exceeds 1 ulp or its bound or lies within "
                       "2**-40 ulp of a half-integer")
 
 
-def document(rows, selection) -> dict:
-    """The results document of ``rows`` measured for ``selection``: a runner.Selection or a
-    measure.Measurement (``seed``, ``command()``, ``describe()`` -> the meta's selection,
-    ``reference_text``)."""
+def document(records, selection) -> dict:
+    """The results document of the rows ``records`` measured for ``selection``: a
+    runner.Selection or a measure.Measurement (``seed``, ``command()``, ``describe()`` ->
+    the meta's selection, ``reference_text``); ``meta.units`` gives each numeric field's
+    unit (reports/rows.py)."""
     from roundoff_coverage.numerics.metrics import HIST_EDGES
     return {"schema": SCHEMA, "meta": clean({
         "tool": "roundoff-coverage", "version": _version("roundoff-coverage"),
@@ -89,9 +80,9 @@ def document(rows, selection) -> dict:
         "machine": {"system": platform.system(), "machine": platform.machine()},
         "histogram_edges_ulp": list(HIST_EDGES),
         "reference": getattr(selection, "reference_text", COVERAGE_REFERENCE),
-        "units": {"max_ulp": "ulp", "p99_ulp": "ulp", "mean_ulp": "ulp", "max_rel": "1",
-                  "bound": "ulp", "interval_bound": "ulp", "ref_prec": "bits"}}),
-        "rows": sorted((clean(r) for r in rows), key=row_key)}
+        "units": {f.name: f.unit or "1" for f in rows.FIELDS
+                  if f.unit or f.kind in (rows.RATIO, rows.REL)}}),
+        "rows": sorted((clean(r) for r in records), key=row_key)}
 
 
 def _version(name) -> str:
@@ -106,9 +97,9 @@ def dumps(doc) -> str:
     """The file's text: one row per line inside ``rows``, keys sorted."""
     head = {k: v for k, v in doc.items() if k != "rows"}
     text = json.dumps(head, sort_keys=True, indent=1, allow_nan=False)
-    rows = ",\n".join("  " + json.dumps(r, sort_keys=True, allow_nan=False,
-                                        separators=(",", ":")) for r in doc["rows"])
-    return text[:-2] + ',\n "rows": [\n' + rows + ("\n" if rows else "") + " ]\n}\n"
+    lines = ",\n".join("  " + json.dumps(r, sort_keys=True, allow_nan=False,
+                                         separators=(",", ":")) for r in doc["rows"])
+    return text[:-2] + ',\n "rows": [\n' + lines + ("\n" if lines else "") + " ]\n}\n"
 
 
 def write(path, doc, csv=None) -> None:
@@ -157,24 +148,6 @@ def read(path) -> dict:
 
 
 # ----- checking a document ---------------------------------------------------------------------
-
-STATUSES = ("ok", "no_rule", "not_differentiable", "error")
-KEY_FIELDS = ("op", "attrs", "route", "port", "format", "mode", "policy", "implementation")
-# |error| statistics and bounds: >= 0 or inf, never NaN (statistics leave NaN errors out and
-# count them in ``unmeasured``, numerics.metrics.summary).
-NONNEGATIVE_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "max_rel", "bound", "bound_ratio",
-                      "interval_bound", "interval_bound_ratio")
-SIGNED_FIELDS = ("min_signed_ulp", "max_signed_ulp")
-COUNT_FIELDS = ("samples", "violations", "unbounded", "interval_unbounded", "unmeasured",
-                "mismatches", "incorrectly_rounded", "resolved_exactly")
-
-
-def route_key(row) -> tuple:
-    """A row's route key: the KEY_FIELDS, attributes as canonical JSON text."""
-    return (row["op"], json.dumps(row["attrs"], sort_keys=True, separators=(",", ":")),
-            row["route"], str(row["port"]), row["format"], row["mode"], row["policy"],
-            row["implementation"])
-
 
 def attrs_text(attrs_json: str) -> str:
     """``{"axis":1,"shape":[2,3]}`` as ``axis=1,shape=[2,3]``."""

@@ -14,15 +14,15 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from roundoff_coverage.reports import results
+from roundoff_coverage.reports import results, rows
 
-STATUSES = ("ok", "no_rule", "not_differentiable", "error")
-TEXT_FIELDS = ("op", "route", "format", "mode", "policy", "implementation")
-FLOAT_FIELDS = ("max_ulp", "p99_ulp", "mean_ulp", "max_rel", "bound", "bound_ratio",
-                "interval_bound", "interval_bound_ratio",
-                "min_signed_ulp", "max_signed_ulp")
-INT_FIELDS = ("samples", "violations", "mismatches", "unmeasured", "ref_prec")
-ROUTE_ORDER = ("forward", "tangent", "gradient")
+# The row's fields as reports/rows.py declares them: the key's text fields (the port may be
+# any JSON value and is read as text), numbers, counts and precisions.
+STATUSES = rows.STATUSES
+TEXT_FIELDS = tuple(f for f in rows.KEY_FIELDS if f not in ("attrs", "port"))
+FLOAT_FIELDS = rows.FLOAT_FIELDS
+INT_FIELDS = rows.COUNT_FIELDS + tuple(f.name for f in rows.FIELDS if f.kind == rows.BITS)
+ROUTE_ORDER = tuple(sorted(rows.ROUTE_ORDER, key=rows.ROUTE_ORDER.get))
 
 
 def number(v):

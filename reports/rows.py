@@ -1,0 +1,116 @@
+"""One row of a results file: every field declared once, with its kind, unit and meaning.
+
+The coverage run (reports/evaluate.py), ``measure``, the results file and its DataFrame
+(reports/results.py), the gate and the HTML report read the field lists from here: a new
+field is one ``Field`` below.  ``empty(**values)`` is a row with every field, at its
+default unless given; ``key(row)`` the route key that identifies a row (the gate and the
+report refuse two rows of one key); ``sort_key(row)`` the order rows are written in.
+
+Kinds: ``key`` (text, part of the key), ``text``, ``bool``, ``count`` (a non-negative
+integer), ``ulp`` (a non-negative number of ulps or inf), ``signed`` (signed ulps),
+``ratio`` (a non-negative ratio), ``rel`` (a non-negative relative error), ``bits`` (a
+positive precision), ``nested`` (JSON data: an object or a list).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+KEY, TEXT, BOOL, COUNT, ULP, SIGNED, RATIO, REL, BITS, NESTED = (
+    "key", "text", "bool", "count", "ulp", "signed", "ratio", "rel", "bits", "nested")
+
+
+@dataclass(frozen=True)
+class Field:
+    """A row field: ``name``, ``kind`` (module docstring), ``unit`` of its numbers (``ulp``,
+    ``bits`` or empty), ``doc`` and the ``default`` of an empty row (a factory for
+    containers)."""
+
+    name: str
+    kind: str
+    unit: str = ""
+    doc: str = ""
+    default: object = None
+
+    def empty(self):
+        return self.default() if callable(self.default) else self.default
+
+
+FIELDS = (
+    Field("op", KEY, doc="the operator (spec spelling), or the measured target"),
+    Field("instance", TEXT, doc="the label of the operator's instance (attributes)"),
+    Field("attrs", KEY, doc="the instance's attributes (JSON object)", default=dict),
+    Field("route", KEY, doc="forward, tangent or gradient"),
+    Field("port", KEY, doc="the output (forward, tangent) or input (gradient) port"),
+    Field("format", KEY, doc="the format's catalog name or compact spec"),
+    Field("mode", KEY, doc="the rounding mode"),
+    Field("policy", KEY, doc="the accumulation policy preset"),
+    Field("implementation", KEY, doc="emulated, native, cuda, or the measured target"),
+    Field("device", TEXT, doc="cpu, cuda:<name> or simulator", default="cpu"),
+    Field("status", TEXT, doc="ok, no_rule, not_differentiable or error"),
+    Field("reason", TEXT, doc="why the status is not ok (one line)"),
+    Field("need", TEXT, doc="the missing capability of a no_rule row"),
+    Field("exhaustive", BOOL, doc="whether the draws were every finite value of the format",
+          default=False),
+    Field("samples", COUNT, doc="elements measured", default=0),
+    Field("max_ulp", ULP, "ulp", "the largest |error|"),
+    Field("p99_ulp", ULP, "ulp", "the 99th percentile of |error|"),
+    Field("mean_ulp", ULP, "ulp", "the mean |error|"),
+    Field("min_signed_ulp", SIGNED, "ulp", "the smallest signed error"),
+    Field("max_signed_ulp", SIGNED, "ulp", "the largest signed error"),
+    Field("max_rel", REL, doc="the largest relative error"),
+    Field("bound", ULP, "ulp", "the a priori (certificate) bound, largest over the samples"),
+    Field("bound_ratio", RATIO, doc="the largest measured / a priori bound"),
+    Field("violations", COUNT, doc="samples above a bound"),
+    Field("unbounded", COUNT, doc="samples the a priori bound does not cover"),
+    Field("interval_bound", ULP, "ulp", "the rigorous per-sample bound, largest"),
+    Field("interval_bound_ratio", RATIO, doc="the largest measured / rigorous bound"),
+    Field("interval_unbounded", COUNT, doc="samples the rigorous bound does not cover"),
+    Field("exceptional", NESTED, doc="counts of exceptional outcomes by class", default=dict),
+    Field("flags", NESTED, doc="the IEEE flags the route raised (emulated)"),
+    Field("unmeasured", COUNT, doc="samples whose error is not a number", default=0),
+    Field("mismatches", COUNT, doc="elements that differ at non-value ports"),
+    Field("histogram", NESTED, doc="counts of |error| by binade (numerics.metrics)"),
+    Field("by_magnitude", NESTED, doc="the largest |error| by binade of the exact value"),
+    Field("ref_prec", BITS, "bits", "the reference's working precision"),
+    Field("worst", NESTED, doc="the worst input: bit patterns, computed and exact values"),
+    Field("incorrectly_rounded", COUNT, doc="results not correctly rounded (measure)"),
+    Field("resolved_exactly", COUNT, doc="inputs resolved exactly (measure)"),
+    Field("contract", NESTED, doc="a CUDA kernel's contract and verdict"),
+)
+
+BY_NAME = {f.name: f for f in FIELDS}
+ROW_FIELDS = tuple(f.name for f in FIELDS)
+KEY_FIELDS = tuple(f.name for f in FIELDS if f.kind == KEY)
+NONNEGATIVE_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, RATIO, REL))
+SIGNED_FIELDS = tuple(f.name for f in FIELDS if f.kind == SIGNED)
+FLOAT_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, SIGNED, RATIO, REL))
+COUNT_FIELDS = tuple(f.name for f in FIELDS if f.kind == COUNT)
+NESTED_FIELDS = ("attrs",) + tuple(f.name for f in FIELDS if f.kind == NESTED)
+STATUSES = ("ok", "no_rule", "not_differentiable", "error")
+ROUTE_ORDER = {"forward": 0, "tangent": 1, "gradient": 2}
+
+
+def empty(**values) -> dict:
+    """A row with every field: ``values``, the defaults elsewhere.  KeyError for a name
+    that is not a field (a typo must not become a column)."""
+    for name in values:
+        if name not in BY_NAME:
+            raise KeyError(f"{name!r} is not a row field (reports/rows.py)")
+    return {f.name: values[f.name] if f.name in values else f.empty() for f in FIELDS}
+
+
+def key(row) -> tuple:
+    """A row's route key: the KEY_FIELDS, attributes as canonical JSON text."""
+    return (row["op"], json.dumps(row["attrs"], sort_keys=True, separators=(",", ":")),
+            row["route"], str(row["port"]), row["format"], row["mode"], row["policy"],
+            row["implementation"])
+
+
+def sort_key(row) -> tuple:
+    """The order rows are written in: operator, attributes, route (forward, tangent,
+    gradient), port, format, mode, policy, implementation."""
+    return (row["op"], json.dumps(row["attrs"], sort_keys=True),
+            ROUTE_ORDER.get(row["route"], 9), row["route"], str(row["port"]), row["format"],
+            row["mode"], row["policy"], row["implementation"])
