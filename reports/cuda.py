@@ -1,8 +1,8 @@
 """The ``cuda`` implementation of the coverage run: an operator's kernel (kernels.of_op) on the
 device, measured against the exact reference, with its contract checked.
 
-``measure(task, o, fmt, pending, timer) -> rows`` is evaluate.evaluate's step 2-5 for a task
-whose implementation is ``cuda``:
+``Cuda``, the implementation ``cuda`` of reports/implementations.py, evaluates a task's routes
+with the operator's kernel; evaluate.evaluate measures them like any implementation's:
 
 - What has no kernel is a status row, not an error: no kernel at these attributes, a route
   the kernel does not have (tangents never: the CUDA tape has no forward mode), a policy
@@ -35,13 +35,11 @@ import numpy as np
 
 from roundoff_coverage import numerics
 
-from . import evaluate as E
+from .draws import run_routes
+from .implementations import Implementation
+from .task import one_line, route_ports
 
 SIMULATOR_DRAWS = 2
-
-
-def _status(task, o, routes, status, reason, need=None):
-    return [r for route in routes for r in E._status_rows(task, o, route, status, reason, need)]
 
 
 def _tiny(d):
@@ -56,76 +54,71 @@ def _tiny(d):
     return d.subset(keep)
 
 
-def measure(task, o, fmt, pending, timer) -> list:
-    """Rows of ``pending`` routes of ``o`` under the cuda implementation (module docstring)."""
-    from roundoff_coverage import kernels
-    from roundoff_coverage.kernels import contract as C
-    k = kernels.of_op(o)
-    if k is None:
-        return _status(task, o, pending, "no_rule",
-                       f"no CUDA kernel for {o.name} at these attributes", "cuda kernel")
-    rows, wanted = [], []
-    for route in pending:
-        if route not in k.routes:
-            rows += _status(task, o, [route], "no_rule",
-                            f"the {o.name} kernel has no {route} route "
-                            f"(kernel routes: {', '.join(k.routes)})", f"cuda {route}")
-        else:
-            wanted.append(route)
-    if not wanted:
-        return rows
-    if task.policy != k.contract.policy:
-        return rows + _status(task, o, wanted, "no_rule",
-                              f"the kernels reproduce the {k.contract.policy} policy only "
-                              f"(got {task.policy})", f"policy {task.policy}")
-    try:
-        C.flavour(fmt, task.mode)
-        device = kernels.device()
-    except kernels.KernelError as exc:
-        return rows + _status(task, o, wanted, "no_rule", E.one_line(exc))
-    try:
-        with timer("sampling"):
-            d = E.draw(task, o, fmt)
-            if device == "simulator":
-                d = _tiny(d)
-    except Exception as exc:                                  # noqa: BLE001
-        return rows + _status(task, o, wanted, "error", f"sampling: {E.one_line(exc)}")
-    model = numerics.emulated(fmt, task.mode, numerics.preset("strict", fmt))
-    with timer("evaluation"):
-        got = {r: _run(kernels, d, fmt, task.mode, r) for r in wanted}
-        emu = E.run_routes(d.op.rule(model), d, wanted)
-    ok = [r for r in wanted if not isinstance(got[r], Exception)]
-    prec = fmt.precision + E.REF_EXTRA
-    with timer("reference"):
-        ref = E.run_routes(d.op.rule(numerics.reference(prec)), d, ok)
-    as_model = dataclasses.replace(task, implementation="emulated")
-    claims = {r: k.claim(r, fmt, task.mode) for r in wanted}
-    agreeing = [r for r in ok if claims[r].agreement != "none"]
-    with timer("bounds"):
-        interval = E.interval_bounds(as_model, d, fmt, agreeing) if agreeing else {}
-    for route in wanted:
-        if isinstance(got[route], Exception):
-            rows += _status(task, d.op, [route], "error", f"kernel: {E.one_line(got[route])}")
-            continue
-        if isinstance(ref[route], Exception):
-            rows += _status(task, d.op, [route], "error",
-                            f"reference: {E.one_line(ref[route])}")
-            continue
-        claim = claims[route]
-        bounds = E.Bounds()
-        if claim.agreement != "none":
-            with timer("bounds"):
-                bounds = E.Bounds(E._bound(as_model, route),
-                                  E._apriori(as_model, d, fmt) if route == "forward" else None,
-                                  interval.get(route))
-        measured = E._measure_route(task, d, fmt, model, route, got[route], ref[route], prec,
-                                    timer, bounds)
-        differing = _differing(got[route], emu[route], d.op, route)
-        for row in measured:
-            row["device"] = device
-            row["contract"] = _verdict(k, claim, row, differing.get(row["port"]))
-        rows += measured
-    return rows
+class Cuda(Implementation):
+    """The operator's CUDA kernel on the device (module docstring), its outputs read as the
+    strict emulated model's numbers, the model's bounds where the contract claims agreement
+    with it."""
+
+    name = "cuda"
+
+    def __init__(self, task, o, fmt):
+        super().__init__(task, o, fmt)
+        from roundoff_coverage import kernels
+        self.kernels, self.kernel = kernels, kernels.of_op(o)
+        self.numbers = numerics.emulated(fmt, task.mode, numerics.preset("strict", fmt))
+        self.device, self.claims, self.model_out = None, {}, {}
+
+    def problems(self, pending):
+        k, o = self.kernel, self.o
+        if k is None:
+            return dict.fromkeys(pending, ("no_rule", f"no CUDA kernel for {o.name} at these "
+                                                      f"attributes", "cuda kernel"))
+        out = {r: ("no_rule", f"the {o.name} kernel has no {r} route (kernel routes: "
+                              f"{', '.join(k.routes)})", f"cuda {r}")
+               for r in pending if r not in k.routes}
+        rest = [r for r in pending if r not in out]
+        if rest and self.task.policy != k.contract.policy:
+            return out | dict.fromkeys(rest, (
+                "no_rule", f"the kernels reproduce the {k.contract.policy} policy only (got "
+                           f"{self.task.policy})", f"policy {self.task.policy}"))
+        if rest:
+            from roundoff_coverage.kernels import contract as C
+            try:
+                C.flavour(self.fmt, self.task.mode)
+                self.device = self.kernels.device()
+            except self.kernels.KernelError as exc:
+                return out | dict.fromkeys(rest, ("no_rule", one_line(exc), None))
+            self.claims = {r: k.claim(r, self.fmt, self.task.mode) for r in rest}
+        return out
+
+    def select(self, d):
+        return _tiny(d) if self.device == "simulator" else d
+
+    def evaluate(self, d, wanted):
+        """The kernel's outputs per route and draw; the model's too (the contract's verdict
+        compares them bit for bit)."""
+        self.draws = d
+        self.kernel_out = {r: _run(self.kernels, d, self.fmt, self.task.mode, r)
+                           for r in wanted}
+        for r, got in self.kernel_out.items():
+            if isinstance(got, Exception):         # the error row says where it failed
+                self.kernel_out[r] = RuntimeError(f"kernel: {one_line(got)}")
+        self.model_out = run_routes(d.op.rule(self.numbers), d, wanted)
+        return self.kernel_out
+
+    def model_task(self, route):
+        claim = self.claims.get(route)
+        if claim is None or claim.agreement == "none":
+            return None
+        return dataclasses.replace(self.task, implementation="emulated")
+
+    def annotate(self, route, rows):
+        differing = _differing(self.kernel_out[route], self.model_out[route], self.draws.op,
+                               route)
+        for row in rows:
+            row["device"] = self.device
+            row["contract"] = _verdict(self.kernel, self.claims[route], row,
+                                       differing.get(row["port"]))
 
 
 def _run(kernels, d, fmt, mode, route):
@@ -148,7 +141,7 @@ def _differing(got, emu, o, route):
     if isinstance(emu, Exception):
         return {}
     out = {}
-    for i, name, port in E.route_ports(o, route):
+    for i, name, port in route_ports(o, route):
         n = 0
         for a, b in zip(got, emu):
             x = np.asarray(a[i], dtype=np.float64).reshape(-1)

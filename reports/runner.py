@@ -34,7 +34,9 @@ from roundoff_coverage import numerics
 from roundoff_coverage import routes
 
 from . import budget, executors, results
-from .evaluate import PHASES, ROUTES, Task, _status_rows, batchable, evaluate, sample_kinds
+from .evaluate import PHASES, evaluate
+from .draws import sample_kinds
+from .task import ROUTES, Task, batchable, status_rows
 
 DEFAULT_FORMATS = ("bfloat16", "binary16", "float8_e4m3fn", "float8_e5m2", "binary32")
 DEFAULT_DRAWS = 3
@@ -413,7 +415,7 @@ def _execute(todo, jobs, execute=None, executor="local", scheduler=None, announc
             if isinstance(got, executors.Failed):
                 task = tasks[key]
                 got = ([r for route in task.routes
-                        for r in _status_rows(task, None, route, "error", got.message)], {})
+                        for r in status_rows(task, None, route, "error", got.message)], {})
             yield (key, *got)
         return
     # A test's ``execute`` is a closure: it runs here, pickle cannot send it to the pool.

@@ -158,21 +158,53 @@ class Rule:
         """(outputs, output tangents) from one forward evaluation."""
         xs = self._read(inputs)
         ys = self._forward(xs)
+        return tuple(ys), self._push(xs, ys, tangents)
+
+    def routes(self, inputs, wanted, tangents=None, cotangents=None, before=None) -> dict:
+        """{route: result, or the exception the route raised} for each of ``wanted`` from
+        one forward evaluation: ``forward`` the outputs, ``tangent`` the output tangents
+        (``tangents``, one per input), ``gradient`` the dense gradients (``cotangents``, one
+        per output) -- what forward, jvp and backward would give, without their three
+        forward passes.  An exception of the forward pass propagates (it is every route's).
+        ``before``, if given, is called with each route's name before its own evaluation
+        and after the forward pass (a backend's sticky IEEE flags are cleared there, say)."""
+        xs = self._read(inputs)
+        ys = self._forward(xs)
+        needs = tuple(p.differentiable for p in self._ins)
+        out = {}
+        for route in wanted:
+            if before is not None:
+                before(route)
+            try:
+                if route == "forward":
+                    out[route] = tuple(ys)
+                elif route == "tangent":
+                    out[route] = self._push(xs, ys, tangents)
+                elif route == "gradient":
+                    out[route] = self._pull(xs, ys, cotangents, needs)
+                else:
+                    raise RouteError(f"{self.op.name}: unknown route {route!r} (forward, "
+                                     f"tangent or gradient)")
+            except Exception as exc:                      # noqa: BLE001 (the route's)
+                out[route] = exc
+        return out
+
+    def _push(self, xs, ys, tangents) -> tuple:
+        """The output tangents at read inputs ``xs`` with forward values ``ys``."""
         ts = self._linear(tangents, self._ins, xs, "tangents")
         reason = self.op.no_jvp_reason()
         if reason:
             raise RouteError(f"{self.op.name}: {reason}")
         if not self._value_inputs():              # nothing varies: zero tangents
-            return tuple(ys), tuple(self.xp.zeros_like(y) if p.differentiable else None
-                                    for y, p in zip(ys, self._outs))
+            return tuple(self.xp.zeros_like(y) if p.differentiable else None
+                         for y, p in zip(ys, self._outs))
         out = self.op.decl.jvp(self.xp, self.op.attrs, xs, ys, ts)
         out = out if isinstance(out, tuple) else (out,)
         if len(out) != len(ys):
             raise RuntimeError(f"{self.op.name}: jvp returned {len(out)} tangents for "
                                f"{len(ys)} outputs")
-        return tuple(ys), tuple((self.xp.zeros_like(y) if t is None else t)
-                                if p.differentiable else None
-                                for t, y, p in zip(out, ys, self._outs))
+        return tuple((self.xp.zeros_like(y) if t is None else t) if p.differentiable else None
+                     for t, y, p in zip(out, ys, self._outs))
 
     def prepare(self, inputs, needs_grad):
         """(outputs, pullback) from one forward evaluation.  ``needs_grad``: one flag per

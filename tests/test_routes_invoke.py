@@ -1,12 +1,11 @@
 """invoke's staged checks (attributes, each input against its port, the rule's existence,
 validate, then prepare), the attribute types, ports, and capabilities: every failure is one
-RouteError line naming the operator and the argument.  ``scratch_operator`` declares a
-temporary operator with an axis checked against the rank, an index port and a mode that
-needs the Erf capability (the six worked examples have none of these)."""
+RouteError line naming the operator and the argument.  ``scratch_operator`` (tests/conftest.py,
+with the ``scratch`` fixture) declares a temporary operator with an axis checked against the
+rank, an index port and a mode that needs the Erf capability (the six worked examples have
+none of these)."""
 
 from __future__ import annotations
-
-import contextlib
 
 import numpy as np
 import pytest
@@ -16,43 +15,7 @@ from roundoff_coverage import routes
 from roundoff_coverage.routes import attributes as A
 from roundoff_coverage.routes import ports as P
 from roundoff_coverage.routes.registry import define, withdraw
-
-SCRATCH = "scratchSoftmax"
-
-
-def _scratch_check(a):
-    if a.axis >= len(a.shape):
-        return f"axis must be < rank {len(a.shape)} (got {a.axis})"
-    return None
-
-
-@contextlib.contextmanager
-def scratch_operator():
-    """A temporary operator: y = x (identity) with attributes shape, axis, mode; input i is an
-    index port below the extent of ``axis``; mode 'erf' needs the Erf capability."""
-    define(SCRATCH, "softmax_attention",
-           attributes=(A.shape(default=(2, 3)), A.nat("axis", 1),
-                       A.choice("mode", ("plain", "erf"))),
-           ports=lambda a: ({"x": P.value(a.shape),
-                             "i": P.index((a.shape[a.axis],), a.shape[:1])},
-                            {"y": P.value(a.shape)}),
-           forward=lambda xp, a, x, i: xp.negative(xp.negative(x)),
-           backward=lambda xp, a, xs, ys, gs, needs: (gs[0], None),
-           jvp=lambda xp, a, xs, ys, ts: ts[0],
-           check=_scratch_check,
-           needs=lambda a: "Erf" if a.mode == "erf" else None,
-           notes=("scratch",))
-    try:
-        yield
-    finally:
-        withdraw(SCRATCH)
-
-
-@pytest.fixture
-def scratch():
-    with scratch_operator():
-        yield
-
+from conftest import SCRATCH
 
 F64 = numerics.native("float64")
 
@@ -317,3 +280,24 @@ def test_no_rule_at_some_attributes():
         assert routes.op("scratchNoRule", exact=True).rule(F64) is None
     finally:
         withdraw("scratchNoRule")
+
+
+def test_rule_routes_give_what_forward_jvp_and_backward_give_from_one_forward_pass():
+    # Rule.routes, the coverage run's seam: the three maps at once, in exact rationals
+    # (x * y: tangent x ty + y tx, gradients (g y, g x)), a failing route as data.
+    o = routes.op("mul", shape=(2,))
+    rule = o.rule(numerics.exact())
+    x, y = np.array([3.0, -0.5]), np.array([0.25, 8.0])
+    tx, ty, g = np.array([1.0, 2.0]), np.array([-1.0, 0.5]), np.array([4.0, -2.0])
+    seen = []
+    got = rule.routes((x, y), ("forward", "tangent", "gradient", "sideways"), (tx, ty), (g,),
+                      before=seen.append)
+    assert seen == ["forward", "tangent", "gradient", "sideways"]
+    assert [float(v) for v in got["forward"][0]] == [0.75, -4.0]
+    assert [float(v) for v in got["tangent"][0]] == [3.0 * -1.0 + 0.25 * 1.0,
+                                                      -0.5 * 0.5 + 8.0 * 2.0]
+    assert [[float(v) for v in a] for a in got["gradient"]] == [[1.0, -16.0], [12.0, 1.0]]
+    assert isinstance(got["sideways"], routes.RouteError)
+    assert [float(v) for v in rule.forward((x, y))[0]] == [0.75, -4.0]
+    with pytest.raises(routes.RouteError, match="expects"):
+        rule.routes((x,), ("forward",))

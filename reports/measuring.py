@@ -1,0 +1,345 @@
+"""One route port measured: computed values against exact values, bounds, reproducers.
+
+``measure_port(row, computed, exact, fmt, ...)`` fills a row's metrics (numerics.metrics on
+the exact mpmath values, clamped into [2**(qmin-64), 2**(emax+2)] in magnitude: exp(1e38)
+has an exponent no rational can hold; the clamped value rounds alike, measures alike above,
+and within 2**-64 ulp below; non-scalar outputs -- index, Boolean, integer -- compared
+exactly, ``mismatches``); ``worst_case`` the reproducer of the largest error.
+
+Bounds, for the emulated model: every sample's error against (a) the operator's roundoff
+certificate -- a fixed number of ulps, or an a priori formula of the inputs (routes.apriori)
+under the task's declared policy: ``bound`` (the largest, in ulps), ``bound_ratio`` (the
+largest measured / bound), and (b) the rigorous bound of the same rule evaluated under
+numerics.bounding (enclosures of the exact value and of every value the model allows the
+implementation to compute): ``interval_bound``, ``interval_bound_ratio``.  A sample above
+either bound is a violation (``violations``); samples without a finite bound (overflow,
+NaN, an undecided comparison) are counted in ``unbounded`` / ``interval_unbounded``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpmath import libmp
+
+from roundoff_coverage import formats, numerics, routes
+from roundoff_coverage.numerics import metrics
+from roundoff_coverage.numerics.metrics import clamp_exact
+
+from .draws import run_routes
+from .task import route_ports
+
+REPRO_MAX_ELEMENTS = 256       # full input arrays in a reproducer up to this many elements
+
+def _computed(y, fmt, backend):
+    """Computed values as float64 (object arrays for formats wider than binary64)."""
+    a = np.asarray(y)
+    if a.dtype.kind in "biu" and not fmt.fits_binary64:
+        return a
+    if fmt.fits_binary64:
+        return np.asarray(a, dtype=np.float64) if a.dtype != object else \
+            np.asarray(backend.to_float64(a), dtype=np.float64)
+    return a
+
+
+# ----- measuring -------------------------------------------------------------------------------
+
+def _bound(task, route):
+    """The certified forward bound in ulps for this task, or None: a fixed-ulp roundoff
+    certificate of the operator covering the format and mode, under the emulated backend's
+    strict policy."""
+    if route != "forward" or task.implementation != "emulated" or task.policy != "strict":
+        return None
+    for c in routes.certificates(task.op):
+        if c.kind == "roundoff" and c.bound and "ulps" in c.bound \
+                and task.format in c.bound["formats"] and task.mode in c.bound["modes"]:
+            return float(c.bound["ulps"])
+    return None
+
+
+class Bounds:
+    """The bounds of one route's rows: ``ulps`` (a fixed-ulp certificate), ``apriori`` and
+    ``interval`` (per draw, a tuple of absolute bounds per measured port, or None)."""
+
+    def __init__(self, ulps=None, apriori=None, interval=None):
+        self.ulps, self.apriori, self.interval = ulps, apriori, interval
+
+    def port(self, j):
+        """(a priori, interval) absolute bounds of the route's j-th measured port, flattened
+        and joined over draws as _concat joins values (None where absent)."""
+        def joined(per_draw):
+            if per_draw is None:
+                return None
+            return np.concatenate([np.ravel(np.asarray(b[j], dtype=np.float64))
+                                   for b in per_draw])
+        return joined(self.apriori), joined(self.interval)
+
+
+def _apriori(task, d, fmt):
+    """Per draw, the forward output's a priori bound (routes.apriori) under the task's
+    declared policy, or None (no formula, another implementation, not applicable)."""
+    if task.implementation != "emulated" or task.op not in routes.apriori.FORMULAS:
+        return None
+    # numerics.policy.preset, not numerics.preset: the bound is the declared policy's even
+    # when an implementation under test is patched to do something else.
+    policy = numerics.policy.preset(task.policy, fmt)
+    out = []
+    for xs in d.inputs:
+        b = routes.apriori.bound(d.op, xs, fmt, task.mode, policy)
+        if b is None:
+            return None
+        out.append((b,))
+    return out
+
+
+def _concat(per_draw, i, fmt, backend, scalar=True):
+    """Port ``i`` of every draw, flattened and joined; with (draw, element) of each entry.
+    Computed values (``backend`` given) at scalar ports as _computed gives them; words,
+    indices and Booleans unchanged (a uint64 word does not survive float64)."""
+    parts, where = [], []
+    for k, ys in enumerate(per_draw):
+        a = _computed(ys[i], fmt, backend) if backend is not None and scalar else \
+            np.asarray(ys[i], dtype=object) if _is_objects(ys[i]) else np.asarray(ys[i])
+        parts.append(np.asarray(a).reshape(-1))
+        where += [(k, j) for j in range(parts[-1].size)]
+    if not parts:
+        return np.zeros(0), []
+    return np.concatenate(parts), where
+
+
+def _is_objects(a):
+    return np.asarray(a).dtype == object
+
+
+def measure_port(row, comp, exact, fmt, bound, apriori=None, interval=None):
+    """Fill ``row``'s metrics from computed values and exact values of one port; returns the
+    ulp errors (None for non-scalar ports).  ``bound``: a fixed bound in ulps; ``apriori``,
+    ``interval``: absolute bounds per element (routes.apriori, numerics.bounding)."""
+    row["samples"] = int(comp.size)
+    if comp.dtype != object and comp.dtype.kind in "biu" or not _scalar_exact(exact):
+        # Exact comparison; Python ints (object arrays) so uint64 and int64 compare exactly.
+        same = np.asarray(comp).astype(object) == np.asarray(exact).astype(object)
+        row["mismatches"] = int(comp.size - np.count_nonzero(same))
+        return None
+    exact = _exact_values(comp, clamp_exact(exact, fmt), fmt)
+    m = metrics.measure(comp, exact, fmt)
+    stats = metrics.summary(m.ulp)
+    row.update(max_ulp=stats["max"], p99_ulp=stats["p99"], mean_ulp=stats["mean"],
+               min_signed_ulp=stats["min_signed"], max_signed_ulp=stats["max_signed"],
+               unmeasured=stats["nan_count"], histogram=stats["histogram"]["counts"])
+    rel = np.abs(m.rel[~np.isnan(m.rel)])
+    row["max_rel"] = float(rel.max()) if rel.size else None
+    row["exceptional"] = {k: n for k, n in metrics.summarize_classes(m.codes).items()
+                          if k != "ok" and n}
+    row["by_magnitude"] = by_magnitude(m.ulp, exact, fmt)
+    if apriori is not None:
+        _check(row, "", apriori, m, exact, fmt)
+    elif bound is not None:
+        row["bound"] = bound
+        a = np.abs(m.ulp[~np.isnan(m.ulp)])
+        row["violations"] = int((a > bound).sum())
+        top = stats["max"]
+        if top is not None:
+            row["bound_ratio"] = top / bound if bound > 0 else (0.0 if top == 0 else np.inf)
+    if interval is not None:
+        _check(row, "interval_", interval, m, exact, fmt)
+        row["violations"] = (row["violations"] or 0) + row.pop("interval_violations")
+    return m.ulp
+
+
+def _check(row, prefix, b, m, exact, fmt):
+    """Measured errors against absolute bounds ``b``: the largest bound in ulps of the exact
+    value (``bound``), the largest measured / bound (``bound_ratio``), the samples above their
+    bound (``violations``) and those without a finite bound (``unbounded``)."""
+    a = np.abs(np.asarray(m.abs, dtype=np.float64).reshape(-1))
+    ok = np.isfinite(b) & ~np.isnan(a)
+    # The measured error carries the exact value's own stand-ins: rounded to binary64
+    # (_exact_values: 2**-53 relative) and clamped below 2**(qmin-64) (clamp_exact).
+    mag = np.abs(np.asarray(exact, dtype=np.float64).reshape(-1))
+    b = b + np.where(np.isfinite(mag), mag, 0.0) * 2.0 ** -50 + 2.0 ** (fmt.qmin - 62)
+    row[prefix + "unbounded"] = int(b.size - ok.sum())
+    row[prefix + "violations"] = int((a[ok] > b[ok]).sum())
+    if not ok.any():
+        return
+    ulp = _ulps(exact, fmt)[ok]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        # A bound beyond binary64's range in ulps of a tiny exact value: inf, as meant.
+        row[prefix + "bound"] = float((b[ok] / ulp).max())
+        ratio = np.where(b[ok] > 0, a[ok] / b[ok], np.where(a[ok] > 0, np.inf, 0.0))
+    row[prefix + "bound_ratio"] = float(ratio.max())
+
+
+def _binades(exact, missing) -> np.ndarray:
+    """floor(log2 |x|) of each exact value (float64 or mpmath), ``missing`` for zeros and
+    non-finite values."""
+    flat = np.asarray(exact).reshape(-1)
+    e = np.full(flat.size, missing, dtype=np.int64)
+    if flat.dtype == np.float64:
+        fin = np.isfinite(flat) & (flat != 0)
+        e[fin] = np.frexp(np.abs(flat[fin]))[1].astype(np.int64) - 1
+    else:
+        for i, v in enumerate(flat):
+            mpf = getattr(v, "_mpf_", None)
+            if mpf is not None and mpf[1]:
+                e[i] = mpf[2] + mpf[3] - 1                  # exponent + bit count - 1
+    return e
+
+
+def _ulps(exact, fmt) -> np.ndarray:
+    """ulp(x) of each exact value in ``fmt`` (numerics.metrics' ulp: the exponent stops at
+    the top binade and at qmin; 2**qmin for zeros and non-finite values)."""
+    e = _binades(exact, fmt.qmin + fmt.precision - 1)
+    q = np.maximum(np.minimum(e, fmt.emax) - fmt.precision + 1, fmt.qmin)
+    return np.ldexp(1.0, q.astype(np.int32))
+
+
+def by_magnitude(ulp, exact, fmt) -> list:
+    """[[binade, count, max |ulp error|], ...] of the measurable errors by the binade
+    floor(log2 |exact|) of their exact value, clamped to [qmin - 1, emax + 1] (below the
+    subnormals, beyond the range); exact zeros and non-finite values are left out.  The
+    error against input magnitude for elementwise operators, against the result's for
+    the others."""
+    e = _binades(exact, np.iinfo(np.int64).min)
+    a = np.abs(np.asarray(ulp).reshape(-1))
+    keep = (e != np.iinfo(np.int64).min) & ~np.isnan(a)
+    if not keep.any():
+        return []
+    e = np.clip(e[keep], fmt.qmin - 1, fmt.emax + 1)
+    a = a[keep]
+    out = []
+    for b in np.unique(e):
+        sel = a[e == b]
+        out.append([int(b), int(sel.size), float(sel.max())])
+    return out
+
+
+def _exact_values(comp, exact, fmt):
+    """Exact values as metrics reads them.  For formats of at most 26 bits of precision each
+    is rounded to the nearest binary64 (the float64 path of numerics.metrics is ~10x faster
+    than the rational one): rounding is monotone, so no error crosses a half-ulp boundary or
+    a bound it did not cross, and the ulp error moves by at most 2**(p - 53) <= 2**-27 ulp.
+    An exact zero carries no sign (mpmath has one zero): it takes the computed zero's sign,
+    as the rational path ignores the sign of unsigned zeros."""
+    if fmt.precision > 26 or comp.dtype != np.float64:
+        return exact
+    flat = np.asarray(exact, dtype=object).reshape(-1)
+    out = np.empty(flat.size, dtype=np.float64)
+    for i, v in enumerate(flat):
+        m = getattr(v, "_mpf_", None)
+        out[i] = libmp.to_float(m, rnd=libmp.round_nearest) if m is not None else float(v)
+    out = out.reshape(np.shape(exact))
+    zero = out == 0
+    if zero.any():
+        out[zero] = np.copysign(0.0, np.where(np.isnan(comp[zero]), 1.0, comp[zero]))
+    return out
+
+
+def _scalar_exact(exact) -> bool:
+    a = np.asarray(exact)
+    return a.dtype == object or a.dtype.kind == "f"
+
+
+def _bits(x, fmt, port):
+    """A reproducer's view of an input array: hex bit patterns at scalar ports, the values
+    at the others (lists nest as the array does)."""
+    a = np.asarray(x)
+    if port is not None and port.scalar:
+        width = (fmt.bits + 3) // 4
+        pats = formats.encode(np.asarray(a, dtype=np.float64) if fmt.fits_binary64 else a, fmt)
+        return np.vectorize(lambda b: f"0x{int(b):0{width}x}", otypes=[object])(pats).tolist() \
+            if pats.ndim else f"0x{int(pats):0{width}x}"
+    return a.tolist()
+
+
+def _piece(x, port, elem, elementwise, fmt, out_size):
+    """The part of input ``x`` a reproducer keeps: element ``elem`` for elementwise
+    operators, the whole array up to REPRO_MAX_ELEMENTS, else a note."""
+    a = np.asarray(x)
+    if elementwise and a.ndim and a.size == out_size:
+        return _bits(a.reshape(-1)[elem], fmt, port)
+    if a.size <= REPRO_MAX_ELEMENTS:
+        return _bits(a, fmt, port)
+    return (f"{a.size} elements, shape {list(a.shape)}: regenerate them with "
+            f"reports.reproduce(results_file, row)")
+
+
+def worst_case(d, ulp, where, comp, exact, route, fmt, out_size) -> dict | None:
+    """The reproducer of the largest |ulp error| (None when no error is measurable)."""
+    a = np.abs(ulp)
+    if not a.size or np.isnan(a).all():
+        return None
+    j = int(np.nanargmax(a))
+    k, elem = where[j]
+    o = d.op
+    out = {"kind": d.kinds[k], "draw": k, "element": elem, "ulp": float(ulp[j]),
+           "computed": _decimal(comp[j]), "exact": _decimal(np.asarray(exact).reshape(-1)[j]),
+           "inputs": {n: _piece(x, p, elem, d.elementwise, fmt, out_size)
+                      for n, p, x in zip(o.input_names, o.inputs, d.inputs[k])}}
+    if route == "tangent":
+        out["tangents"] = {n: _piece(t, p, elem, d.elementwise, fmt, out_size)
+                           for n, p, t in zip(o.input_names, o.inputs, d.tangents[k])
+                           if t is not None}
+    if route == "gradient":
+        out["cotangents"] = {n: _piece(c, p, elem, d.elementwise, fmt, out_size)
+                             for n, p, c in zip(o.output_names, o.outputs, d.cotangents[k])
+                             if c is not None}
+    return out
+
+
+def _decimal(v) -> str:
+    """A number as a decimal string: repr for binary64, 20 significant digits for mpmath."""
+    m = getattr(v, "_mpf_", None)
+    if m is not None:
+        return libmp.to_str(m, 20)
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    return str(v)
+
+
+def interval_bounds(task, d, fmt, wanted) -> dict:
+    """{route: per draw, a tuple of absolute error bounds per measured port} from the rule
+    evaluated under numerics.bounding (enclosures of the exact and of every computed value),
+    for the emulated implementation; a draw whose evaluation took a comparison the
+    enclosures could not decide gets infinite bounds (no claim)."""
+    if task.implementation != "emulated" or not hasattr(numerics, "bounding"):
+        return {}
+    try:
+        bk = numerics.bounding(fmt, task.mode, numerics.policy.preset(task.policy, fmt))
+        rule = d.op.rule(bk)
+    except Exception:                                       # noqa: BLE001 (no bound)
+        return {}
+    if rule is None:
+        return {}
+    ports = {r: [i for i, _, _ in route_ports(d.op, r)] for r in wanted}
+    out = {r: [] for r in wanted}
+    for k in range(len(d.inputs)):
+        # Every route of a draw in one evaluation (one forward pass); only when a comparison
+        # came out undecided are the routes redone one by one, so that the undecided one
+        # does not take the others' bounds with it.
+        bk.reset()
+        got = run_routes(rule, d.subset([k]), [r for r in wanted if out[r] is not None])
+        split = bk.undecided
+        for r in wanted:
+            if out[r] is None:
+                continue
+            ys, bad = got[r], False
+            if split:
+                bk.reset()
+                ys = run_routes(rule, d.subset([k]), [r])[r]
+                bad = bk.undecided
+            if isinstance(ys, Exception):
+                out[r] = None
+                continue
+            try:
+                out[r].append(tuple(_enclosure_bound(ys[0][i], bad) for i in ports[r]))
+            except Exception:                               # noqa: BLE001 (no bound)
+                out[r] = None
+    return {r: v for r, v in out.items() if v is not None}
+
+
+def _enclosure_bound(y, undecided):
+    """Absolute error bounds of one output of the bounding backend (inf: no claim -- an
+    undecided comparison, or an output that carries no enclosure, such as words)."""
+    a = np.asarray(y)
+    if undecided or a.dtype.names is None:
+        return np.full(a.shape, np.inf)
+    return np.asarray(numerics.BoundingBackend.error_bound(a), dtype=np.float64)
