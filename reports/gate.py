@@ -43,7 +43,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from . import results
+from . import operators, results
 
 DEFAULT_TOLERANCE = 0.01                  # ulp
 METRICS = {"max": "max_ulp", "p99": "p99_ulp"}
@@ -247,7 +247,8 @@ def compare(baseline, current, metric="max", tolerances=None,
     cur = {key(r): r for r in current["rows"]}
     keys = {k: (base.get(k), cur.get(k)) for k in sorted(set(base) | set(cur))}
     regressions, improvements = [], []
-    families = _families({k[0] for k in keys})
+    ops = {k[0] for k in keys}
+    families = _families(baseline, ops) | _families(current, ops)   # the current one wins
     for k, (b, c) in keys.items():
         worse, better = _judge(b, c, METRICS[metric], tol.of(k[4], families.get(k[0])), k[5])
         if worse:
@@ -261,17 +262,11 @@ def compare(baseline, current, metric="max", tolerances=None,
                       str(current["meta"].get("command", "")))
 
 
-def _families(ops) -> dict:
-    """{operator: family} for the operators the table knows (a removed operator has none:
-    it gets the format or default tolerance)."""
-    from roundoff_coverage import routes
-    out = {}
-    for name in ops:
-        try:
-            out[name] = routes.declaration(name).family
-        except Exception:                                    # noqa: BLE001
-            pass
-    return out
+def _families(doc, ops) -> dict:
+    """{operator: family} as the results document records them (reports/operators.py; a
+    removed operator has none: it gets the format or default tolerance)."""
+    table = operators.Table(doc)
+    return {name: table.family(name) for name in ops if table.family(name)}
 
 
 def _judge(b, c, metric, tol, mode):

@@ -21,7 +21,7 @@ import tempfile
 
 import numpy as np
 
-from . import rows
+from . import operators, rows
 
 SCHEMA = "roundoff-coverage/1"
 # The row's fields, key and order: reports/rows.py declares them once.
@@ -68,7 +68,9 @@ def document(records, selection) -> dict:
     """The results document of the rows ``records`` measured for ``selection``: a
     runner.Selection or a measure.Measurement (``seed``, ``command()``, ``describe()`` ->
     the meta's selection, ``reference_text``); ``meta.units`` gives each numeric field's
-    unit (reports/rows.py)."""
+    unit (reports/rows.py).  A selection of operators (``ops``) also records them
+    (reports/operators.py: family, order, notes, certificates), so the report and the gate
+    render the file with the notes it was measured with."""
     from roundoff_coverage.numerics.metrics import HIST_EDGES
     return {"schema": SCHEMA, "meta": clean({
         "tool": "roundoff-coverage", "version": _version("roundoff-coverage"),
@@ -82,6 +84,8 @@ def document(records, selection) -> dict:
         "reference": getattr(selection, "reference_text", COVERAGE_REFERENCE),
         "units": {f.name: f.unit or "1" for f in rows.FIELDS
                   if f.unit or f.kind in (rows.RATIO, rows.REL)}}),
+        **({"operators": clean(operators.record(selection.ops))}
+           if getattr(selection, "ops", None) else {}),
         "rows": sorted((clean(r) for r in records), key=row_key)}
 
 

@@ -14,7 +14,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from roundoff_coverage.reports import results, rows
+from roundoff_coverage.reports import operators, results, rows
 
 # The row's fields as reports/rows.py declares them: the key's text fields (the port may be
 # any JSON value and is read as text), numbers, counts and precisions.
@@ -167,16 +167,9 @@ def normalize(index: int, raw, families: dict) -> Row:
     return row
 
 
-def _families(ops) -> dict:
-    """{operator: family} for the operators the table knows."""
-    from roundoff_coverage import routes
-    out = {}
-    for name in ops:
-        try:
-            out[name] = routes.declaration(name).family
-        except Exception:                                    # noqa: BLE001 (unknown op)
-            pass
-    return out
+def _families(table, ops) -> dict:
+    """{operator: family} for the operators the file records (reports/operators.py)."""
+    return {name: table.family(name) for name in ops if table.family(name)}
 
 
 class Report:
@@ -188,14 +181,14 @@ class Report:
         self.meta = meta if isinstance(meta, dict) else {}
         raw = doc.get("rows") if isinstance(doc.get("rows"), list) else []
         ops = {r.get("op") for r in raw if isinstance(r, dict) and isinstance(r.get("op"), str)}
-        fams = _families(ops)
+        self.operators = operators.Table(doc)
+        fams = _families(self.operators, ops)
         self.rows = [normalize(i, r, fams) for i, r in enumerate(raw)]
         self.edges = _edges(self.meta.get("histogram_edges_ulp"))
         self.by_op: dict[str, list[Row]] = {}
         for r in self.rows:
             self.by_op.setdefault(r.op, []).append(r)
-        from roundoff_coverage.routes.registry import FAMILIES
-        order = {f: i for i, f in enumerate(FAMILIES)}
+        order = {f: i for i, f in enumerate(self.operators.family_order())}
         self.families = sorted({r.family for r in self.rows},
                                key=lambda f: (order.get(f, len(order)), f))
         sel = self.meta.get("selection") if isinstance(self.meta.get("selection"), dict) else {}
@@ -207,12 +200,12 @@ class Report:
             sorted({x.route for x in self.rows} - set(ROUTE_ORDER))
 
     def ops_in_order(self) -> list[str]:
-        """Operators by family (spec order), then in the registry's order."""
-        from roundoff_coverage import routes
-        reg = {n: i for i, n in enumerate(routes.names())}
+        """Operators by family (spec order), then in the spec's order (as recorded)."""
         fam = {f: i for i, f in enumerate(self.families)}
-        return sorted(self.by_op, key=lambda o: (fam[self.by_op[o][0].family],
-                                                 reg.get(o, len(reg)), o))
+        def place(o):
+            k = self.operators.order(o)
+            return (fam[self.by_op[o][0].family], 1 << 30 if k is None else k, o)
+        return sorted(self.by_op, key=place)
 
     def status_counts(self, rows=None) -> dict:
         out = dict.fromkeys(STATUSES, 0)

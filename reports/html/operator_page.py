@@ -26,7 +26,7 @@ def page_body(report: model.Report, op: str, rows: list) -> str:
              f'<h1 id="operator">{esc(op)}</h1><p>family {esc(family)} · '
              f'{esc(count(len(rows), "row"))} · '
              + ", ".join(f"{n} {s}" for s, n in report.status_counts(rows).items() if n)
-             + "</p></header><main>", _declaration(op)]
+             + "</p></header><main>", _declaration(report.operators, op)]
     for route in report.routes:
         in_route = [r for r in rows if r.route == route]
         if not in_route:
@@ -45,24 +45,28 @@ def page_body(report: model.Report, op: str, rows: list) -> str:
     return "".join(parts)
 
 
-def _declaration(op: str) -> str:
-    """The operator's notes and certificates (as ``roundoff-coverage ops`` shows them)."""
-    from roundoff_coverage import routes
-    try:
-        decl = routes.declaration(op)
-        certs = routes.certificates(decl.name)
-    except Exception as exc:                                  # noqa: BLE001
-        return (f'<section><h2>Notes and certificates</h2><p class="note">Not in this '
-                f"version's operator table ({esc(exc)}).</p></section>")
-    notes = "".join(f"<li>{esc(n)}</li>" for n in decl.notes) or "<li>none</li>"
+def _declaration(table, op: str) -> str:
+    """The operator's notes and certificates as the results file records them (as
+    ``roundoff-coverage ops`` showed them when the run was made; reports/operators.py)."""
+    entry = table.entry(op)
+    if entry is None:
+        return ('<section><h2>Notes and certificates</h2><p class="note">Not recorded in this '
+                "results file, and not in this version's operator table.</p></section>")
+    source = "" if table.recorded else (
+        '<p class="note">This results file does not record its operators: shown from the '
+        "operator table of this version.</p>")
+    notes = "".join(f"<li>{esc(n)}</li>" for n in entry.get("notes") or []) or "<li>none</li>"
     items = []
-    for c in certs:
-        where = f" (inputs {list(c.inputs)})" if c.inputs is not None else ""
-        evidence = "".join(f"<li><code>{esc(e)}</code></li>" for e in c.evidence)
-        items.append(f"<li><b>{esc(c.kind)}</b>{esc(where)}: {esc(c.statement)}"
-                     f"<ul class='evidence'>{evidence}</ul></li>")
+    for c in entry.get("certificates") or []:
+        if not isinstance(c, dict):
+            continue
+        route = f" ({c['route']})" if c.get("route") else ""
+        where = f" (inputs {list(c['inputs'])})" if isinstance(c.get("inputs"), list) else ""
+        evidence = "".join(f"<li><code>{esc(e)}</code></li>" for e in c.get("evidence") or [])
+        items.append(f"<li><b>{esc(c.get('kind', '?'))}</b>{esc(route + where)}: "
+                     f"{esc(c.get('statement', ''))}<ul class='evidence'>{evidence}</ul></li>")
     certs_html = "".join(items) or "<li>none</li>"
-    return (f'<section><h2>Notes and certificates</h2><h3>Notes</h3><ul>{notes}</ul>'
+    return (f'<section><h2>Notes and certificates</h2>{source}<h3>Notes</h3><ul>{notes}</ul>'
             f"<h3>Certificates</h3><ul>{certs_html}</ul></section>")
 
 
