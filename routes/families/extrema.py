@@ -42,36 +42,50 @@ def _ties(rng, fmt, n):
             np.where(zeros, rng.choice([0.0, -0.0], n), y))
 
 
-def _max_f64(x, y, g):
-    """numpy's own reading of the spec's convention, for the float64 comparison."""
-    share = lambda a, b: np.where(a > b, g, np.where(a < b, 0.0, g / 2))
-    return share(x, y), share(y, x)
+def _extremum(name, larger):
+    """max (``larger``) or min: IEEE 754-2019 maximum / minimum, the gradient shared as the
+    spec's rule says (the chosen operand takes the whole cotangent; at a tie or a NaN each
+    operand takes half)."""
+    ieee, word, pick = ("maximum", W.maximum, max) if larger else ("minimum", W.minimum, min)
+    wins = (lambda a, b: a > b) if larger else (lambda a, b: a < b)
+
+    def float64(x, y, g):
+        """numpy's own reading of the spec's convention, for the float64 comparison."""
+        share = lambda a, b: np.where(wins(a, b), g, np.where(wins(b, a), 0.0, g / 2))
+        return share(x, y), share(y, x)
+    first, second = ("larger", "fmax") if larger else ("smaller", "fmin")
+    binary_elementwise(
+        name, "extrema",
+        f=lambda xp, x, y: getattr(xp, ieee)(x, y),
+        # _share(xp, a, b, v): the cotangent where a > b; min(x, y) is chosen where y > x.
+        dx=lambda xp, x, y, out, v: _share(xp, *((x, y) if larger else (y, x)), v),
+        dy=lambda xp, x, y, out, v: _share(xp, *((y, x) if larger else (x, y)), v),
+        words=word, word_oracle=pick,
+        oracle=lambda ctx, x, y: ctx.nan if ctx.isnan(x) or ctx.isnan(y) else pick(x, y),
+        float64=(getattr(np, ieee), float64),
+        domain=Domain(ordinary=uniform(-4, 4, 2), edges=_ties,
+                      special=special(uniform(-4, 4, 2), 2),
+                      kinks=lambda x, y: np.abs(x - y) < 2.0 ** -20),
+        notes=(f"IEEE 754-2019 {ieee}: a NaN operand gives NaN ({second} ignores it); "
+               f"-0 < +0.",
+               f"Gradient: the {first} operand takes the whole cotangent; at a tie or a NaN "
+               f"each operand takes half (the spec's rule; PyTorch gives both the whole "
+               f"gradient at a NaN).",
+               f"element bool: {'or' if larger else 'and'}; element int*/uint*: the {first} "
+               f"word; no gradient."),
+        certificates=("derivative", "prepared",
+                      convention(f"{CONVENTIONS}::test_{name}_splits_a_tie_in_half",
+                                 "at x == y each operand receives half of the cotangent"),
+                      convention(f"{CONVENTIONS}::test_{name}_propagates_nan_and_splits_its_"
+                                 f"gradient",
+                                 "a NaN operand gives a NaN value and half of the cotangent "
+                                 "to each operand"),
+                      roundoff(0, statement="exact: the output is one of the operands")),
+    )
 
 
-binary_elementwise(
-    "max", "extrema",
-    f=lambda xp, x, y: xp.maximum(x, y),
-    dx=lambda xp, x, y, out, v: _share(xp, x, y, v),
-    dy=lambda xp, x, y, out, v: _share(xp, y, x, v),
-    words=W.maximum, word_oracle=max,
-    oracle=lambda ctx, x, y: ctx.nan if ctx.isnan(x) or ctx.isnan(y) else max(x, y),
-    float64=(np.maximum, _max_f64),
-    domain=Domain(ordinary=uniform(-4, 4, 2), edges=_ties,
-                  special=special(uniform(-4, 4, 2), 2),
-                  kinks=lambda x, y: np.abs(x - y) < 2.0 ** -20),
-    notes=("IEEE 754-2019 maximum: a NaN operand gives NaN (fmax ignores it); -0 < +0.",
-           "Gradient: the larger operand takes the whole cotangent; at a tie or a NaN each "
-           "operand takes half (the spec's rule; PyTorch gives both the whole gradient at a "
-           "NaN).",
-           "element bool: or; element int*/uint*: the larger word; no gradient."),
-    certificates=("derivative", "prepared",
-                  convention(f"{CONVENTIONS}::test_max_splits_a_tie_in_half",
-                             "at x == y each operand receives half of the cotangent"),
-                  convention(f"{CONVENTIONS}::test_max_propagates_nan_and_splits_its_gradient",
-                             "a NaN operand gives a NaN value and half of the cotangent to "
-                             "each operand"),
-                  roundoff(0, statement="exact: the output is one of the operands")),
-)
+_extremum("max", larger=True)
+_extremum("min", larger=False)
 
 
 def _inside(xp, x, lo, hi):
@@ -150,35 +164,6 @@ define(
 )
 
 
-def _min_f64(x, y, g):
-    """numpy's reading of the spec's convention for min (the smaller operand takes it all)."""
-    share = lambda a, b: np.where(a < b, g, np.where(a > b, 0.0, g / 2))
-    return share(x, y), share(y, x)
-
-
-binary_elementwise(
-    "min", "extrema",
-    f=lambda xp, x, y: xp.minimum(x, y),
-    dx=lambda xp, x, y, out, v: _share(xp, y, x, v),
-    dy=lambda xp, x, y, out, v: _share(xp, x, y, v),
-    words=W.minimum, word_oracle=min,
-    oracle=lambda ctx, x, y: ctx.nan if ctx.isnan(x) or ctx.isnan(y) else min(x, y),
-    float64=(np.minimum, _min_f64),
-    domain=Domain(ordinary=uniform(-4, 4, 2), edges=_ties,
-                  special=special(uniform(-4, 4, 2), 2),
-                  kinks=lambda x, y: np.abs(x - y) < 2.0 ** -20),
-    notes=("IEEE 754-2019 minimum: a NaN operand gives NaN (fmin ignores it); -0 < +0.",
-           "Gradient: the smaller operand takes the whole cotangent; at a tie or a NaN each "
-           "operand takes half (the spec's rule, as max).",
-           "element bool: and; element int*/uint*: the smaller word; no gradient."),
-    certificates=("derivative", "prepared",
-                  convention(f"{CONVENTIONS}::test_min_splits_a_tie_in_half",
-                             "at x == y each operand receives half of the cotangent"),
-                  convention(f"{CONVENTIONS}::test_min_propagates_nan_and_splits_its_gradient",
-                             "a NaN operand gives a NaN value and half of the cotangent to "
-                             "each operand"),
-                  roundoff(0, statement="exact: the output is one of the operands")),
-)
 
 
 def _fshare(xp, x, y, v, share):

@@ -63,53 +63,38 @@ _DOMAIN = Domain(ordinary=uniform(-8, 8), kinks=_near_integer, edges=pick(_edges
 _JUMPS = ("Gradient: 0 everywhere, also at the jumps (the integers) and at NaN/inf (a "
           "zeros_like, so an infinite cotangent gives 0, not NaN); PyTorch's convention.")
 
-unary_elementwise(
-    "floor", "rounding",
-    f=_integral("floor"), d=_zero, needs="Rounding",
-    oracle=_mp(lambda ctx, x: ctx.floor(x)),
-    float64=(np.floor, lambda x, g: np.zeros_like(g)),
-    domain=_DOMAIN,
-    notes=("floor(x): the largest integer <= x; floor(+-0) = +-0, floor(+-inf) = +-inf, "
-           "NaN gives NaN.", _JUMPS),
-    certificates=("prepared", _exact("the integer floor(x)")),
+_KINKS = {"round": Domain(ordinary=uniform(-8, 8),
+                          kinks=lambda x: _near_half(x) | _near_integer(x), edges=pick(_edges))}
+# The four roundings to an integer: name, the mpmath oracle, numpy's function, their notes.
+# Gradient 0 everywhere (the jumps included), PyTorch's convention.
+_TO_INTEGER = (
+    ("floor", lambda ctx, x: ctx.floor(x), np.floor,
+     ("floor(x): the largest integer <= x; floor(+-0) = +-0, floor(+-inf) = +-inf, NaN gives "
+      "NaN.", _JUMPS)),
+    ("ceil", lambda ctx, x: ctx.ceil(x), np.ceil,
+     ("ceil(x): the smallest integer >= x; ceil(+-0) = +-0, ceil(-0.5) = -0 where the backend "
+      "has signed zeros, ceil(+-inf) = +-inf, NaN gives NaN.", _JUMPS)),
+    ("round", lambda ctx, x: ctx.nint(x), np.round,
+     ("round(x): the nearest integer, ties to even (torch.round, IEEE roundToIntegral"
+      "TiesToEven): round(0.5) = 0, round(1.5) = 2, round(-2.5) = -2; +-inf and NaN pass "
+      "through.",
+      "Gradient: 0 everywhere, also at the jumps (the half-integers) and at NaN/inf "
+      "(zeros_like; PyTorch's convention).")),
+    ("trunc", _mp_trunc, np.trunc,
+     ("trunc(x): x rounded toward zero; trunc(+-0) = +-0, trunc(+-inf) = +-inf, NaN gives "
+      "NaN.", _JUMPS)),
 )
 
-unary_elementwise(
-    "ceil", "rounding",
-    f=_integral("ceil"), d=_zero, needs="Rounding",
-    oracle=_mp(lambda ctx, x: ctx.ceil(x)),
-    float64=(np.ceil, lambda x, g: np.zeros_like(g)),
-    domain=_DOMAIN,
-    notes=("ceil(x): the smallest integer >= x; ceil(+-0) = +-0, ceil(-0.5) = -0 where the "
-           "backend has signed zeros, ceil(+-inf) = +-inf, NaN gives NaN.", _JUMPS),
-    certificates=("prepared", _exact("the integer ceil(x)")),
-)
-
-unary_elementwise(
-    "round", "rounding",
-    f=_integral("round"), d=_zero, needs="Rounding",
-    oracle=_mp(lambda ctx, x: ctx.nint(x)),
-    float64=(np.round, lambda x, g: np.zeros_like(g)),
-    domain=Domain(ordinary=uniform(-8, 8),
-                  kinks=lambda x: _near_half(x) | _near_integer(x), edges=pick(_edges)),
-    notes=("round(x): the nearest integer, ties to even (torch.round, IEEE roundToIntegral"
-           "TiesToEven): round(0.5) = 0, round(1.5) = 2, round(-2.5) = -2; +-inf and NaN "
-           "pass through.",
-           "Gradient: 0 everywhere, also at the jumps (the half-integers) and at NaN/inf "
-           "(zeros_like; PyTorch's convention)."),
-    certificates=("prepared", _exact("the integer round(x)")),
-)
-
-unary_elementwise(
-    "trunc", "rounding",
-    f=_integral("trunc"), d=_zero, needs="Rounding",
-    oracle=_mp(_mp_trunc),
-    float64=(np.trunc, lambda x, g: np.zeros_like(g)),
-    domain=_DOMAIN,
-    notes=("trunc(x): x rounded toward zero; trunc(+-0) = +-0, trunc(+-inf) = +-inf, NaN "
-           "gives NaN.", _JUMPS),
-    certificates=("prepared", _exact("the integer trunc(x)")),
-)
+for _name, _oracle, _numpy, _notes in _TO_INTEGER:
+    unary_elementwise(
+        _name, "rounding",
+        f=_integral(_name), d=_zero, needs="Rounding",
+        oracle=_mp(_oracle),
+        float64=(_numpy, lambda x, g: np.zeros_like(g)),
+        domain=_KINKS.get(_name, _DOMAIN),
+        notes=_notes,
+        certificates=("prepared", _exact(f"the integer {_name}(x)")),
+    )
 
 unary_elementwise(
     "frac", "rounding",
