@@ -28,6 +28,15 @@ round_bits, _, _, encode_bits = make_rounder(numba.njit(cache=True))
 round_in_range = make_rounder(functools.partial(numba.njit, cache=True, inline="always"))[1]
 
 
+@numba.njit(cache=True, inline="always")
+def in_range_window(p, qmin, emax):
+    """(lo, hi, shift) of the in-range shortcut: a binary64 pattern whose exponent field e
+    has lo <= e <= hi (2**(qmin + p - 1) <= |x| < 2**emax: a normal result that cannot
+    overflow) rounds by round_in_range, dropping ``shift`` = 53 - p fraction bits.  One-bit
+    significands (p < 2) never take it: the kept "last bit" would be an exponent bit."""
+    return qmin + p + 1022, (emax + 1022 if p >= 2 else -1), 53 - p
+
+
 @numba.njit(cache=True)
 def round_one(b, p, qmin, emax, mtop, params, mode, seed, index):
     """round_bits, through the in-range shortcut when 2**emin <= |x| < 2**emax (binary64
@@ -47,9 +56,7 @@ def _make_loop(mode, storage):
     @numba.njit(parallel=True, cache=True)
     def loop(xb, out, flags, want_flags, p, qmin, emax, mtop, params, seed, offset, bias,
              nbits, enc):
-        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
-        if p < 2:
-            hi = -1       # one-bit significands: the kept "last bit" would be an exponent bit
+        lo, hi, shift = in_range_window(p, qmin, emax)
         sbit = np.int64(1) << (nbits - 1)
         rebias = (bias - 1023) << (p - 1)
         for i in numba.prange(xb.size):
@@ -85,9 +92,7 @@ def _make_values_loop(mode):
 
     @numba.njit(parallel=True, cache=True)
     def values(xb, out, p, qmin, emax, seed, offset):
-        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
-        if p < 2:
-            hi = -1
+        lo, hi, shift = in_range_window(p, qmin, emax)
         outside = 0
         for i in numba.prange(xb.size):
             b = xb[i]
@@ -108,9 +113,7 @@ def _make_storage_values_loop(mode):
 
     @numba.njit(parallel=True, cache=True)
     def values(xb, out, p, qmin, emax, seed, offset, bias, nbits):
-        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
-        if p < 2:
-            hi = -1
+        lo, hi, shift = in_range_window(p, qmin, emax)
         sbit = np.int64(1) << (nbits - 1)
         rebias = (bias - 1023) << (p - 1)
         outside = 0

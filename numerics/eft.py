@@ -28,7 +28,8 @@ import math
 import numba
 import numpy as np
 
-from roundoff_coverage.formats.fast import finish, round_bits, round_in_range, threads_for
+from roundoff_coverage.formats.fast import (finish, in_range_window, round_bits, round_in_range,
+                                            threads_for)
 
 ADD, SUBTRACT, MULTIPLY, DIVIDE, SQRT, FMA = range(6)
 _INVALID, _DIVZERO = 16, 8
@@ -125,22 +126,29 @@ def _exact_odd(op, a, b, c, downward):
     return s, (1 if r > 0 else (-1 if r < 0 else 0)), 0
 
 
+@numba.njit(cache=True, inline="always", error_model="numpy")
+def _odd_bits(op, a, b, c, downward):
+    """(binary64 pattern, flags) of the exact result of ``op`` rounded to odd in binary64: the
+    nearest value v and the sign of the remainder d, then, where v is not exact and even,
+    one binary64 ulp toward the exact value (v != 0 there, so the step keeps the sign; +1
+    on the pattern grows the magnitude): the module docstring's compression (``downward``:
+    the rounding mode is toward -inf, which decides the sign of an exact zero sum)."""
+    v, d, f = _exact_odd(op, a, b, c, downward)
+    bits = np.float64(v).view(np.int64)
+    if d != 0 and (bits & 1) == 0:
+        bits += 1 if (d > 0) == (v > 0) else -1
+    return bits, f
+
+
 def _make_loop(op, mode):
     """The array loop of one operation and mode (compile-time constants, so their branches
     fold away): the exact result rounded to odd in binary64, then rounded into the format."""
 
     @numba.njit(parallel=True, cache=True, error_model="numpy")
     def loop(a, b, c, out, flags, want_flags, p, qmin, emax, mtop, params, seed, offset):
-        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
-        if p < 2:
-            hi = -1
+        lo, hi, shift = in_range_window(p, qmin, emax)
         for i in numba.prange(out.size):
-            v, d, f = _exact_odd(op, a[i], b[i], c[i], mode == 4)
-            bits = np.float64(v).view(np.int64)
-            if d != 0 and (bits & 1) == 0:
-                # Round to odd: step one binary64 ulp toward the exact value (v != 0 here,
-                # so the step keeps the sign; +1 on the pattern grows the magnitude).
-                bits += 1 if (d > 0) == (v > 0) else -1
+            bits, f = _odd_bits(op, a[i], b[i], c[i], mode == 4)
             e = (bits >> 52) & 0x7FF
             if e >= lo and e <= hi:
                 r, g = round_in_range(bits, shift, mode, seed, offset + i)
@@ -154,15 +162,10 @@ def _make_loop(op, mode):
     def values(a, b, c, out, p, qmin, emax, seed, offset):
         # Values without flags in two passes, as formats.fast does: the in-range results
         # here, the odd-rounded patterns of the others left for formats.fast.finish.
-        lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
-        if p < 2:
-            hi = -1
+        lo, hi, shift = in_range_window(p, qmin, emax)
         outside = 0
         for i in numba.prange(out.size):
-            v, d, f = _exact_odd(op, a[i], b[i], c[i], mode == 4)
-            bits = np.float64(v).view(np.int64)
-            if d != 0 and (bits & 1) == 0:
-                bits += 1 if (d > 0) == (v > 0) else -1
+            bits, f = _odd_bits(op, a[i], b[i], c[i], mode == 4)
             e = (bits >> 52) & 0x7FF
             if e >= lo and e <= hi:
                 bits = round_in_range(bits, shift, mode, seed, offset + i)[0]
@@ -204,9 +207,7 @@ def screen_in_range(y, out, ok, p, qmin, emax, mode, rel):
     to the same value, that value is the exact one's rounding (out, ok = True); elsewhere
     ok = False and the caller decides (zeros, infinities, NaN, near-boundary values,
     subnormal or overflowing results)."""
-    lo, hi, shift = qmin + p + 1022, emax + 1022, 53 - p
-    if p < 2:
-        hi = -1
+    lo, hi, shift = in_range_window(p, qmin, emax)
     for i in numba.prange(y.size):
         v = y[i]
         d = abs(v) * rel
