@@ -34,3 +34,16 @@ def of_op(op) -> Kernel | None:
     if k is None or not k.accepts(op.attrs):
         return None
     return k
+
+
+def has_entry(op) -> bool:
+    """Whether the table has a kernel for the operator instance ``op`` (a routes Op)."""
+    return of_op(op) is not None
+
+
+def vocabulary() -> tuple:
+    """The operator vocabulary computed from the code, every column (routes.vocabulary.Row,
+    in the order of routes.names()): routes.vocabulary.computed's cells, the CUDA column from
+    this table (``yes``: a kernel at every attribute point, ``at some attributes``, ``no``)."""
+    from roundoff_coverage.routes import vocabulary as V
+    return V.computed(has_entry)

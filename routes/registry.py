@@ -324,11 +324,16 @@ class Op:
             return f"no forward mode at these attributes: {reason}"
         return "no forward-mode rule is registered" if self.decl.jvp is None else None
 
+    def no_rule_reason(self) -> str | None:
+        """Why the operator has no rule at these attributes at any scalar (``no_rule``), or
+        None when it has one wherever the scalar has the capability it needs."""
+        return self.decl.no_rule(self.attrs) if self.decl.no_rule is not None else None
+
     def rule(self, backend):
         """The rule under ``backend``, or None when the operator has no rule at these
         attributes (``no_rule``) or the backend lacks the capability it needs there (never a
         substitute)."""
-        if self.decl.no_rule is not None and self.decl.no_rule(self.attrs):
+        if self.no_rule_reason():
             return None
         need = self.need
         if need is not None and need not in backend.capabilities:
