@@ -57,6 +57,8 @@ How to add an operator
 
 # Registration order is the spec's family order (names() and `roundoff-coverage ops` keep it).
 from . import elementwise  # noqa: F401,I001
+from . import pow_remainder  # noqa: F401
+from . import guarded  # noqa: F401
 from . import transcendental  # noqa: F401
 from . import rounding  # noqa: F401
 from . import extrema  # noqa: F401
