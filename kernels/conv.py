@@ -44,7 +44,8 @@ import math
 import numpy as np
 from numba import cuda
 
-from roundoff_coverage.routes.families.conv_pool import inverse, pool_divisors, pool_extents, windows
+from roundoff_coverage.routes.families.conv_pool import inverse, windows
+from roundoff_coverage.routes.families.pool import pool_divisors, pool_extents
 
 from .base import Kernel, flat
 from .contract import Contract

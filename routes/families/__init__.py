@@ -71,6 +71,7 @@ from . import movement  # noqa: F401
 from . import reduction  # noqa: F401
 from . import product  # noqa: F401
 from . import conv_pool  # noqa: F401
+from . import pool  # noqa: F401
 from . import normalization  # noqa: F401
 from . import softmax_attention  # noqa: F401
 from . import loss  # noqa: F401
