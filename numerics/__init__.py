@@ -7,8 +7,9 @@ from .emulated import EmulatedBackend, emulated
 from .exact import ExactBackend, ExactnessError, exact
 from .native import NativeBackend, native
 from .policy import PRESETS, Policy, preset
-from .reference import ReferenceBackend, reference, resolve
+from .reference import ReferenceBackend, reference
+from .resolve import Resolution, resolve
 
 __all__ = ["CAPABILITIES", "Backend", "CapabilityError", "EmulatedBackend", "emulated",
            "ExactBackend", "ExactnessError", "exact", "NativeBackend", "native", "PRESETS",
-           "Policy", "preset", "ReferenceBackend", "reference", "resolve"]
+           "Policy", "preset", "ReferenceBackend", "reference", "resolve", "Resolution"]

@@ -13,7 +13,8 @@ import pytest
 from roundoff_coverage import formats
 from roundoff_coverage.numerics.backend import CapabilityError
 from roundoff_coverage.numerics.exact import ExactDivisionByZero, ExactnessError, exact
-from roundoff_coverage.numerics.reference import reference, resolve
+from roundoff_coverage.numerics.reference import reference
+from roundoff_coverage.numerics.resolve import resolve
 
 PREC = 100
 ORACLE = gmpy2.context(precision=400, emin=gmpy2.get_emin_min(), emax=gmpy2.get_emax_max())
