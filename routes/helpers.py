@@ -9,6 +9,8 @@ block (see routes/families/__init__.py for the guide).
   ``dx(xp, x, y, out, v)``, ``dy(...)``; with ``words=`` it also takes the spec's element
   argument (scalar, bool, int8 ... uint64) and computes Booleans and words exactly (no
   gradient).  ``unary_elementwise`` takes ``words=`` the same way.
+- ``bilinear_tangent(product, xp, a, x, y, tx, ty)``: the tangent of a bilinear product
+  (matmul, conv, convTranspose).
 - ``elementwise_oracle(f)``: an oracle from a scalar mpmath function ``f(ctx, *xs)``;
   ``word_values(f, port, *xs)`` the independent oracle of words (Python integers).
 - ``element_samplers(samplers, draw)``: samplers that draw Boolean or word operands with
@@ -25,7 +27,6 @@ import numpy as np
 
 from . import attributes as A
 from . import words as W
-from .ports import value
 from .registry import Float64, define
 
 
@@ -179,6 +180,13 @@ def binary_elementwise(name, family, f, dx, dy, *, domain, words=None, oracle=No
     return define(name, family, attributes=attributes, ports=ports, forward=forward,
                   backward=backward, jvp=jvp, samples=samples,
                   oracle=None if oracle is None else full_oracle, float64=float64, **more)
+
+
+def bilinear_tangent(product, xp, a, x, y, tx, ty):
+    """The tangent of a bilinear product B(x, y) (matmul, conv, convTranspose): B(tx, y) +
+    B(x, ty), the two terms added in that order -- the product rule, which is exact for a
+    bilinear map (JAX's rule for bilinear primitives).  ``product(xp, a, x, y)``."""
+    return xp.add(product(xp, a, tx, y), product(xp, a, x, ty))
 
 
 def word_values(f, port, *xs):

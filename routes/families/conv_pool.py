@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from .. import attributes as A
+from ..helpers import bilinear_tangent
 from ..ports import value
 from ..registry import define
 from .reduction import mp_array, uniform_sampler
@@ -282,7 +283,7 @@ define(
     forward=lambda xp, a, x, w, b: xp.add(_conv_core(xp, a, x, w), _bias(b, len(a.shape))),
     backward=_conv_backward,
     jvp=lambda xp, a, xs, ys, ts: xp.add(
-        xp.add(_conv_core(xp, a, ts[0], xs[1]), _conv_core(xp, a, xs[0], ts[1])),
+        bilinear_tangent(_conv_core, xp, a, xs[0], xs[1], ts[0], ts[1]),
         _bias(ts[2], len(a.shape))),
     check=_conv_check,
     samples={"ordinary": uniform_sampler(-2, 2)},
@@ -413,7 +414,7 @@ define(
     forward=lambda xp, a, x, w, b: xp.add(_ct_core(xp, a, x, w), _bias(b, len(a.shape))),
     backward=_ct_backward,
     jvp=lambda xp, a, xs, ys, ts: xp.add(
-        xp.add(_ct_core(xp, a, ts[0], xs[1]), _ct_core(xp, a, xs[0], ts[1])),
+        bilinear_tangent(_ct_core, xp, a, xs[0], xs[1], ts[0], ts[1]),
         _bias(ts[2], len(a.shape))),
     check=_ct_check,
     samples={"ordinary": uniform_sampler(-2, 2)},

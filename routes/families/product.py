@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import attributes as A
 from ..certs import STANDARD, Spec, apriori
+from ..helpers import bilinear_tangent
 from ..ports import frozen, value
 from ..registry import define
 from .reduction import constant_draw, matmul2, mp_array, uniform_sampler
@@ -110,8 +111,7 @@ define(
                      {"z": value(_mm_shape(a))}),
     forward=_matmul,
     backward=lambda xp, a, xs, ys, gs, needs: _mm_grads(xp, a, *xs, gs[0], needs),
-    jvp=lambda xp, a, xs, ys, ts: xp.add(_matmul(xp, a, ts[0], xs[1]),
-                                         _matmul(xp, a, xs[0], ts[1])),
+    jvp=lambda xp, a, xs, ys, ts: bilinear_tangent(_matmul, xp, a, *xs, *ts),
     check=_mm_check,
     samples={"ordinary": uniform_sampler(-2, 2)},
     oracle=lambda ctx, a, x, y: (_mm_oracle(ctx, x, y, _mm_shape(a)),),
@@ -142,7 +142,7 @@ define(
     backward=lambda xp, a, xs, ys, gs, needs: _mm_grads(
         xp, a, xs[0], xs[1], xp.multiply(gs[0], xs[2]), needs) + (None,),
     jvp=lambda xp, a, xs, ys, ts: xp.multiply(
-        xp.add(_matmul(xp, a, ts[0], xs[1]), _matmul(xp, a, xs[0], ts[1])), xs[2]),
+        bilinear_tangent(_matmul, xp, a, xs[0], xs[1], ts[0], ts[1]), xs[2]),
     check=_mm_check,
     samples={"ordinary": uniform_sampler(-2, 2, fixed={"scale": constant_draw(0.25, 2)})},
     oracle=lambda ctx, a, x, y, s: (_mm_oracle(ctx, x, y, _mm_shape(a)) * s[()],),
