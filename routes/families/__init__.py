@@ -75,6 +75,7 @@ from . import pool  # noqa: F401
 from . import normalization  # noqa: F401
 from . import softmax_attention  # noqa: F401
 from . import loss  # noqa: F401
+from . import slice_loss  # noqa: F401
 from . import random  # noqa: F401
 from . import spectral  # noqa: F401
 from . import graph  # noqa: F401
