@@ -174,7 +174,26 @@ def _boolean(v, key, where):
 
 
 def load_formats_file(path) -> dict[str, BinaryFormat]:
-    """User formats from a TOML file, one table per format under ``[formats]``:
+    """User formats from a TOML file: ``user_formats`` of its document, read here with the
+    messages of reports/tomlfile.py (formats is below reports and cannot use it).  The
+    command line reads the file with that reader and calls ``user_formats`` itself."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise FormatError(f"cannot read formats file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise FormatError(f"formats file {path} is not valid TOML "
+                          f"({' '.join(str(exc).split())})") from None
+    except UnicodeDecodeError as exc:           # tomllib decodes before it parses
+        raise FormatError(f"formats file {path} is not valid TOML (not UTF-8 text at byte "
+                          f"{exc.start})") from None
+    return user_formats(data, path)
+
+
+def user_formats(data: dict, path) -> dict[str, BinaryFormat]:
+    """User formats from the document ``data`` of the TOML file ``path``, one table per
+    format under ``[formats]``:
 
         [formats.e3m4_sat]
         exp_bits = 3
@@ -183,25 +202,15 @@ def load_formats_file(path) -> dict[str, BinaryFormat]:
         bias = 3               # optional
         saturate = true        # optional
     """
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise FormatError(f"formats file {str(path)!r}: cannot read it ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise FormatError(f"formats file {str(path)!r}: not valid TOML ({exc})") from None
-    except UnicodeDecodeError as exc:           # tomllib decodes before it parses
-        raise FormatError(f"formats file {str(path)!r}: not valid TOML (not UTF-8 text at byte "
-                          f"{exc.start})") from None
     table = data.get("formats")
     if not isinstance(table, dict) or not table:
-        raise FormatError(f"formats file {str(path)!r}: expected tables [formats.NAME] with "
+        raise FormatError(f"formats file {path}: expected tables [formats.NAME] with "
                           f"exp_bits and man_bits")
     out = {}
     for name, fields in table.items():
         if not isinstance(fields, dict):
-            raise FormatError(f"formats file {str(path)!r}: [formats.{name}] must be a table")
+            raise FormatError(f"formats file {path}: [formats.{name}] must be a table")
         if name.lower() in CATALOG or name.lower() in ALIASES:
-            raise FormatError(f"formats file {str(path)!r}: {name!r} is already a catalog name")
+            raise FormatError(f"formats file {path}: {name!r} is already a catalog name")
         out[name] = from_mapping(fields, name, name=name)
     return out

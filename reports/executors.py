@@ -2,9 +2,10 @@
 
 A work unit is ``(key, args)``; ``fn(*args)`` computes it (a module-level function, so worker
 processes import it by name).  An executor is a generator yielding ``(key, result)`` in the
-order units *finish*; the caller (reports/runner.py, reports/measure.py) checkpoints each one
-as it arrives, drives the progress bar and restores a deterministic order before writing, so
-the results file never depends on the executor, the number of workers or the finishing order.
+order units *finish*; the caller (reports/orchestrate.py, for reports/runner.py and
+reports/measure.py) checkpoints each one as it arrives, drives the progress bar, and the run
+restores a deterministic order before writing, so the results file never depends on the
+executor, the number of workers or the finishing order.
 
 ``local(fn, units, jobs, ...)``: this machine's worker processes (concurrent.futures over
 forkserver), or this process when one worker is enough.  An exception in a unit propagates:

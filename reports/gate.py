@@ -126,17 +126,15 @@ def load_tolerances(path) -> Tolerances:
     GateError (one line) for an unreadable file, an unknown key, format or family, or a
     value that is not a finite number >= 0."""
     import difflib
-    import tomllib
 
     from roundoff_coverage import formats
     from roundoff_coverage.routes.registry import FAMILIES
+
+    from .tomlfile import TomlError, read
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except OSError as exc:
-        raise GateError(f"cannot read tolerances file {path}: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise GateError(f"tolerances file {path} is not valid TOML ({_one_line(exc)})") from None
+        data = read(path, "tolerances file")
+    except TomlError as exc:
+        raise GateError(str(exc)) from None
 
     def value(v, where):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \

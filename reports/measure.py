@@ -1,12 +1,13 @@
 """Measuring functions this project did not write: ``roundoff-coverage measure TARGET``.
 
-A target is a numpy ufunc (``numpy.exp``), a C function in a shared library (``libm:expf``,
-``/path/libfoo.so:f``), an importable callable (``package.module:function``, numba-compiled
-or plain Python), or a torch operator (``torch.exp``) when torch is installed.  Its inputs are
-values of the format -- every bit pattern with ``exhaustive`` (formats of at most 16 bits,
-unary or binary, and unary binary32: 2**32 inputs), else ``samples`` random bit patterns
-(uniform over patterns: every binade equally, NaN and infinities included) -- and its outputs
-are compared with the correctly rounded exact value of the reference function.
+A target (reports/targets.py) is a numpy ufunc (``numpy.exp``), a C function in a shared
+library (``libm:expf``, ``/path/libfoo.so:f``), an importable callable
+(``package.module:function``, numba-compiled or plain Python), or a torch operator
+(``torch.exp``) when torch is installed.  Its inputs are values of the format -- every bit
+pattern with ``exhaustive`` (formats of at most 16 bits, unary or binary, and unary
+binary32: 2**32 inputs), else ``samples`` random bit patterns (uniform over patterns: every
+binade equally, NaN and infinities included) -- and its outputs are compared with the
+correctly rounded exact value of the reference function.
 
 The reference is tiered (numerics.screen): a compiled binary64 screen decides almost every
 input; the inputs it cannot decide (within its margin of a rounding boundary, exact zeros
@@ -18,31 +19,24 @@ below 4 ulps) carry the screen's uncertainty, at most 2**(p-40) ulp per input.
 
 The work is cut into chunks of CHUNK inputs, run in worker processes or on a Dask cluster
 (reports/executors.py), checkpointed as they finish (``<out>.partial.jsonl``, resumable
-across executors) and merged as they arrive into a Tally (reports/tally.py), whose result
-does not depend on the order, so the results file is the same whatever ``jobs``, the
-executor or the finishing order, and memory does not grow with the number of chunks.  A
-chunk that fails on the cluster (twice) leaves the row with status ``error``, naming the
-chunk; a worker that dies ends the measurement (executors.WorkerDied).  The row has the
-coverage run's schema (route ``forward``, port ``out``, implementation = the target) plus
-``incorrectly_rounded``.
+across executors; reports/orchestrate.py, the orchestration ``run`` uses too) and merged as
+they arrive into a Tally (reports/tally.py), whose result does not depend on the order, so
+the results file is the same whatever ``jobs``, the executor or the finishing order, and
+memory does not grow with the number of chunks.  A chunk that fails on the cluster (twice)
+leaves the row with status ``error``, naming the chunk; a worker that dies ends the
+measurement (executors.WorkerDied).  The row has the coverage run's schema (route
+``forward``, port ``out``, implementation = the target) plus ``incorrectly_rounded``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import hashlib
-import importlib
 import json
 import math
 import os
-import re
-import signal
-import sys
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numba
 import numpy as np
@@ -50,282 +44,21 @@ import numpy as np
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics import metrics, screen
 from roundoff_coverage.numerics.metrics import clamp_exact
-from roundoff_coverage.numerics.native import resolve as native_dtype
 
-from . import budget, executors, results, runner
+from . import budget, executors, orchestrate, results
+from .orchestrate import Checkpoint, Progress, checkpoint_path
 from .rows import empty as empty_row
 from .tally import Tally, compact
+# The targets (reports/targets.py), under the names measure's callers know.
+from .targets import ALIASES, MeasureError, Target, reference_name, target
+
+__all__ = ["CHUNK", "EXHAUSTIVE_MAX", "WORST_CANDIDATES", "ALIASES", "MeasureError", "Target",
+           "reference_name", "target", "Measurement", "MeasureOutcome", "inputs", "run_chunk",
+           "settle", "measure", "row", "text"]
 
 CHUNK = 1 << 22
 EXHAUSTIVE_MAX = 1 << 32
 WORST_CANDIDATES = 64                   # exact recomputations per chunk for the maximum
-# numpy spellings of the reference functions.
-ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
-           "arccosh": "acosh", "arctanh": "atanh", "arctan2": "atan2", "power": "pow",
-           "true_divide": "divide", "float_power": "pow"}
-C_BINARY = ("pow", "atan2", "hypot")
-_FNS = {}                                # compiled loops of C functions, by target spec
-
-
-class MeasureError(ValueError):
-    """A target, format or option measure cannot use (one-line message)."""
-
-
-# ----- targets ---------------------------------------------------------------------------------
-
-@dataclass
-class Target:
-    """A function to measure: ``call(xs) -> outputs`` on float64 arrays of values of the
-    format (one per argument), outputs as float64; ``reference`` a numerics.screen name."""
-
-    spec: str
-    arity: int
-    reference: str
-    call: object = field(repr=False)
-
-
-def reference_name(name: str, fmt=None) -> str | None:
-    """The reference function a target's name means: ``exp``, numpy's ``arcsin``, C's
-    ``expf`` / ``expl``; None when there is none."""
-    name = ALIASES.get(name, name)
-    if name in screen.REFERENCES:
-        return name
-    if name[-1:] in ("f", "l") and ALIASES.get(name[:-1], name[:-1]) in screen.REFERENCES:
-        return ALIASES.get(name[:-1], name[:-1])
-    return None
-
-
-def target(spec, fmt, reference: str | None = None, arity: int | None = None) -> Target:
-    """The Target of ``spec`` (a string as the command line takes it, or a Python callable)
-    in format ``fmt``.  MeasureError when it cannot be measured."""
-    fmt = formats.get(fmt)
-    if callable(spec) and not isinstance(spec, str):
-        name = getattr(spec, "__name__", "callable")
-        return _finish(f"python:{name}", name, _python(spec, fmt), reference, arity,
-                       _arity_of(spec))
-    if not isinstance(spec, str) or not spec.strip():
-        raise MeasureError("a target is numpy.NAME, LIBRARY:FUNCTION, module:function or "
-                           "torch.NAME")
-    spec = spec.strip()
-    if spec.startswith(("numpy.", "np.")):
-        name = spec.split(".", 1)[1]
-        fn = getattr(np, name, None)
-        if not isinstance(fn, np.ufunc):
-            raise MeasureError(f"{spec} is not a numpy ufunc")
-        return _finish(spec, name, _ufunc(fn, fmt), reference, arity, fn.nin)
-    if spec.startswith("torch."):
-        return _torch(spec, fmt, reference, arity)
-    if ":" in spec:
-        lib, name = spec.rsplit(":", 1)
-        if not name:
-            raise MeasureError(f"{spec}: no function name after ':'")
-        module = None if _library_path(lib) else _import(lib)
-        if module is not None:
-            fn = module
-            for part in name.split("."):
-                fn = getattr(fn, part, None)
-            if not callable(fn):
-                raise MeasureError(f"{spec}: {lib} has no callable {name}")
-            kind = _numba(fn, fmt) if hasattr(fn, "py_func") else _python(fn, fmt)
-            return _finish(spec, name, kind, reference, arity, _arity_of(fn))
-        return _c_function(spec, lib, name, fmt, reference, arity)
-    raise MeasureError(f"unknown target {spec!r}: use numpy.NAME, LIBRARY:FUNCTION (libm:expf),"
-                       f" package.module:function or torch.NAME")
-
-
-def _library_path(lib: str) -> bool:
-    """Whether ``lib`` (the part of LIBRARY:FUNCTION before the colon) names a shared library
-    by its path -- ``./libfoo.so``, ``/x/libfoo.so``, ``lib/libfoo.so``, ``libfoo.so.6``, an
-    existing file -- which is never a module name (import_module("./x") is a TypeError)."""
-    seps = tuple(s for s in (os.sep, os.altsep, "/") if s)
-    return (lib.startswith((".", *seps)) or any(s in lib for s in seps)
-            or re.search(r"\.(so(\.\d+)*|dylib|dll)$", lib) is not None
-            or os.path.isfile(lib))
-
-
-def _import(lib: str):
-    """The module ``lib``, None when there is no such module (then ``lib`` is a library
-    name such as ``libm``).  The working directory is searched too, as ``python -m`` does:
-    the console script does not put it on sys.path.  It is put there to stay, before any
-    worker pool starts, so the workers (which rebuild the target from its spec with the
-    parent's sys.path) import the module too."""
-    cwd = os.getcwd()
-    if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(lib)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and not (lib == exc.name or lib.startswith(exc.name + ".")):
-            raise MeasureError(f"importing {lib} failed: {executors.one_line(exc)}") from None
-        return None
-    except Exception as exc:                                  # noqa: BLE001 (user code)
-        raise MeasureError(f"importing {lib} failed: {executors.one_line(exc)}") from None
-
-
-def _finish(spec, name, call, reference, arity, natural) -> Target:
-    ref = reference or reference_name(name)
-    if ref is None:
-        raise MeasureError(f"no reference function for {name!r}: pass --reference, one of "
-                           f"{', '.join(sorted(screen.REFERENCES))}")
-    if ref not in screen.REFERENCES:
-        raise MeasureError(f"unknown reference {ref!r} (choose from "
-                           f"{', '.join(sorted(screen.REFERENCES))})")
-    n = screen.REFERENCES[ref].arity
-    if arity is not None and arity != n:
-        raise MeasureError(f"{spec}: reference {ref} takes {n} argument(s), not {arity}")
-    if natural is not None and natural != n:
-        raise MeasureError(f"{spec} takes {natural} argument(s) but {ref} takes {n}")
-    return Target(spec, n, ref, call)
-
-
-def _arity_of(fn):
-    import inspect
-    try:
-        params = inspect.signature(getattr(fn, "py_func", fn)).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    return sum(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-               for p in params)
-
-
-def _dtype(fmt):
-    try:
-        return native_dtype(fmt)[0]
-    except ValueError:
-        return None
-
-
-def _ufunc(fn, fmt):
-    dtype = _dtype(fmt)
-    if dtype is None:
-        raise MeasureError(f"numpy has no dtype for {fmt.label}: measure numpy in binary16, "
-                           f"binary32, binary64 or an ml_dtypes format (bfloat16, float8_*)")
-
-    def call(xs):
-        with np.errstate(all="ignore"):
-            return np.asarray(fn(*[x.astype(dtype) for x in xs])).astype(np.float64)
-    return call
-
-
-def _python(fn, fmt):
-    """A plain callable: called once on whole arrays (the format's numpy dtype where it has
-    one, float64 otherwise); its result must have the inputs' shape."""
-    dtype = _dtype(fmt) or np.dtype(np.float64)
-
-    def call(xs):
-        with np.errstate(all="ignore"):
-            got = fn(*[x.astype(dtype) for x in xs])
-        try:
-            out = np.asarray(got, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise MeasureError(f"the target returned {type(got).__name__}, not numbers "
-                               f"({executors.one_line(exc)})") from None
-        if out.shape != xs[0].shape:
-            raise MeasureError(f"the target returned shape {out.shape} for inputs of shape "
-                               f"{xs[0].shape}: it must work elementwise on numpy arrays")
-        return out
-    return call
-
-
-def _numba(fn, fmt):
-    """A numba-compiled scalar function: called element by element in a compiled loop,
-    with float32 or float64 scalars (float64 for other formats)."""
-    import numba
-    dtype = np.float32 if fmt == formats.CATALOG["binary32"] else np.float64
-    key = ("numba", id(fn), dtype)
-    if key not in _FNS:
-        @numba.njit(nogil=True)
-        def loop1(x, out):
-            for i in range(x.size):
-                out[i] = fn(x[i])
-
-        @numba.njit(nogil=True)
-        def loop2(x, y, out):
-            for i in range(x.size):
-                out[i] = fn(x[i], y[i])
-        _FNS[key] = (loop1, loop2)
-    loop1, loop2 = _FNS[key]
-
-    def call(xs):
-        a = [x.astype(dtype) for x in xs]
-        out = np.empty(a[0].size, dtype=np.float64)
-        loop1(a[0], out) if len(a) == 1 else loop2(a[0], a[1], out)
-        return out
-    return call
-
-
-def _c_function(spec, lib, name, fmt, reference, arity):
-    """A C function through ctypes, called from a numba loop (numba calls ctypes function
-    pointers natively, ~100x faster than ctypes from Python).  float for binary32, double
-    for binary64."""
-    ctype = {"binary32": ctypes.c_float, "binary64": ctypes.c_double}.get(
-        next((n for n, f in formats.CATALOG.items() if f == fmt), ""))
-    if ctype is None:
-        raise MeasureError(f"{spec}: C functions are measured in binary32 (float) or binary64 "
-                           f"(double), not {fmt.label}")
-    # An existing file is loaded by its absolute path (dlopen searches the loader's
-    # directories, not the working directory, for a name without a slash); another path or
-    # file name (libm.so.6) as given; a library name (libm, m) through find_library.
-    if _library_path(lib):
-        path = os.path.abspath(lib) if os.path.isfile(lib) else lib
-    else:
-        path = ctypes.util.find_library(lib[3:] if lib.startswith("lib") else lib)
-    try:
-        so = ctypes.CDLL(path or lib)
-    except OSError as exc:
-        raise MeasureError(f"cannot load library {lib!r}: {exc}") from None
-    cfn = getattr(so, name, None)
-    if cfn is None:
-        raise MeasureError(f"library {lib} has no function {name}")
-    ref = reference or reference_name(name)
-    n = arity or (screen.REFERENCES[ref].arity if ref in screen.REFERENCES else
-                  2 if name.rstrip("fl") in C_BINARY else 1)
-    cfn.argtypes, cfn.restype = [ctype] * n, ctype
-    key = (spec, ctype)
-    if key not in _FNS:
-        import numba
-
-        # Arguments narrowed and results widened inside the loop (exact: values of the
-        # format), so no array is converted on the way.
-        cast = np.float32 if ctype is ctypes.c_float else np.float64
-
-        @numba.njit(nogil=True)
-        def loop1(x, out):
-            for i in range(x.size):
-                out[i] = cfn(cast(x[i]))
-
-        @numba.njit(nogil=True)
-        def loop2(x, y, out):
-            for i in range(x.size):
-                out[i] = cfn(cast(x[i]), cast(y[i]))
-        _FNS[key] = (loop1, loop2)
-    loop1, loop2 = _FNS[key]
-
-    def call(xs):
-        out = _buffer("out", xs[0].size)
-        loop1(xs[0], out) if n == 1 else loop2(xs[0], xs[1], out)
-        return out
-    return _finish(spec, name, call, reference, arity, n)
-
-
-def _torch(spec, fmt, reference, arity):
-    try:
-        import torch
-    except ImportError:
-        raise MeasureError(f"{spec}: torch is not installed (pip install torch)") from None
-    fn = getattr(torch, spec.split(".", 1)[1], None)
-    if not callable(fn):
-        raise MeasureError(f"{spec} is not a torch function")
-    name = next((n for n, f in formats.CATALOG.items() if f == fmt), "")
-    tdtype = {"binary16": torch.float16, "bfloat16": torch.bfloat16, "binary32": torch.float32,
-              "binary64": torch.float64}.get(name)
-    if tdtype is None:
-        raise MeasureError(f"{spec}: torch has no dtype for {fmt.label}")
-
-    def call(xs):
-        ts = [torch.from_numpy(x).to(tdtype) for x in xs]     # exact: values of the format
-        return fn(*ts).to(torch.float64).numpy()
-    return _finish(spec, spec.split(".", 1)[1], call, reference, arity, None)
 
 
 # ----- inputs ----------------------------------------------------------------------------------
@@ -602,6 +335,9 @@ def _text(v) -> str:
 
 @dataclass
 class MeasureOutcome:
+    """What ``measure`` did: the row (None when interrupted), chunks run, resumed and in
+    all, wall seconds, whether it was interrupted."""
+
     row: dict | None = None
     ran: int = 0
     chunks: int = 0
@@ -611,12 +347,6 @@ class MeasureOutcome:
 
 
 _TARGETS = {}                            # targets rebuilt in a worker process, by spec
-
-
-def _init():
-    import numba
-    numba.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _work(m: Measurement, j: int) -> dict:
@@ -641,6 +371,46 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
     ``jobs`` workers).  A chunk that fails on the cluster makes the row's status ``error``
     (see ``_failed``).  MeasureError for a request that cannot run, or cannot fit this
     machine's memory or disk (reports/budget.py), before any work."""
+    python = callable(spec) and not isinstance(spec, str)
+    m, t = _measurement(spec, fmt, samples, seed, reference, arity, executor)
+    n = m.chunks()
+    workers = 1 if python else (jobs or os.cpu_count() or 1)
+    try:
+        budget.check_measure(m.total, CHUNK, workers, out)
+    except budget.BudgetError as exc:
+        raise MeasureError(str(exc)) from None
+    t0 = time.perf_counter()
+    tally = Tally()
+    done = set()
+    ckpt = None
+    if out is not None:
+        for k, summ in orchestrate.resumed(out, m.fingerprint(), resume).items():
+            j = int(k)
+            if 0 <= j < n and j not in done:
+                done.add(j)
+                tally.add(j, summ)
+        # A resumed checkpoint is appended to: its chunks are in the tally, not kept to be
+        # written again.
+        ckpt = Checkpoint(checkpoint_path(out), m, {}, append=bool(done))
+    outcome = MeasureOutcome(chunks=n, resumed=len(done))
+    units = ((j, (m, j)) for j in range(n) if j not in done)
+    ran = orchestrate.orchestrate(
+        _work, units, _executor(m, t, jobs, python, executor, scheduler), tally.add,
+        checkpoint=ckpt, record=compact,
+        bar=Progress(n, len(done), stream, quiet=not progress, work=n - len(done),
+                     unit=f"chunks of {CHUNK} inputs"))
+    outcome.ran, outcome.interrupted = ran.ran, ran.interrupted
+    outcome.wall = time.perf_counter() - t0
+    if outcome.interrupted:
+        return outcome
+    outcome.row = _failed(m, t, tally) if tally.failed else row(m, t, tally)
+    if out is not None:
+        orchestrate.finish(out, results.document([outcome.row], m))
+    return outcome
+
+
+def _measurement(spec, fmt, samples, seed, reference, arity, executor) -> tuple:
+    """(Measurement, Target) of a request; MeasureError for one that cannot run."""
     fmt_obj = formats.get(fmt)
     python = callable(spec) and not isinstance(spec, str)
     if python and executor == executors.DASK:
@@ -660,71 +430,19 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
     if not screen.screenable(fmt_obj) and m.total > 1 << 20:
         raise MeasureError(f"{fmt_obj.label} is measured exactly, input by input: at most "
                            f"2**20 samples")
-    n = m.chunks()
-    workers = 1 if python else (jobs or os.cpu_count() or 1)
-    try:
-        budget.check_measure(m.total, CHUNK, workers, out)
-    except budget.BudgetError as exc:
-        raise MeasureError(str(exc)) from None
-    t0 = time.perf_counter()
-    tally = Tally()
-    done = set()
-    ckpt = None
-    if out is not None:
-        path = runner.checkpoint_path(out)
-        if resume and os.path.exists(path):
-            for k, summ in runner.read_checkpoint(path, m.fingerprint()).items():
-                j = int(k)
-                if 0 <= j < n and j not in done:
-                    done.add(j)
-                    tally.add(j, summ)
-        ckpt = runner.Checkpoint(path, m, {}, append=bool(done))
-    outcome = MeasureOutcome(chunks=n, resumed=len(done))
-    todo = (j for j in range(n) if j not in done)
-    bar = runner.Progress(n, len(done), stream, quiet=not progress, work=n - len(done),
-                          unit=f"chunks of {CHUNK} inputs")
-    old = signal.signal(signal.SIGTERM, runner.raise_interrupt)
-    try:
-        announce = executors.announcer(stream) if progress else None
-        for j, summ in _execute(m, t, todo, jobs, python, executor, scheduler, announce):
-            tally.add(j, summ)
-            if ckpt is not None:
-                ckpt.add(str(j), compact(summ))
-            outcome.ran += 1
-            bar.update(1, 1.0)
-    except (KeyboardInterrupt, runner.Interrupted):
-        outcome.interrupted = True
-    finally:
-        signal.signal(signal.SIGTERM, old)
-        if ckpt is not None:
-            ckpt.close()
-    outcome.wall = time.perf_counter() - t0
-    if outcome.interrupted:
-        return outcome
-    outcome.row = _failed(m, t, tally) if tally.failed else row(m, t, tally)
-    if out is not None:
-        results.write(out, results.document([outcome.row], m))
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(runner.checkpoint_path(out))
-    return outcome
+    return m, t
 
 
-def _execute(m, t, todo, jobs, python, executor="local", scheduler=None, announce=None):
-    """Yield (j, summary) of every chunk of ``todo`` (an iterator) as it finishes; a chunk
-    that failed on the cluster yields ``{"error": message}`` (checkpointed like a
-    summary).  Named targets run in worker processes even with one job (``isolate``)."""
-    units = ((j, (m, j)) for j in todo)
-
+def _executor(m, t, jobs, python, executor="local", scheduler=None):
+    """The orchestrate.Executor of a measurement: a chunk that failed on the cluster yields
+    ``{"error": message}`` (checkpointed like a summary).  Named targets run in worker
+    processes even with one job (``isolate``); a Python callable in this process."""
     def name(j):
         return f"chunk {j} (inputs {j * CHUNK}..{min((j + 1) * CHUNK, m.total) - 1})"
-    if executor == executors.DASK:
-        for j, got in executors.dask(_work, units, scheduler=scheduler, workers=jobs,
-                                     announce=announce, name=name):
-            yield j, ({"error": got.message} if isinstance(got, executors.Failed) else got)
-        return
-    yield from executors.local(_work, units, jobs or os.cpu_count() or 1, serial=python,
-                               inline=lambda m, j: run_chunk(m, t, j), initializer=_init,
-                               preload=__name__, isolate=True, name=name)
+    return orchestrate.Executor(executor, scheduler, jobs or os.cpu_count() or 1, name=name,
+                                failed=lambda j, message: {"error": message}, serial=python,
+                                inline=lambda m, j: run_chunk(m, t, j), preload=__name__,
+                                isolate=True)
 
 
 def _failed(m: Measurement, t: Target, tally: Tally) -> dict:

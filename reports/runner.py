@@ -1,6 +1,6 @@
 """The coverage run: plan the tasks of a selection, run them on an executor (this machine's
 processes or a Dask cluster, reports/executors.py) with a checkpoint, and write the results
-file.
+file (the orchestration is reports/orchestrate.py, shared with ``measure``).
 
 ``Selection`` holds what a run covers (operators, formats, modes, routes, policies,
 implementations, draws, seed, exhaustive).  ``plan(selection) -> [Task]``; ``run(selection,
@@ -20,12 +20,9 @@ samples only (they are the expensive tasks).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import signal
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -33,10 +30,17 @@ from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 
-from . import budget, executors, results
+from . import budget, executors, orchestrate, results
 from .evaluate import PHASES, evaluate
 from .draws import sample_kinds
 from .task import ROUTES, Task, batchable, status_rows
+# The checkpoint and progress of a run (reports/orchestrate.py), under the names run's
+# callers know.
+from .orchestrate import Checkpoint, Progress, checkpoint_path, read_checkpoint
+
+__all__ = ["Selection", "DEFAULT_FORMATS", "DEFAULT_DRAWS", "IMPLEMENTATIONS", "GROWTH",
+           "instances", "plan", "cost", "footprint", "Outcome", "run", "check_selection",
+           "Checkpoint", "Progress", "checkpoint_path", "read_checkpoint"]
 
 DEFAULT_FORMATS = ("bfloat16", "binary16", "float8_e4m3fn", "float8_e5m2", "binary32")
 DEFAULT_DRAWS = 3
@@ -174,15 +178,6 @@ def _size(shape):
 
 # ----- workers ---------------------------------------------------------------------------------
 
-def _init_worker():
-    """Worker setup: one numba thread (the rounding loops are parallel=True; on the small
-    arrays of a task the thread pool costs ~7 ms a call on a busy machine, 40x the work),
-    and Ctrl-C left to the parent, which stops the pool."""
-    import numba
-    numba.set_num_threads(1)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _unit(task: Task, execute=None):
     """(rows, phases) of one task, on whichever executor runs it: ``execute`` (tests) or
     evaluate, numba on one thread (the run's parallelism is its processes), and the peak
@@ -194,135 +189,6 @@ def _unit(task: Task, execute=None):
     rows, phases = (execute or evaluate)(task)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss      # KiB on Linux
     return rows, dict(phases, peak_kib=peak)
-
-
-class Interrupted(Exception):
-    """SIGTERM, raised in the parent so a killed run keeps its checkpoint."""
-
-
-def raise_interrupt(signum, frame):
-    raise Interrupted()
-
-
-# ----- checkpoint ------------------------------------------------------------------------------
-
-def checkpoint_path(out) -> str:
-    return f"{out}.partial.jsonl"
-
-
-def read_checkpoint(path, fingerprint) -> dict:
-    """{task key: rows} of a checkpoint written by a run with this fingerprint.  A damaged
-    unit line -- torn by a kill in mid-write, text or binary junk -- is skipped: that unit is
-    simply computed again.  ValueError (one line naming the file and what to do) when the
-    file cannot be read, its head line is damaged, or it belongs to another run."""
-    fix = "remove it or run without --resume"
-    try:
-        with open(path, "rb") as fh:
-            lines = fh.read().split(b"\n")
-    except OSError as exc:
-        raise ValueError(f"cannot read checkpoint {path}: {exc.strerror or exc}; {fix}") \
-            from None
-    done = {}
-    if not lines[0].strip():
-        return done
-    try:
-        head = json.loads(lines[0].decode("utf-8"))
-    except (ValueError, RecursionError):              # not UTF-8, not JSON, nested too deep
-        head = None
-    if not isinstance(head, dict):
-        raise ValueError(f"checkpoint {path} is damaged (its first line is not a checkpoint "
-                         f"head); {fix}")
-    if head.get("checkpoint") != results.SCHEMA:
-        raise ValueError(f"{path} is not a roundoff-coverage checkpoint; {fix}")
-    if head.get("fingerprint") != fingerprint:
-        raise ValueError(f"checkpoint {path} belongs to a different selection or seed "
-                         f"({head.get('command')}); {fix}")
-    for line in lines[1:]:
-        try:
-            rec = json.loads(line.decode("utf-8"))
-            if isinstance(rec["task"], str):
-                done[rec["task"]] = rec["rows"]
-        except (ValueError, KeyError, TypeError, RecursionError):
-            continue
-    return done
-
-
-class Checkpoint:
-    """The checkpoint file of a run: a head line (fingerprint, command), then one line per
-    finished unit (``add(key, rows)``), flushed as it finishes; ``read_checkpoint`` reads
-    it back.  ``sel``: anything with ``fingerprint()`` and ``command()``.  A new file holds
-    the units of ``keep``; ``append``: go on writing the existing file of ``path``, whose
-    head ``read_checkpoint`` has checked (nothing kept in memory for it)."""
-
-    def __init__(self, path, sel, keep: dict, append: bool = False):
-        self.path = path
-        if append:
-            with open(path, "rb") as fh:
-                size = fh.seek(0, os.SEEK_END)
-                fh.seek(max(size - 1, 0))
-                torn = size > 0 and fh.read(1) != b"\n"
-            self.fh = open(path, "a", encoding="utf-8")
-            if torn:                     # a line cut by a kill: end it, never extend it
-                self.fh.write("\n")
-            return
-        self.fh = open(path, "w", encoding="utf-8")
-        self._line({"checkpoint": results.SCHEMA, "fingerprint": sel.fingerprint(),
-                    "command": sel.command()})
-        for key, rows in keep.items():
-            self.add(key, rows)
-
-    def _line(self, rec):
-        self.fh.write(json.dumps(rec, sort_keys=True, separators=(",", ":")) + "\n")
-        self.fh.flush()
-
-    def add(self, key, rows):
-        self._line({"task": key, "rows": rows})
-
-    def close(self):
-        if not self.fh.closed:
-            os.fsync(self.fh.fileno())
-            self.fh.close()
-
-
-# ----- progress --------------------------------------------------------------------------------
-
-class Progress:
-    """A bar with an ETA on a terminal (stderr), plain log lines otherwise (every 10% or
-    30 s).  The ETA weighs tasks by their estimated cost (runner.cost)."""
-
-    def __init__(self, total, done=0, stream=None, quiet=False, work=1.0, unit="tasks"):
-        self.stream = stream or sys.stderr
-        self.unit = unit
-        self.total, self.done, self.start = total, done, time.perf_counter()
-        self.work, self.worked = max(work, 1e-9), 0.0
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.quiet = quiet
-        self.last_log, self.last_step = self.start, -1
-
-    def update(self, n=1, work=1.0):
-        self.done += n
-        self.worked += work
-        if self.quiet:
-            return
-        now = time.perf_counter()
-        spent = now - self.start
-        left = spent * (self.work - self.worked) / self.worked if self.worked > 0 else None
-        eta = "--:--" if left is None else f"{int(left) // 60:02d}:{int(left) % 60:02d}"
-        if self.tty:
-            width = 30
-            fill = int(width * self.done / max(self.total, 1))
-            self.stream.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total}"
-                              f" {self.unit}  {spent:.0f} s  ETA {eta} ")
-            if self.done >= self.total:
-                self.stream.write("\n")
-            self.stream.flush()
-            return
-        step = int(10 * self.done / max(self.total, 1))
-        if step != self.last_step or now - self.last_log > 30 or self.done >= self.total:
-            self.last_step, self.last_log = step, now
-            self.stream.write(f"roundoff-coverage: {self.done}/{self.total} {self.unit}, "
-                              f"{spent:.0f} s, ETA {eta}\n")
-            self.stream.flush()
 
 
 # ----- the run ---------------------------------------------------------------------------------
@@ -355,12 +221,9 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
     t0 = time.perf_counter()
     jobs = jobs or os.cpu_count() or 1
     tasks = plan(sel)
-    ckpt_path = checkpoint_path(out)
-    done = {}
-    if resume and os.path.exists(ckpt_path):
-        done = read_checkpoint(ckpt_path, sel.fingerprint())
     keys = {t.key for t in tasks}
-    done = {k: v for k, v in done.items() if k in keys}
+    done = {k: v for k, v in orchestrate.resumed(out, sel.fingerprint(), resume).items()
+            if k in keys}
     costs = {t.key: cost(t) for t in tasks if t.key not in done}
     if execute is None and scheduler is None:         # this machine's memory
         biggest = max((t for t in tasks if t.key not in done), key=footprint, default=None)
@@ -369,33 +232,29 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
                               footprint(biggest), biggest.draws), min(jobs, len(costs)))
     todo = sorted((t for t in tasks if t.key not in done), key=lambda t: -costs[t.key])
     outcome = Outcome(resumed=len(done), total=len(tasks), out=str(out))
-    ckpt = Checkpoint(ckpt_path, sel, done)
-    bar = Progress(len(tasks), len(done), stream, quiet=not progress,
-                   work=sum(costs.values()))
     collected = dict(done)
-    old_term = signal.signal(signal.SIGTERM, raise_interrupt)
-    try:
-        announce = executors.announcer(stream) if progress else None
-        for key, rows, phases in _execute(todo, jobs, execute, executor, scheduler, announce):
-            ckpt.add(key, rows)
-            collected[key] = rows
-            for p in PHASES:
-                outcome.phases[p] += phases.get(p, 0.0)
-            outcome.peak_kib = max(outcome.peak_kib, int(phases.get("peak_kib", 0)))
-            outcome.ran += 1
-            bar.update(1, costs[key])
-    except (KeyboardInterrupt, Interrupted):
-        outcome.interrupted = True
-    finally:
-        signal.signal(signal.SIGTERM, old_term)
-        ckpt.close()
+
+    def fold(key, got):
+        rows, phases = got
+        collected[key] = rows
+        for p in PHASES:
+            outcome.phases[p] += phases.get(p, 0.0)
+        outcome.peak_kib = max(outcome.peak_kib, int(phases.get("peak_kib", 0)))
+
+    units = [(t.key, (t, execute)) for t in todo]
+    # A resumed checkpoint is written anew, holding the kept tasks of this plan only.
+    ran = orchestrate.orchestrate(
+        _unit, units, _executor(todo, jobs, execute, executor, scheduler), fold,
+        checkpoint=Checkpoint(checkpoint_path(out), sel, done),
+        bar=Progress(len(tasks), len(done), stream, quiet=not progress,
+                     work=sum(costs.values())),
+        record=lambda got: got[0], weight=costs.__getitem__)
+    outcome.ran, outcome.interrupted = ran.ran, ran.interrupted
     if outcome.interrupted:
         outcome.wall = time.perf_counter() - t0
         return outcome
     outcome.rows = [r for rows in collected.values() for r in rows]
-    results.write(out, results.document(outcome.rows, sel), csv=csv)
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(ckpt_path)
+    orchestrate.finish(out, results.document(outcome.rows, sel), csv=csv)
     outcome.wall = time.perf_counter() - t0
     if not outcome.peak_kib:
         import resource
@@ -403,26 +262,20 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
     return outcome
 
 
-def _execute(todo, jobs, execute=None, executor="local", scheduler=None, announce=None):
-    """Yield (key, rows, phases) of every task as it finishes, on ``executor``; a task that
-    failed on the cluster (executors.Failed) yields error rows with the failure's message,
-    one per route, as evaluate does for a task that cannot start."""
-    units = [(t.key, (t, execute)) for t in todo]
-    if executor == executors.DASK:
-        tasks = {t.key: t for t in todo}
-        for key, got in executors.dask(_unit, units, scheduler=scheduler, workers=jobs,
-                                       announce=announce, name=_unit_name):
-            if isinstance(got, executors.Failed):
-                task = tasks[key]
-                got = ([r for route in task.routes
-                        for r in status_rows(task, None, route, "error", got.message)], {})
-            yield (key, *got)
-        return
+def _executor(todo, jobs, execute=None, executor="local", scheduler=None):
+    """The orchestrate.Executor of the tasks ``todo``: a task that failed on the cluster
+    (executors.Failed) becomes error rows with the failure's message, one per route, as
+    evaluate makes for a task that cannot start."""
+    tasks = {t.key: t for t in todo}
+
+    def failed(key, message):
+        task = tasks[key]
+        return ([r for route in task.routes
+                 for r in status_rows(task, None, route, "error", message)], {})
     # A test's ``execute`` is a closure: it runs here, pickle cannot send it to the pool.
-    for key, got in executors.local(_unit, units, jobs, serial=execute is not None,
-                                    initializer=_init_worker, preload=executors.EVALUATE,
-                                    batched=True, name=_unit_name):
-        yield (key, *got)
+    return orchestrate.Executor(executor, scheduler, jobs, name=_unit_name, failed=failed,
+                                serial=execute is not None, preload=executors.EVALUATE,
+                                batched=True)
 
 
 def _unit_name(key) -> str:

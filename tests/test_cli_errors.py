@@ -26,27 +26,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from roundoff_coverage.reports import cli, evaluate, executors, measure, results, runner
+from roundoff_coverage.reports import evaluate, executors, measure, results, runner
+from roundoff_coverage.reports.cli import common as cli_common, formats as cli_formats
+from roundoff_coverage.reports.cli import ops as cli_ops, run as cli_run
 from roundoff_coverage.reports.cli import main
+from conftest import ERROR, one_error, run_cli as run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ERROR = "roundoff-coverage: error: "
 TINY = ["--ops", "exp", "--formats", "bfloat16", "--samples", "1", "--jobs", "1", "--quiet"]
 BFLOAT16_FINITE = 2**16 - 2 * 2**7
-
-
-def run(capsys, *argv):
-    """(exit status, stdout, stderr) of the command line ``argv``."""
-    status = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return status, out, err
-
-
-def one_error(err) -> str:
-    """The only line of ``err``, which must be an error line."""
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(ERROR), err
-    return lines[0]
 
 
 def results_row(**fields) -> dict:
@@ -158,7 +146,7 @@ def test_an_unparsable_scheduler_is_refused_at_once(capsys, tmp_path, address, w
                                      "ws://h:80"])
 def test_the_address_forms_dask_accepts_pass_the_check(address):
     pytest.importorskip("distributed")
-    cli._check_scheduler(address)                        # no connection is attempted
+    cli_common.check_scheduler(address)                  # no connection is attempted
 
 
 def test_scheduler_notaurl_returns_within_seconds_without_a_traceback(tmp_path):
@@ -192,7 +180,7 @@ def test_an_empty_list_option_is_an_error(capsys, tmp_path, option, what, value)
 
 
 @pytest.mark.parametrize("value", ["[]", "''", "','", "['']"])
-@pytest.mark.parametrize("key", cli._RUN_LISTS)
+@pytest.mark.parametrize("key", cli_run.RUN_LISTS)
 def test_an_empty_list_in_the_config_file_is_an_error(capsys, tmp_path, key, value):
     cfg = tmp_path / "run.toml"
     cfg.write_text(f"{key} = {value}\n")
@@ -484,7 +472,7 @@ def test_an_unexpected_exception_is_one_internal_error_line(capsys, monkeypatch)
     def broken(args):
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(cli, "cmd_formats", broken)
+    monkeypatch.setattr(cli_formats, "cmd_formats", broken)
     monkeypatch.delenv("ROUNDOFF_COVERAGE_TRACEBACK", raising=False)
     status, out, err = run(capsys, "formats")
     assert (status, out) == (1, "")
@@ -500,7 +488,7 @@ def test_ctrl_c_outside_a_run_is_one_line_and_130(capsys, monkeypatch):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_ops", interrupted)
+    monkeypatch.setattr(cli_ops, "cmd_ops", interrupted)
     assert run(capsys, "ops") == (130, "", "roundoff-coverage: interrupted\n")
 
 

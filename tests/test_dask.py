@@ -24,8 +24,10 @@ import pytest
 from roundoff_coverage.reports import evaluate, executors, measure, runner
 from roundoff_coverage.reports.tally import Tally
 from roundoff_coverage.reports.cli import main
+from conftest import one_error
 
-# 2 operators x 2 instances (default, 2x3): 4 tasks; the fault tests use 12.
+# neg's 4 instances (default, 2x3, int8, uint64) and exp's 2: 6 tasks; the fault tests use
+# 12.
 SEL = runner.Selection(ops=("neg", "exp"), formats=("bfloat16",), draws=1)
 WIDE = runner.Selection(ops=("neg", "exp", "abs"), formats=("bfloat16", "float8_e4m3fn"),
                         draws=1)
@@ -87,7 +89,7 @@ def test_cli_dask_without_address_starts_a_local_cluster_with_the_same_summary(
                 if not ln.startswith(("time per phase", "wall time", "peak memory"))]
     assert stable(captured.out, b) == stable(out_local, a)
     # Progress went to stderr as in a local run; a dashboard line only where one is served.
-    assert "4/4 tasks" in captured.err
+    assert "6/6 tasks" in captured.err
     dash = [ln for ln in captured.err.splitlines() if "Dask dashboard" in ln]
     assert len(dash) <= 1 and all(ln.startswith("roundoff-coverage: Dask dashboard: http")
                                   for ln in dash)
@@ -237,13 +239,6 @@ def test_a_measure_chunk_failing_twice_makes_the_row_an_error(cluster, tmp_path,
 
 # ----- user errors ------------------------------------------------------------------------------
 
-def _one_line(capsys, *words):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("roundoff-coverage: error:"), err
-    for w in words:
-        assert w in err[0], err
-
-
 @pytest.mark.parametrize("command", [RUN_ARGS, ["measure", "numpy.exp", "--format",
                                                 "bfloat16", "--exhaustive"]])
 def test_missing_dask_is_one_line_naming_the_pip_command(command, tmp_path, capsys,
@@ -258,7 +253,7 @@ def test_missing_dask_is_one_line_naming_the_pip_command(command, tmp_path, caps
     monkeypatch.setattr(builtins, "__import__", no_dask)
     out = tmp_path / "x.json"
     assert main([*command, "--executor", "dask", "--out", str(out)]) == 2
-    _one_line(capsys, "pip install 'roundoff-coverage[dask]'")
+    one_error(capsys.readouterr().err, "pip install 'roundoff-coverage[dask]'")
     assert not out.exists() and not os.path.exists(runner.checkpoint_path(out))
 
 
@@ -272,7 +267,7 @@ def test_bad_executor_options_exit_2_with_one_line(extra, words, tmp_path, capsy
                                                    monkeypatch):
     monkeypatch.setattr(executors, "CONNECT_TIMEOUT", 1)
     assert main([*RUN_ARGS, *extra, "--out", str(tmp_path / "x.json")]) == 2
-    _one_line(capsys, *words)
+    one_error(capsys.readouterr().err, *words)
 
 
 @pytest.mark.parametrize("content,words", [
@@ -283,7 +278,7 @@ def test_bad_executor_settings_of_a_config_file_exit_2(content, words, tmp_path,
     config = tmp_path / "run.toml"
     config.write_text(content)
     assert main([*RUN_ARGS, "--config", str(config), "--out", str(tmp_path / "x.json")]) == 2
-    _one_line(capsys, *words)
+    one_error(capsys.readouterr().err, *words)
 
 
 def test_a_python_callable_cannot_be_measured_on_dask():

@@ -6,15 +6,7 @@ from __future__ import annotations
 import pytest
 
 from roundoff_coverage import routes
-from roundoff_coverage.reports.cli import main
-
-ERROR = "roundoff-coverage: error: "
-
-
-def run(capsys, *argv):
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
+from conftest import ERROR, run_cli as run
 
 
 def table(out):
@@ -27,12 +19,12 @@ def test_ops_lists_every_registered_operator(capsys):
     status, out, err = run(capsys, "ops")
     assert status == 0 and err == ""
     header, rows = table(out)
-    assert header == ["name", "family", "needs", "inputs", "outputs", "cuda(spec)",
+    assert header == ["name", "family", "needs", "inputs", "outputs", "cuda",
                       "certificates"]
     assert list(rows) == list(routes.names())
     assert rows["clamp"]["inputs"] == "x:value[3],lo:frozen[],hi:frozen[]"
     assert rows["clamp"] == {**rows["clamp"], "family": "extrema", "needs": "-",
-                             "outputs": "y:value[3]", "cuda(spec)": "yes"}
+                             "outputs": "y:value[3]", "cuda": "yes"}
     assert rows["exp"]["certificates"] == "algebraic,derivative,prepared,roundoff"
     assert f"{len(rows)} of the spec's 154 operators are registered" in out
 
@@ -40,7 +32,7 @@ def test_ops_lists_every_registered_operator(capsys):
 def test_ops_name_shows_attributes_ports_and_notes(capsys):
     status, out, _ = run(capsys, "ops", "max")
     assert status == 0
-    assert out.startswith("max: family extrema; rule needs -; cuda(spec) yes")
+    assert out.startswith("max: family extrema; rule needs -; cuda yes")
     assert "  element: enum, default 'scalar'" in out
     assert "  inputs:  x:value[3],y:value[3]" in out
     assert "each operand takes half" in out
