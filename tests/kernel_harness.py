@@ -23,6 +23,7 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
 
 from roundoff_coverage import formats
 from roundoff_coverage import kernels
@@ -130,6 +131,16 @@ def simulate(cases, folder):
     return doc["results"]
 
 
+def simulated_fixture(make_cases, folder):
+    """A test file's module-scoped fixture ``simulated``: (the case list ``make_cases()``
+    builds, {case id: result} from one simulator subprocess run in a fresh ``folder``)."""
+    @pytest.fixture(scope="module", name="simulated")
+    def fixture(tmp_path_factory):
+        cases = make_cases()
+        return cases, simulate(cases, tmp_path_factory.mktemp(folder))
+    return fixture
+
+
 def flipped(result, nonzero=False):
     """``result`` with one bfloat16-visible bit flipped in its first output's first finite
     (and, with ``nonzero``, nonzero) element."""
@@ -180,6 +191,26 @@ def ptx(script, *args):
         pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def flavour_ptx(script):
+    """{'<flavour>-<name>': PTX} of every kernel in the dict ``sigs`` ({name: (maker,
+    signature)}) that ``script`` defines, built in the three precision flavours."""
+    return ptx(textwrap.dedent(script) + textwrap.dedent('''
+        out = {}
+        for flav in ("binary64", "binary32", "emulated"):
+            P = build(flav, False)
+            for name, (make, sig) in sigs.items():
+                out[flav + "-" + name] = cuda.compile_ptx(make(P).py_func, sig, cc=(9, 0))[0]
+        print(json.dumps(out))
+    '''))
+
+
+def route_cases(instances, fmts, rng, mode="nearest_even"):
+    """A case for every (op, kinds) of ``instances``, format of ``fmts``, sample kind of
+    ``kinds`` and route of the op's kernel."""
+    return [case(o, fmt, mode, route, kind, rng) for o, kinds in instances
+            for fmt in fmts for kind in kinds for route in kernels.of_op(o).routes]
 
 
 class _Screen:

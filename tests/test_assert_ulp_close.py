@@ -17,12 +17,12 @@ from fractions import Fraction
 from pathlib import Path
 
 import ml_dtypes
-import mpmath
 import numpy as np
 import pytest
 
 from roundoff_coverage import formats
 from roundoff_coverage.reports import assert_ulp_close
+from conftest import mp_context
 
 ROOT = Path(__file__).resolve().parents[1]
 NARROW = [name for name, f in formats.CATALOG.items()
@@ -120,10 +120,8 @@ def test_exhaustive_bfloat16_rounding_versus_truncation():
 
 
 def test_mpmath_and_integer_exact_values():
-    ctx11 = mpmath.MPContext()                               # a local context, not mp
-    ctx11.prec = 11                                          # binary16's precision
-    ctx = mpmath.MPContext()
-    ctx.prec = 100
+    ctx11 = mp_context(11)                     # a local context at binary16's precision
+    ctx = mp_context(100)
     xs = [ctx.mpf(k) / 8 for k in range(-24, 25)]
     exact = np.array([ctx.exp(x) for x in xs], dtype=object)
     actual = np.array([float(ctx11.exp(ctx11.mpf(x))) for x in xs])  # one rounding to 11 bits

@@ -9,20 +9,15 @@ import pytest
 
 from roundoff_coverage.reports import budget, runner
 from roundoff_coverage.reports.cli import main
+from conftest import one_error
 
 HUGE = "99999999999999999999"
-
-
-def _one_line(capsys):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("roundoff-coverage: error: "), err
-    return err[0]
 
 
 def test_a_run_too_large_for_memory_is_refused_before_any_work(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert main(["run", "--samples", HUGE, "--out", str(out), "--jobs", "2"]) == 2
-    line = _one_line(capsys)
+    line = one_error(capsys.readouterr().err)
     m = re.search(r"--samples (\d+): the largest task \((\w+) .+\) needs about .+ per worker.+"
                   r"at most about --samples (\d+) fits", line)
     assert m and m.group(1) == HUGE, line
@@ -43,7 +38,7 @@ def test_a_run_too_large_for_memory_is_refused_before_any_work(tmp_path, capsys)
 def test_a_measurement_too_large_is_refused_naming_memory_and_disk(tmp_path, capsys):
     out = tmp_path / "m.json"
     assert main(["measure", "numpy.exp", "--samples", HUGE, "--out", str(out)]) == 2
-    line = _one_line(capsys)
+    line = one_error(capsys.readouterr().err)
     assert re.fullmatch(rf"roundoff-coverage: error: {HUGE} samples \(\d+ chunks of 4194304 "
                         r"inputs\) needs about [\d.e+]+ [KMGTPE]iB of memory \([\d.]+ [KMGT]iB "
                         r"available\) and its checkpoint about [\d.e+]+ [KMGTPE]iB of disk "

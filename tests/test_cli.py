@@ -13,17 +13,9 @@ import sys
 import pytest
 
 from roundoff_coverage import formats
-from roundoff_coverage.reports.cli import main
+from conftest import ERROR, run_cli as run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ERROR = "roundoff-coverage: error: "
-
-
-def run(capsys, *argv):
-    """(exit status, stdout, stderr) of the command line ``argv``."""
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def listing(out: str) -> dict[str, dict[str, str]]:

@@ -22,15 +22,7 @@ from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import reports
 from roundoff_coverage.reports import evaluate, gate, results, runner
-from roundoff_coverage.reports.cli import main
-
-ERROR = "roundoff-coverage: error: "
-
-
-def run_cli(capsys, *argv):
-    status = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return status, out, err
+from conftest import ERROR, run_cli
 
 
 def row(**fields) -> dict:

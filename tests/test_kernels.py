@@ -20,7 +20,7 @@ from roundoff_coverage import routes
 from roundoff_coverage.routes.vocabulary import VOCABULARY
 from roundoff_coverage.kernels import elementwise, gpu_check
 from kernel_harness import (DIRECTED, FORMATS, ROOT, case as _case, check as _check, flipped,
-                            ptx as compile_ptx, python, simulate)
+                            ptx as compile_ptx, python, route_cases, simulated_fixture)
 
 
 def _instances():
@@ -51,13 +51,7 @@ def _instances():
 
 def _cases():
     rng = np.random.default_rng(2024)
-    cases = []
-    for o, kinds in _instances():
-        k = kernels.of_op(o)
-        for fmt in FORMATS:
-            for kind in kinds:
-                for route in k.routes:
-                    cases.append(_case(o, fmt, "nearest_even", route, kind, rng))
+    cases = route_cases(_instances(), FORMATS, rng)
     for name in ("add", "mul", "div", "sqrt", "exp", "sin", "relu", "sigmoid"):
         o = routes.op(name, shape=(10,))
         for fmt in ("bfloat16", "binary16", "float8_e4m3fn"):
@@ -66,11 +60,7 @@ def _cases():
     return cases
 
 
-@pytest.fixture(scope="module")
-def simulated(tmp_path_factory):
-    """The case list and {case id: result} from one simulator subprocess."""
-    cases = _cases()
-    return cases, simulate(cases, tmp_path_factory.mktemp("kernels"))
+simulated = simulated_fixture(_cases, "kernels")
 
 
 def test_every_kernel_meets_its_contract_in_the_simulator(simulated):

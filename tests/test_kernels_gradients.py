@@ -16,7 +16,7 @@ import pytest
 from roundoff_coverage import formats
 from roundoff_coverage import kernels
 from kernel_harness import (FEW, FORMATS, case as _case, check as _check, examples as _examples,
-                            flipped, op as _op, ptx as compile_ptx, simulate,
+                            flavour_ptx, flipped, op as _op, simulated_fixture,
                             special_inputs as _special_inputs, unpack)
 
 NAMES = ("reduce", "conv", "convTranspose", "pool", "smoothMaxPool", "rfft", "irfft",
@@ -99,11 +99,7 @@ def _cases():
     return cases
 
 
-@pytest.fixture(scope="module")
-def simulated(tmp_path_factory):
-    """The case list and {case id: result} from one simulator subprocess."""
-    cases = _cases()
-    return cases, simulate(cases, tmp_path_factory.mktemp("kernels-gradients"))
+simulated = simulated_fixture(_cases, "kernels-gradients")
 
 
 def test_every_gradient_kernel_meets_its_contract_in_the_simulator(simulated):
@@ -182,19 +178,13 @@ _PTX = """
             "smooth_terms": (cv.make_smooth_terms, (v, v, i2, i, f, v, iv)),
             "scan_grad": (sp.make_scan_grad, (m2, m2, m2, m3, m2, m3, m3, m2, m2, m2, iv)),
             "scan_sums": (sp.make_scan_sums, (m2, m2, m2, m3, m3, m2, m2, iv))}
-    out = {}
-    for flav in ("binary64", "binary32", "emulated"):
-        P = build(flav, False)
-        for name, (make, sig) in sigs.items():
-            out[flav + "-" + name] = cuda.compile_ptx(make(P).py_func, sig, cc=(9, 0))[0]
-    print(json.dumps(out))
 """
 
 
 def test_gpu_build_compiles_to_ptx_without_fma_contraction():
     """The new gradient kernels compile with NVVM in the three flavours, and those without
     a transcendental primitive have no fma in their PTX (libdevice's exp uses fma inside)."""
-    ptx = compile_ptx(_PTX)
+    ptx = flavour_ptx(_PTX)
     assert len(ptx) == 33
     for key, text in ptx.items():
         assert ".entry" in text, key

@@ -18,7 +18,7 @@ from roundoff_coverage import routes
 from roundoff_coverage.kernels import elementwise, movement
 from roundoff_coverage.kernels.contract import flavour
 from kernel_harness import (DIRECTED, FORMATS, case as _case, check as _check, flipped,
-                            ptx as compile_ptx, python, simulate, unpack)
+                            ptx as compile_ptx, python, simulated_fixture, unpack)
 
 KINDS = ("ordinary", "edges", "special")
 
@@ -68,11 +68,7 @@ def _cases():
     return cases
 
 
-@pytest.fixture(scope="module")
-def simulated(tmp_path_factory):
-    """The case list and {case id: result} from one simulator subprocess."""
-    cases = _cases()
-    return cases, simulate(cases, tmp_path_factory.mktemp("movement"))
+simulated = simulated_fixture(_cases, "movement")
 
 
 def test_every_kernel_meets_its_contract_in_the_simulator(simulated):

@@ -13,8 +13,8 @@ import pytest
 
 from roundoff_coverage import kernels
 from roundoff_coverage import routes
-from kernel_harness import (FORMATS, case as _case, check as _check, flipped, ptx as compile_ptx,
-                            simulate, unpack)
+from kernel_harness import (FORMATS, case as _case, check as _check, flavour_ptx, flipped,
+                            route_cases, simulated_fixture, unpack)
 
 
 def _instances():
@@ -44,13 +44,7 @@ def _instances():
 
 def _cases():
     rng = np.random.default_rng(7)
-    cases = []
-    for o, kinds in _instances():
-        k = kernels.of_op(o)
-        for fmt in FORMATS:
-            for kind in kinds:
-                for route in k.routes:
-                    cases.append(_case(o, fmt, "nearest_even", route, kind, rng))
+    cases = route_cases(_instances(), FORMATS, rng)
     # Outside nearest even mean's contract claims no agreement (kernels.contract), but the
     # kernel runs in every deterministic mode.
     o = routes.op("mean", shape=(2, 3), axes=(1,))
@@ -59,10 +53,7 @@ def _cases():
     return cases
 
 
-@pytest.fixture(scope="module")
-def simulated(tmp_path_factory):
-    cases = _cases()
-    return cases, simulate(cases, tmp_path_factory.mktemp("kernels_norms"))
+simulated = simulated_fixture(_cases, "kernels_norms")
 
 
 def test_every_kernel_meets_its_contract_in_the_simulator(simulated):
@@ -130,18 +121,12 @@ def test_contracts_list_the_primitives_of_both_routes():
 _PTX = """
     from roundoff_coverage.kernels import attention, norms, rows
     v, m, rp = f[::1], f[:, ::1], i[::1]
-    out = {}
     sigs = {"mean": (rows.make_mean, (m, v, f, rp)),
             "softmax_grad": (rows.make_softmax_grad, (m, m, m, i, rp)),
             "param_sums": (norms.make_param_sums, (m, m, v, v, rp)),
             "softmax_lin": (attention.make_softmax_lin, (m, m, m, i, f, rp)),
             "batch_norm_grad": (norms.make_batch_norm_grad, (m,) * 5 + (f, f, rp)),
             "running_grad": (norms.make_running_grad, (v,) * 7 + (f, rp))}
-    for flav in ("binary64", "binary32", "emulated"):
-        P = build(flav, False)
-        for name, (make, sig) in sigs.items():
-            out[flav + "-" + name] = cuda.compile_ptx(make(P).py_func, sig, cc=(9, 0))[0]
-    print(json.dumps(out))
 """
 
 
@@ -149,7 +134,7 @@ def test_gpu_build_compiles_to_ptx_without_fma_contraction():
     """The GPU build of the new kernels compiles with NVVM, and those without a
     transcendental primitive keep every product and sum two rounded operations (no fma in
     the PTX), in the three precision flavours."""
-    ptx = compile_ptx(_PTX)
+    ptx = flavour_ptx(_PTX)
     for key, text in ptx.items():
         assert ".entry" in text, key
         # libdevice's exp, log and rsqrt use fma inside their own evaluation: only kernels

@@ -15,8 +15,8 @@ from roundoff_coverage import formats
 from roundoff_coverage import kernels
 from roundoff_coverage import numerics
 from kernel_harness import (FEW, FORMATS, case as _case, check as _check, examples as _examples,
-                            flipped as _flipped, op as _op, ptx as compile_ptx, same, simulate,
-                            special_inputs as _special_inputs, unpack)
+                            flavour_ptx, flipped as _flipped, op as _op, same,
+                            simulated_fixture, special_inputs as _special_inputs, unpack)
 
 
 def _instances():
@@ -102,11 +102,7 @@ def _cases():
     return cases
 
 
-@pytest.fixture(scope="module")
-def simulated(tmp_path_factory):
-    """The case list and {case id: result} from one simulator subprocess."""
-    cases = _cases()
-    return cases, simulate(cases, tmp_path_factory.mktemp("kernels-products"))
+simulated = simulated_fixture(_cases, "kernels-products")
 
 
 def test_every_kernel_meets_its_contract_in_the_simulator(simulated):
@@ -197,12 +193,6 @@ _PTX = """
             "twiddle": (sp.make_twiddle, (v, iv, f, v, iv)),
             "dft": (sp.make_dft, (m2, m2, m2, i, f, iv)),
             "scan": (sp.make_scan, (m2,) * 7 + (iv,))}
-    out = {}
-    for flav in ("binary64", "binary32", "emulated"):
-        P = build(flav, False)
-        for name, (make, sig) in sigs.items():
-            out[flav + "-" + name] = cuda.compile_ptx(make(P).py_func, sig, cc=(9, 0))[0]
-    print(json.dumps(out))
 """
 
 
@@ -210,7 +200,7 @@ def test_gpu_build_compiles_to_ptx():
     """Every kernel of the three modules compiles for the GPU in the three flavours, and the
     ones without transcendental functions have no fma in their PTX (libdevice's exp, log,
     cos and sin use fma inside themselves)."""
-    ptx = compile_ptx(_PTX)
+    ptx = flavour_ptx(_PTX)
     for key, text in ptx.items():
         assert ".entry" in text, key
         if key.split("-")[1] in ("scale", "linear", "conv", "conv_transpose", "window", "dft"):

@@ -12,7 +12,6 @@ import json
 import math
 
 import gmpy2
-import mpmath
 import numpy as np
 import pytest
 
@@ -20,20 +19,14 @@ from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage.reports import measure
 from roundoff_coverage.reports.cli import main
+from conftest import mp_context, mpfr_context, one_error
 
-CTX = mpmath.MPContext()
-CTX.prec = 200
-
-
-def _mpfr_context(fmt):
-    """MPFR emulating ``fmt`` (IEEE-style: precision p, normal exponents emin..emax)."""
-    return gmpy2.context(precision=fmt.precision, emin=fmt.qmin + 1, emax=fmt.emax + 1,
-                         subnormalize=True, round=gmpy2.RoundToNearest)
+CTX = mp_context(200)
 
 
 def _cr_exp(x: float, fmt) -> float:
     """exp(x) correctly rounded into ``fmt`` by MPFR."""
-    with _mpfr_context(fmt) as ctx:
+    with mpfr_context(fmt) as ctx:
         return float(ctx.exp(gmpy2.mpfr(x)))
 
 
@@ -188,13 +181,6 @@ def test_jobs_do_not_change_the_file_and_resume_finishes_it(tmp_path, monkeypatc
     assert doc["rows"][0]["implementation"] == "numpy.exp"
 
 
-def _one_line(capsys, *words):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("roundoff-coverage: error:"), err
-    for w in words:
-        assert w in err[0], err
-
-
 @pytest.mark.parametrize("argv,words", [
     (["numpy.nothing"], ["not a numpy ufunc"]),
     (["numpy.exp", "--format", "binary128"], ["no dtype"]),
@@ -207,7 +193,7 @@ def _one_line(capsys, *words):
 def test_bad_targets_exit_2_with_one_line(capsys, tmp_path, argv, words):
     status = main(["measure", *argv, "--out", str(tmp_path / "m.json"), "--quiet"])
     assert status == 2
-    _one_line(capsys, *words)
+    one_error(capsys.readouterr().err, *words)
 
 
 def test_cli_writes_a_results_file_that_load_reads(capsys, tmp_path):
@@ -226,7 +212,7 @@ def test_cli_writes_a_results_file_that_load_reads(capsys, tmp_path):
     with np.errstate(all="ignore"):
         got = np.log(x.astype(ml_dtypes.bfloat16)).astype(np.float64)
     wrong = 0
-    with _mpfr_context(fmt) as ctx:
+    with mpfr_context(fmt) as ctx:
         for a, g in zip(x, got):
             want = float(ctx.log(gmpy2.mpfr(float(a)))) if not np.isnan(a) else math.nan
             wrong += not (g == want or (math.isnan(g) and math.isnan(want)))
@@ -249,6 +235,6 @@ def test_the_screen_agrees_with_mpmath_on_every_decided_input():
         want = float((CTX.mpf(float(t[i])) - v) / CTX.ldexp(1, q))
         tol = 1e-9 if s.cr[i] != 3 else abs(want) + 1e-9        # near 2**k: an upper bound
         assert abs(s.err[i] - want) <= tol or (s.cr[i] == 3 and abs(s.err[i]) >= abs(want))
-        with _mpfr_context(fmt) as ctx:
+        with mpfr_context(fmt) as ctx:
             cr = float(ctx.sin(gmpy2.mpfr(float(x[i]))))
         assert (s.cr[i] in (1, 3)) == (cr == t[i]), (x[i], t[i], cr)

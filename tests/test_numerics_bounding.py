@@ -23,9 +23,8 @@ from roundoff_coverage import routes
 from roundoff_coverage.numerics import bounds
 from roundoff_coverage.numerics.bounding import DTYPE, BoundingBackend
 from roundoff_coverage.numerics.policy import Policy
+from conftest import CTX, EXAMPLES
 
-CTX = mpmath.MPContext()
-CTX.prec = 300                                # a local context, never mpmath.mp
 FMT = "bfloat16"
 REFERENCE = numerics.reference(300)
 # The reference rounds each primitive to 300 bits: an "exact" value within 2**-200 relative of
@@ -35,9 +34,8 @@ SLACK = CTX.ldexp(1, -200)
 
 def _registry_cases():
     """Every operator of the registry at every declared example."""
-    return [pytest.param(name, attrs, id=f"{name}-{ex or 'default'}-forward")
-            for name in routes.names()
-            for ex, attrs in routes.declaration(name).examples.items()]
+    return [pytest.param(name, attrs, id=f"{name}-{label or 'default'}-forward")
+            for name, label, attrs in EXAMPLES]
 
 
 def _check_route(o, bk, em, draws=2, kind="ordinary"):

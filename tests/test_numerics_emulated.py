@@ -1,8 +1,12 @@
 """The emulated backend against MPFR: + - * / sqrt fma in value and flags, all five IEEE
 modes, the common formats, on random and hard operands; every transcendental primitive in
-binary16 exhaustively against the correctly rounded value."""
+binary16 exhaustively against the correctly rounded value.  Where the backend itself computes
+through MPFR (binary128, binary256; binary64's fma and directed modes), against exact
+rationals rounded by formats.round_exact and against mpmath instead."""
 
 import math
+import random
+from fractions import Fraction
 
 import gmpy2
 import numpy as np
@@ -11,6 +15,7 @@ import pytest
 from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from mpfr_oracle import FormatOracle
+from conftest import mp_context
 
 INEXACT, UNDERFLOW, OVERFLOW, DIVZERO, INVALID = 1, 2, 4, 8, 16
 FORMATS = ["binary16", "binary32", "binary64", "bfloat16", "float8_e5m2", "float8_e4m3fn",
@@ -171,14 +176,118 @@ def test_binary_transcendentals_random_binary16_and_bfloat16(name, mode):
         assert ok.all(), (fname, a[~ok][:3], b[~ok][:3], got[~ok][:3], want[~ok][:3])
 
 
-def test_wide_formats_go_through_mpfr():
-    bk = numerics.emulated("binary128")
-    third = bk.divide(bk.asarray([1.0]), bk.asarray([3.0]))[0]
-    with gmpy2.context(precision=113):
-        assert third == gmpy2.mpfr(1) / 3
-    e = bk.exp(bk.asarray([1.0]))[0]
-    with gmpy2.context(precision=113):
-        assert e == gmpy2.exp(gmpy2.mpfr(1))
+# ----- arithmetic through MPFR: the oracle is exact rationals -----------------------------------
+# binary128 and binary256 compute every primitive through MPFR (numerics/mpfr_path.py), binary64
+# its fma and every directed mode.  The oracle: the exact result in Fractions, rounded once by
+# formats.round_exact (Python integers, no MPFR); sqrt's irrational results are bracketed by
+# integer square roots (math.isqrt) first; transcendental values come from mpmath.
+MPFR_FORMATS = ["binary64", "binary128", "binary256"]
+EXACT_OPS = {"add": lambda x, y: x + y, "subtract": lambda x, y: x - y,
+             "multiply": lambda x, y: x * y, "divide": lambda x, y: x / y,
+             "fma": lambda x, y, z: x * y + z}
+
+
+def operand_fractions(fmt, n, seed):
+    """Three lists of finite nonzero values of ``fmt`` as Fractions: random p-bit significands
+    at exponents near 0 (sums that round) and across the whole range (overflow, subnormal
+    results), then ties, the top of the range and the bottom of the subnormals."""
+    rng = random.Random(seed)
+    p = fmt.precision
+
+    def value(e):
+        m = (rng.getrandbits(p - 1) | 1 << (p - 1)) * rng.choice((-1, 1))
+        return formats.round_exact(Fraction(m) * Fraction(2) ** (e - p + 1), fmt).to_fraction()
+
+    def draw():
+        e = rng.randint(-p, p) if rng.random() < 0.6 else rng.randint(fmt.qmin + p - 1, fmt.emax)
+        return value(e)
+
+    cols = [[draw() for _ in range(n)] for _ in range(3)]
+    one, half_ulp = Fraction(1), Fraction(1, 2 ** p)          # ulp(1) = 2**(1 - p)
+    top = (2 ** p - 1) * Fraction(2) ** (fmt.emax - p + 1)      # (2 - 2**(1 - p)) 2**emax
+    tiny = Fraction(2) ** fmt.qmin
+    hard = [(one, half_ulp, one), (one + 2 * half_ulp, half_ulp, -one),   # ties to even
+            (one, 3 * half_ulp, -half_ulp), (top, top, -top), (top, Fraction(2), top),
+            (tiny, Fraction(1, 2), tiny), (3 * tiny, Fraction(1, 2), -tiny),
+            (Fraction(2) ** fmt.emin, Fraction(3, 4), tiny), (one, one, -one),
+            (Fraction(3), Fraction(3), Fraction(-9))]
+    for col, extra in zip(cols, zip(*hard)):
+        col.extend(extra)
+    return cols
+
+
+def exact_rounding(value, fmt, mode, sum_of_terms):
+    """(bits, flags) of the exact Fraction ``value`` rounded once into ``fmt``; an exact zero
+    sum is -0 under downward rounding and +0 otherwise (IEEE 754-2019, 6.3)."""
+    if value == 0 and sum_of_terms:
+        r = formats.round_exact("-0" if mode == "downward" else "0", fmt, mode)
+    else:
+        r = formats.round_exact(value, fmt, mode)
+    return r.bits, r.flags
+
+
+def sqrt_rounding(x, fmt, mode):
+    """(bits, flags) of sqrt(x) rounded once into ``fmt``, for a Fraction x > 0: exact when x
+    is the square of a rational (numerator and denominator both squares), otherwise from
+    lo < sqrt(x) < hi, hi - lo <= 2**-k sqrt(x) with k = 2p + 64.  A rounding boundary of the
+    format is a dyadic m of at most p + 1 bits; m**2 != x, and x - m**2, a multiple of the
+    last unit of m**2, keeps sqrt(x) about 2**-(2p + 4) sqrt(x) away from m: no boundary
+    lies between lo and hi (asserted: both ends round alike)."""
+    n, d, k = x.numerator, x.denominator, 2 * fmt.precision + 64
+    s = math.isqrt((n * d) << (2 * k))                    # sqrt(n/d) = sqrt(n d) / d
+    lo = Fraction(s, d << k)
+    if s * s == (n * d) << (2 * k):
+        return exact_rounding(lo, fmt, mode, False)
+    a, b = (formats.round_exact(v, fmt, mode) for v in (lo, Fraction(s + 1, d << k)))
+    assert a.bits == b.bits, (x, mode)
+    return a.bits, formats.INEXACT          # sqrt never leaves the range of these formats
+
+
+@pytest.mark.parametrize("name", MPFR_FORMATS)
+@pytest.mark.parametrize("mode", formats.IEEE_MODES)
+def test_mpfr_arithmetic_is_the_exact_result_rounded_once(name, mode):
+    """+ - * / fma sqrt bit for bit and flag for flag against the exact rational result
+    rounded by formats.round_exact."""
+    fmt = formats.get(name)
+    bk = numerics.emulated(fmt, mode)
+    cols = operand_fractions(fmt, 60, seed=len(name) * 7 + len(mode))
+    args = [bk.asarray(np.array(c, dtype=object)) for c in cols]
+    bad = []
+    for op, f in EXACT_OPS.items():
+        arity = 3 if op == "fma" else 2
+        got, flags = getattr(bk, op)(*args[:arity], with_flags=True)
+        got_bits = formats.encode(got, fmt)
+        for i, xs in enumerate(zip(*cols[:arity])):
+            want = exact_rounding(f(*xs), fmt, mode, op in ("add", "subtract", "fma"))
+            if (int(got_bits[i]), int(flags[i])) != want:
+                bad.append((op, xs, got[i], int(flags[i]), want))
+    squares = [Fraction(9, 16), Fraction(4) ** math.ceil(fmt.qmin / 2)]   # exact roots
+    roots = [abs(v) for v in cols[0]] + squares
+    got, flags = bk.sqrt(bk.asarray(np.array(roots, dtype=object)), with_flags=True)
+    for i, (x, b) in enumerate(zip(roots, formats.encode(got, fmt))):
+        if (int(b), int(flags[i])) != sqrt_rounding(x, fmt, mode):
+            bad.append(("sqrt", x, got[i], int(flags[i]), sqrt_rounding(x, fmt, mode)))
+    assert bad[:3] == []
+
+
+@pytest.mark.parametrize("name", MPFR_FORMATS)
+def test_mpfr_transcendentals_match_mpmath(name):
+    """exp, log and sin of a few values against mpmath at 600 bits, independent of MPFR,
+    rounded by formats.round_exact: the mpmath value moved by 2**-590 of itself either way
+    must round alike, and so must the backend's."""
+    fmt = formats.get(name)
+    bk = numerics.emulated(fmt)
+    ctx = mp_context(600)
+    xs = [Fraction(1), Fraction(3, 8), Fraction(1024001, 1024)]          # dyadic: exact inputs
+    for fn in ("exp", "log", "sin"):
+        got = formats.encode(getattr(bk, fn)(bk.asarray(np.array(xs, dtype=object))), fmt)
+        for x, b in zip(xs, got):
+            v = getattr(ctx, fn)(ctx.mpf(x.numerator) / x.denominator)
+            ends = [v * (1 + s * ctx.ldexp(1, -590)) for s in (-1, 1)]
+            want = {formats.round_exact(Fraction((-1) ** sign * int(m)) * Fraction(2) ** int(e),
+                                        fmt).bits
+                    for sign, m, e, _ in (end._mpf_ for end in ends)}     # (-1)**sign m 2**e
+            assert want == {int(b)}, (fn, x)
 
 
 def test_stochastic_mode_uses_exact_results():

@@ -9,17 +9,16 @@ import zlib
 from fractions import Fraction
 
 import gmpy2
-import mpmath
 import numpy as np
 import pytest
 
 from roundoff_coverage import formats
 from roundoff_coverage.numerics import bounds, metrics
 from roundoff_coverage.numerics.metrics import CLASSES
+from conftest import mp_context
 
 FORMATS = ["bfloat16", "binary16", "float8_e4m3fn", "binary32"]
-CTX = mpmath.MPContext()
-CTX.prec = 200                                # a local context, never mpmath.mp
+CTX = mp_context(200)                         # a local context, never mpmath.mp
 
 
 def _code(name):

@@ -7,33 +7,31 @@ from __future__ import annotations
 import math
 
 import gmpy2
-import mpmath
 import numpy as np
 import pytest
 
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics import primitives as P
 from roundoff_coverage.numerics.exact import ExactnessError
+from conftest import CTX
 
-MP = mpmath.mp.clone()
-MP.prec = 300
 
 # mpmath's spelling of each primitive at one or more real arguments.
 EXACT_F = {
-    "negative": lambda x: -x, "abs": abs, "copysign": lambda x, y: abs(x) * MP.sign(y),
-    "maximum": max, "minimum": min, "fmax": max, "fmin": min, "floor": MP.floor,
-    "ceil": MP.ceil, "round": lambda x: MP.nint(x), "trunc": lambda x: MP.sign(x) * MP.floor(abs(x)),
-    "fmod": lambda x, y: x - y * (MP.sign(x / y) * MP.floor(abs(x / y))),
-    "remainder": lambda x, y: x - y * MP.nint(x / y),
+    "negative": lambda x: -x, "abs": abs, "copysign": lambda x, y: abs(x) * CTX.sign(y),
+    "maximum": max, "minimum": min, "fmax": max, "fmin": min, "floor": CTX.floor,
+    "ceil": CTX.ceil, "round": lambda x: CTX.nint(x), "trunc": lambda x: CTX.sign(x) * CTX.floor(abs(x)),
+    "fmod": lambda x, y: x - y * (CTX.sign(x / y) * CTX.floor(abs(x / y))),
+    "remainder": lambda x, y: x - y * CTX.nint(x / y),
     "add": lambda x, y: x + y, "subtract": lambda x, y: x - y, "multiply": lambda x, y: x * y,
     "divide": lambda x, y: x / y, "fma": lambda x, y, z: x * y + z, "square": lambda x: x * x,
-    "reciprocal": lambda x: 1 / x, "sqrt": MP.sqrt, "rsqrt": lambda x: 1 / MP.sqrt(x),
-    "cbrt": lambda x: MP.sign(x) * MP.cbrt(abs(x)), "hypot": MP.hypot, "pow": MP.power, "exp": MP.exp,
-    "exp2": lambda x: MP.power(2, x), "expm1": MP.expm1, "log": MP.log,
-    "log2": lambda x: MP.log(x, 2), "log10": MP.log10, "log1p": MP.log1p, "sin": MP.sin,
-    "cos": MP.cos, "tan": MP.tan, "asin": MP.asin, "acos": MP.acos, "atan": MP.atan,
-    "atan2": MP.atan2, "sinh": MP.sinh, "cosh": MP.cosh, "tanh": MP.tanh, "asinh": MP.asinh,
-    "acosh": MP.acosh, "atanh": MP.atanh, "erf": MP.erf,
+    "reciprocal": lambda x: 1 / x, "sqrt": CTX.sqrt, "rsqrt": lambda x: 1 / CTX.sqrt(x),
+    "cbrt": lambda x: CTX.sign(x) * CTX.cbrt(abs(x)), "hypot": CTX.hypot, "pow": CTX.power, "exp": CTX.exp,
+    "exp2": lambda x: CTX.power(2, x), "expm1": CTX.expm1, "log": CTX.log,
+    "log2": lambda x: CTX.log(x, 2), "log10": CTX.log10, "log1p": CTX.log1p, "sin": CTX.sin,
+    "cos": CTX.cos, "tan": CTX.tan, "asin": CTX.asin, "acos": CTX.acos, "atan": CTX.atan,
+    "atan2": CTX.atan2, "sinh": CTX.sinh, "cosh": CTX.cosh, "tanh": CTX.tanh, "asinh": CTX.asinh,
+    "acosh": CTX.acosh, "atanh": CTX.atanh, "erf": CTX.erf,
 }
 # Arguments inside every domain (acosh's is [1, inf): it gets its own).
 ARGS = {1: (0.625,), 2: (0.625, 0.375), 3: (0.625, 0.375, 0.125)}
@@ -53,7 +51,7 @@ def test_the_table_covers_every_primitive_of_the_backend_protocol():
 def test_numpy_libm_and_mpfr_names_compute_the_declared_function(name):
     p = P.PRIMITIVES[name]
     args = _args(p)
-    exact = EXACT_F[name](*[MP.mpf(a) for a in args])
+    exact = EXACT_F[name](*[CTX.mpf(a) for a in args])
     tol = 4 * 2.0 ** -52 * max(abs(float(exact)), 2.0 ** -1022)
     if p.ufunc is not None:
         assert abs(float(p.ufunc(*args)) - float(exact)) <= tol
@@ -62,7 +60,7 @@ def test_numpy_libm_and_mpfr_names_compute_the_declared_function(name):
     if p.mpfr is not None:
         ctx = gmpy2.context(precision=200)
         got = getattr(ctx, p.mpfr)(*[gmpy2.mpfr(a) for a in args])
-        assert abs(MP.mpf(str(got)) - exact) <= MP.mpf(2) ** -190 * max(abs(exact), 1)
+        assert abs(CTX.mpf(str(got)) - exact) <= CTX.mpf(2) ** -190 * max(abs(exact), 1)
 
 
 @pytest.mark.parametrize("name", [n for n, p in P.PRIMITIVES.items() if p.monotone])
@@ -71,7 +69,7 @@ def test_monotonicity_domain_and_image_hold_at_points_of_the_domain(name):
     lo, lo_closed, hi, hi_closed = p.domain
     a = (lo if lo is not None else -8.0) + (0 if lo_closed and lo is not None else 1e-3)
     b = (hi if hi is not None else 8.0) - (0 if hi_closed and hi is not None else 1e-3)
-    xs = [MP.mpf(a) + (MP.mpf(b) - a) * k / 16 for k in range(17)]
+    xs = [CTX.mpf(a) + (CTX.mpf(b) - a) * k / 16 for k in range(17)]
     ys = [EXACT_F[name](x) for x in xs]
     pairs = list(zip(ys, ys[1:]))
     assert all((y1 > y0) if p.increasing else (y1 < y0) for y0, y1 in pairs), name
@@ -79,21 +77,21 @@ def test_monotonicity_domain_and_image_hold_at_points_of_the_domain(name):
     assert all(P.inside(p, float(x)) for x in xs)
     for outside in ((lo - 0.5,) if lo is not None else ()) + ((hi + 0.5,) if hi is not None else ()):
         assert not P.inside(p, outside)
-        with MP.workprec(300):
+        with CTX.workprec(300):
             try:
-                v = EXACT_F[name](MP.mpf(outside))
+                v = EXACT_F[name](CTX.mpf(outside))
             except (ValueError, ZeroDivisionError):
                 continue
-        assert isinstance(v, MP.mpc) or not MP.isfinite(v) or p.even
+        assert isinstance(v, CTX.mpc) or not CTX.isfinite(v) or p.even
 
 
 @pytest.mark.parametrize("name", [n for n, p in P.PRIMITIVES.items() if p.zero_at or p.one_at])
 def test_declared_exact_points_are_exact(name):
     p = P.PRIMITIVES[name]
     for x in p.zero_at:
-        assert EXACT_F[name](MP.mpf(x)) == 0
+        assert EXACT_F[name](CTX.mpf(x)) == 0
     for x in p.one_at:
-        assert EXACT_F[name](MP.mpf(x)) == 1
+        assert EXACT_F[name](CTX.mpf(x)) == 1
 
 
 @pytest.mark.parametrize("name", [n for n, p in P.PRIMITIVES.items() if p.overflow or
@@ -104,12 +102,12 @@ def test_overflow_and_underflow_facts(name):
     big = {1: (1100.0,), 2: (1.5e308, 1.5e308) if name == "hypot" else (10.0, 400.0)}[p.arity]
     if p.overflow:
         assert math.isinf(float(p.ufunc(*big)))         # binary64 overflows...
-        assert MP.isfinite(EXACT_F[name](*[MP.mpf(v) for v in big]))   # ...the value is finite
+        assert CTX.isfinite(EXACT_F[name](*[CTX.mpf(v) for v in big]))   # ...the value is finite
     if p.underflow:
         small = {1: (-1100.0,), 2: (10.0, -400.0)}[p.arity]
         if name == "cosh":
             small = (0.0,)
-        assert EXACT_F[name](*[MP.mpf(v) for v in small]) != 0
+        assert EXACT_F[name](*[CTX.mpf(v) for v in small]) != 0
     if p.overflow == 2 or p.underflow == 2:
         # 0 ** -1 is an exact infinity and 0 ** 1 an exact zero: decided, not by range.
         assert float(p.ufunc(0.0, -1.0)) == math.inf and float(p.ufunc(0.0, 1.0)) == 0.0
@@ -153,9 +151,9 @@ def test_every_backend_implements_every_primitive_it_claims(backend):
             continue
         if name == "nextafter":
             continue
-        want = EXACT_F[name](*[MP.mpf(a) for a in _args(p)])
-        value = MP.mpf(got[0]) if not isinstance(got[0], (float, np.floating)) else \
-            MP.mpf(float(got[0]))
+        want = EXACT_F[name](*[CTX.mpf(a) for a in _args(p)])
+        value = CTX.mpf(got[0]) if not isinstance(got[0], (float, np.floating)) else \
+            CTX.mpf(float(got[0]))
         # Every backend is within a few units of its precision (bfloat16: 2**-8).
         assert abs(value - want) <= 2.0 ** -7 * max(abs(want), 1), (backend, name)
     refused = [n for n in P.ELEMENTWISE if not bk.supports(n)]
@@ -172,6 +170,6 @@ def test_emulated_rounds_each_claimed_primitive_correctly_in_bfloat16():
         if not bk.supports(name) or name == "nextafter":
             continue
         got = float(getattr(bk, name)(*[np.array([a]) for a in _args(p)])[0])
-        want = formats.round_exact(str(EXACT_F[name](*[MP.mpf(a) for a in _args(p)])),
+        want = formats.round_exact(str(EXACT_F[name](*[CTX.mpf(a) for a in _args(p)])),
                                    bf16).to_float()
         assert got == want, name

@@ -9,7 +9,6 @@ an exp rounded to three bits fewer than the format has.
 
 from __future__ import annotations
 
-import mpmath
 import numpy as np
 import pytest
 
@@ -19,9 +18,7 @@ from roundoff_coverage import routes
 from roundoff_coverage.numerics.policy import preset
 from roundoff_coverage.reports import evaluate, runner
 from roundoff_coverage.routes import apriori
-
-CTX = mpmath.MPContext()
-CTX.prec = 300
+from conftest import CTX, to_mp
 FORMATS = ("bfloat16", "binary16", "float8_e4m3fn")
 MODES = ("nearest_even", "toward_zero", "upward")
 POLICIES = ("strict", "fp32_accumulate", "fp32_accumulate_fma", "pairwise", "blocked32")
@@ -29,11 +26,6 @@ POLICIES = ("strict", "fp32_accumulate", "fp32_accumulate_fma", "pairwise", "blo
 EXTRA = {"reduce": [{"shape": (3, 256), "axes": (1,)}],
          "mean": [{"shape": (3, 256), "axes": (1,)}],
          "matmul": [{"x_shape": (2, 64), "y_shape": (64, 2)}]}
-
-
-def _exact(x):
-    with np.errstate(invalid="ignore"):                    # NaN inputs stay NaN
-        return np.asarray(np.frompyfunc(lambda v: CTX.mpf(float(v)), 1, 1)(x), dtype=object)
 
 
 def _instances(name):
@@ -58,7 +50,7 @@ def test_apriori_bound_holds(name):
                             continue
                         (got,) = rule.forward(xs)
                         (exact,) = o.decl.oracle(CTX, o.attrs, *[
-                            _exact(x) if p.scalar else x for x, p in zip(xs, o.inputs)])
+                            to_mp(x) if p.scalar else x for x, p in zip(xs, o.inputs)])
                         for g, e, bb in zip(np.ravel(got), np.ravel(exact), np.ravel(b)):
                             if not np.isfinite(bb):
                                 continue          # beyond the model (overflow, inf, NaN)
@@ -74,7 +66,7 @@ def test_a_sum_accumulated_in_storage_violates_the_binary32_accumulation_bound()
     xs = o.samples(np.random.default_rng(3), fmt, "ordinary")
     b = apriori.bound(o, xs, fmt, "nearest_even", preset("fp32_accumulate", fmt))
     (got,) = o.rule(numerics.emulated(fmt, "nearest_even", preset("strict", fmt))).forward(xs)
-    (exact,) = o.decl.oracle(CTX, o.attrs, _exact(xs[0]))
+    (exact,) = o.decl.oracle(CTX, o.attrs, to_mp(xs[0]))
     over = [abs(CTX.mpf(float(g)) - e) > bb for g, e, bb in zip(got, exact, b)]
     assert any(over)
 

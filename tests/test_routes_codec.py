@@ -9,13 +9,7 @@ import json
 import pytest
 
 from roundoff_coverage import routes
-from test_routes_invoke import SCRATCH, scratch_operator
-
-
-@pytest.fixture
-def scratch():
-    with scratch_operator():
-        yield
+from conftest import SCRATCH
 
 
 def refused(record) -> str:

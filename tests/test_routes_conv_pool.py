@@ -9,13 +9,13 @@ import itertools
 import math
 from fractions import Fraction
 
-import mpmath
 import numpy as np
 import pytest
 
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes.errors import RouteError
+from conftest import fr, mp_context
 
 
 def torch_pool_extent(n, k, s, p, d, ceil):
@@ -60,10 +60,6 @@ def test_conv_and_conv_transpose_extents_follow_pytorchs_formulas():
             if not t.problem():
                 # ConvTranspose1d: L_out = (L - 1)s - 2p + d(k-1) + output_padding + 1
                 assert t.outputs[0].shape[-1] == (n - 1) * s - 2 * p + d * (k - 1) + q + 1
-
-
-def fr(a):
-    return np.vectorize(Fraction, otypes=[object])(np.asarray(a, dtype=np.float64))
 
 
 def conv_by_definition(x, w, b, stride, padding, dilation, groups):
@@ -217,8 +213,7 @@ def test_pool_window_checks(attrs, text):
 
 # ----- smoothMaxPool ---------------------------------------------------------------------------
 def test_smooth_max_pool_known_answer():
-    ctx = mpmath.MPContext()
-    ctx.prec = 200
+    ctx = mp_context(200)
     o = routes.op("smoothMaxPool", shape=(1, 3), kernel=(2,), stride=(1,))
     x = np.array([[1.0, 3.0, 2.0]])
     for beta in (1.0, -2.0, 0.5):

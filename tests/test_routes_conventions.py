@@ -11,26 +11,12 @@ import pytest
 
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
+from conftest import BACKENDS, arr, f64s
 
 NAN, INF = math.nan, math.inf
 
-BACKENDS = {
-    "exact": lambda: numerics.exact(),
-    "reference": lambda: numerics.reference(64),
-    "bfloat16": lambda: numerics.emulated("bfloat16"),
-    "float64": lambda: numerics.native("float64"),
-}
 FINITE_BACKENDS = list(BACKENDS)                 # exact has no NaN or inf
 IEEE_BACKENDS = ["reference", "bfloat16", "float64"]
-
-
-def f64(xp, arrays):
-    return [None if a is None else np.asarray(xp.to_float64(a), dtype=np.float64)
-            for a in arrays]
-
-
-def arr(*values):
-    return np.array(values, dtype=np.float64)
 
 
 @pytest.mark.parametrize("backend", FINITE_BACKENDS)
@@ -38,8 +24,8 @@ def test_relu_subgradient_at_zero_is_zero_finite(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("relu", shape=(4,)).rule(xp)
     x, g = arr(0.0, -1.0, 2.0, 0.5), arr(3.0, 3.0, 3.0, -1.0)
-    assert np.array_equal(f64(xp, rule.backward([x], [g]))[0], arr(0, 0, 3, -1))
-    assert np.array_equal(f64(xp, rule.jvp([x], [g]))[0], arr(0, 0, 3, -1))
+    assert np.array_equal(f64s(xp, rule.backward([x], [g]))[0], arr(0, 0, 3, -1))
+    assert np.array_equal(f64s(xp, rule.jvp([x], [g]))[0], arr(0, 0, 3, -1))
 
 
 @pytest.mark.parametrize("backend", IEEE_BACKENDS)
@@ -48,8 +34,8 @@ def test_relu_subgradient_at_zero_is_zero(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("relu", shape=(5,)).rule(xp)
     x, g = arr(0.0, -0.0, -1.0, NAN, 2.0), arr(1.0, INF, INF, 1.0, INF)
-    assert np.array_equal(f64(xp, rule.backward([x], [g]))[0], arr(0, 0, 0, 0, INF))
-    y = f64(xp, rule.forward([x]))[0]
+    assert np.array_equal(f64s(xp, rule.backward([x], [g]))[0], arr(0, 0, 0, 0, INF))
+    y = f64s(xp, rule.forward([x]))[0]
     assert np.array_equal(y, arr(0, 0, 0, NAN, 2), equal_nan=True)
 
 
@@ -58,10 +44,10 @@ def test_max_splits_a_tie_in_half(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("max", shape=(4,)).rule(xp)
     x, y, g = arr(1.0, 0.0, -2.0, 3.0), arr(1.0, 0.0, -2.0, 1.0), arr(1.0, 2.0, 4.0, 8.0)
-    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    gx, gy = f64s(xp, rule.backward([x, y], [g]))
     assert np.array_equal(gx, arr(0.5, 1, 2, 8)) and np.array_equal(gy, arr(0.5, 1, 2, 0))
     # The tangent under the same convention: (tx + ty) / 2 at a tie.
-    t = f64(xp, rule.jvp([x, y], [arr(1, 0, 2, 1), arr(0, 4, 2, 1)]))[0]
+    t = f64s(xp, rule.jvp([x, y], [arr(1, 0, 2, 1), arr(0, 4, 2, 1)]))[0]
     assert np.array_equal(t, arr(0.5, 2, 2, 1))
 
 
@@ -70,8 +56,8 @@ def test_max_propagates_nan_and_splits_its_gradient(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("max", shape=(3,)).rule(xp)
     x, y, g = arr(NAN, 1.0, NAN), arr(1.0, NAN, NAN), arr(2.0, 4.0, 8.0)
-    assert np.isnan(f64(xp, rule.forward([x, y]))[0]).all()
-    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    assert np.isnan(f64s(xp, rule.forward([x, y]))[0]).all()
+    gx, gy = f64s(xp, rule.backward([x, y], [g]))
     assert np.array_equal(gx, arr(1, 2, 4)) and np.array_equal(gy, arr(1, 2, 4))
 
 
@@ -81,9 +67,9 @@ def test_clamp_passes_the_gradient_at_the_bounds_finite(backend):
     rule = routes.op("clamp", shape=(5,)).rule(xp)
     x, lo, hi = arr(-1.0, 2.0, -3.0, 5.0, 0.5), np.float64(-1.0), np.float64(2.0)   # rank 0
     g = arr(1.0, 2.0, 4.0, 8.0, 16.0)
-    gx, glo, ghi = f64(xp, rule.backward([x, lo, hi], [g]))
+    gx, glo, ghi = f64s(xp, rule.backward([x, lo, hi], [g]))
     assert np.array_equal(gx, arr(1, 2, 0, 0, 16)) and glo is None and ghi is None
-    assert np.array_equal(f64(xp, rule.forward([x, lo, hi]))[0], arr(-1, 2, -1, 2, 0.5))
+    assert np.array_equal(f64s(xp, rule.forward([x, lo, hi]))[0], arr(-1, 2, -1, 2, 0.5))
 
 
 @pytest.mark.parametrize("backend", IEEE_BACKENDS)
@@ -92,10 +78,10 @@ def test_clamp_passes_the_gradient_at_the_bounds(backend):
     rule = routes.op("clamp", shape=(4,)).rule(xp)
     x, lo, hi = arr(NAN, INF, -INF, 1.0), np.float64(-INF), np.float64(1.0)
     g = arr(1.0, 2.0, 4.0, 8.0)
-    assert np.array_equal(f64(xp, rule.forward([x, lo, hi]))[0], arr(NAN, 1, -INF, 1),
+    assert np.array_equal(f64s(xp, rule.forward([x, lo, hi]))[0], arr(NAN, 1, -INF, 1),
                           equal_nan=True)
     # NaN x: no gradient; -inf at the infinite lower bound and 1 at the upper bound: all of it.
-    assert np.array_equal(f64(xp, rule.backward([x, lo, hi], [g]))[0], arr(0, 0, 4, 8))
+    assert np.array_equal(f64s(xp, rule.backward([x, lo, hi], [g]))[0], arr(0, 0, 4, 8))
 
 
 @pytest.mark.parametrize("backend", FINITE_BACKENDS)
@@ -103,7 +89,7 @@ def test_min_splits_a_tie_in_half(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("min", shape=(4,)).rule(xp)
     x, y, g = arr(1.0, 0.0, -2.0, 3.0), arr(1.0, 0.0, -2.0, 1.0), arr(1.0, 2.0, 4.0, 8.0)
-    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    gx, gy = f64s(xp, rule.backward([x, y], [g]))
     assert np.array_equal(gx, arr(0.5, 1, 2, 0)) and np.array_equal(gy, arr(0.5, 1, 2, 8))
 
 
@@ -112,8 +98,8 @@ def test_min_propagates_nan_and_splits_its_gradient(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("min", shape=(3,)).rule(xp)
     x, y, g = arr(NAN, 1.0, NAN), arr(1.0, NAN, NAN), arr(2.0, 4.0, 8.0)
-    assert np.isnan(f64(xp, rule.forward([x, y]))[0]).all()
-    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    assert np.isnan(f64s(xp, rule.forward([x, y]))[0]).all()
+    gx, gy = f64s(xp, rule.backward([x, y], [g]))
     assert np.array_equal(gx, arr(1, 2, 4)) and np.array_equal(gy, arr(1, 2, 4))
 
 
@@ -123,9 +109,9 @@ def _check_fext(backend, name):
     x, y = arr(NAN, 1.0, NAN, 2.0, 3.0), arr(1.0, NAN, NAN, 2.0, 1.0)
     g = arr(2.0, 4.0, 8.0, 16.0, 32.0)
     big = name == "fmax"
-    out = f64(xp, rule.forward([x, y]))[0]
+    out = f64s(xp, rule.forward([x, y]))[0]
     assert np.array_equal(out, arr(1, 1, NAN, 2, 3 if big else 1), equal_nan=True)
-    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    gx, gy = f64s(xp, rule.backward([x, y], [g]))
     assert np.array_equal(gx, arr(0, 4, 4, 8, 32 if big else 0))
     assert np.array_equal(gy, arr(2, 0, 4, 8, 0 if big else 32))
 
@@ -145,8 +131,8 @@ def test_abs_subgradient_at_zero_is_zero(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("abs", shape=(4,)).rule(xp)
     x, g = arr(0.0, -0.0, -2.0, 3.0), arr(INF, 1.0, 4.0, 8.0)
-    assert np.array_equal(f64(xp, rule.backward([x], [g]))[0], arr(0, 0, -4, 8))
-    assert np.array_equal(f64(xp, rule.jvp([x], [g]))[0], arr(0, 0, -4, 8))
+    assert np.array_equal(f64s(xp, rule.backward([x], [g]))[0], arr(0, 0, -4, 8))
+    assert np.array_equal(f64s(xp, rule.jvp([x], [g]))[0], arr(0, 0, -4, 8))
 
 
 @pytest.mark.parametrize("backend", FINITE_BACKENDS)
@@ -154,8 +140,8 @@ def test_sqrt_clamp_negative_gradient_is_zero_at_and_below_zero(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("sqrt", shape=(3,), mode="clampNegative").rule(xp)
     x, g = arr(0.0, -1.0, 4.0), arr(1.0, 1.0, 8.0)
-    assert np.array_equal(f64(xp, rule.forward([x]))[0], arr(0, 0, 2))
-    assert np.array_equal(f64(xp, rule.backward([x], [g]))[0], arr(0, 0, 2))
+    assert np.array_equal(f64s(xp, rule.forward([x]))[0], arr(0, 0, 2))
+    assert np.array_equal(f64s(xp, rule.backward([x], [g]))[0], arr(0, 0, 2))
 
 
 @pytest.mark.parametrize("backend", FINITE_BACKENDS)
@@ -163,7 +149,7 @@ def test_hypot_gradient_at_the_origin_is_zero(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("hypot", shape=(2,)).rule(xp)
     x, y, g = arr(0.0, 3.0), arr(0.0, 4.0), arr(5.0, 5.0)
-    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    gx, gy = f64s(xp, rule.backward([x, y], [g]))
     assert np.array_equal(gx, arr(0, 3)) and np.array_equal(gy, arr(0, 4))
 
 
@@ -172,7 +158,7 @@ def test_copysign_gradient(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("copysign", shape=(3,)).rule(xp)
     x, y, g = arr(0.0, 2.0, -2.0), arr(-1.0, -1.0, -1.0), arr(4.0, 4.0, 4.0)
-    gx, gy = f64(xp, rule.backward([x, y], [g]))
+    gx, gy = f64s(xp, rule.backward([x, y], [g]))
     assert np.array_equal(gx, arr(0, -4, 4)) and np.array_equal(gy, arr(0, 0, 0))
 
 
@@ -183,10 +169,10 @@ def test_pow_gradient_masks(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("pow", shape=(3,)).rule(xp)
     x, y, g = arr(0.0, 0.0, 2.0), arr(0.0, 2.0, 3.0), arr(1.0, 1.0, 1.0)
-    assert np.array_equal(f64(xp, rule.forward([x, y]))[0], arr(1, 0, 8))
+    assert np.array_equal(f64s(xp, rule.forward([x, y]))[0], arr(1, 0, 8))
     gx, gy = rule.backward([x, y], [g])
-    assert np.array_equal(f64(xp, [gx])[0], arr(0, 0, 12))       # 3 * 2^2
-    assert np.array_equal(f64(xp, [gy])[0][:2], arr(0, 0))
+    assert np.array_equal(f64s(xp, [gx])[0], arr(0, 0, 12))       # 3 * 2^2
+    assert np.array_equal(f64s(xp, [gy])[0][:2], arr(0, 0))
 
 
 @pytest.mark.parametrize("backend", IEEE_BACKENDS)
@@ -195,11 +181,11 @@ def test_remainder_signs(backend):
     xp = BACKENDS[backend]()
     rule = routes.op("remainder", shape=(6,)).rule(xp)
     x, y = arr(5.0, -5.0, 5.0, -5.0, 6.0, -6.0), arr(3.0, 3.0, -3.0, -3.0, -3.0, 3.0)
-    out = f64(xp, rule.forward([x, y]))[0]
+    out = f64s(xp, rule.forward([x, y]))[0]
     assert np.array_equal(out, arr(2, 1, -1, -2, 0, 0))
     if backend != "reference":                    # mpmath has one unsigned zero
         assert np.array_equal(np.signbit(out), [False, False, True, True, True, False])
-    fmod = f64(xp, routes.op("fmod", shape=(6,)).rule(xp).forward([x, y]))[0]
+    fmod = f64s(xp, routes.op("fmod", shape=(6,)).rule(xp).forward([x, y]))[0]
     assert np.array_equal(fmod, arr(2, -2, 2, -2, 0, 0))
 
 
@@ -236,12 +222,12 @@ def test_guarded_forms_below_the_guard(backend):
     x, g = arr(-1.0, 0.0, 0.25, 2.0), arr(1.0, 1.0, 1.0, 1.0)
     if backend != "exact":                       # log has no rational value
         log = routes.op("safeLog", shape=(4,)).rule(xp)
-        assert np.array_equal(f64(xp, log.backward([x, eps], [g]))[0], arr(0, 0, 0, 0.5))
+        assert np.array_equal(f64s(xp, log.backward([x, eps], [g]))[0], arr(0, 0, 0, 0.5))
     inv = routes.op("safeInv", shape=(4,)).rule(xp)
-    assert np.array_equal(f64(xp, inv.forward([x, eps]))[0], arr(4, 4, 4, 0.5))
-    assert np.array_equal(f64(xp, inv.backward([x, eps], [g]))[0], arr(0, 0, 0, -0.25))
+    assert np.array_equal(f64s(xp, inv.forward([x, eps]))[0], arr(4, 4, 4, 0.5))
+    assert np.array_equal(f64s(xp, inv.backward([x, eps], [g]))[0], arr(0, 0, 0, -0.25))
     div = routes.op("safeDiv", shape=(4,)).rule(xp)
     num = arr(1.0, 1.0, 1.0, 1.0)
-    assert np.array_equal(f64(xp, div.forward([num, x, eps]))[0], arr(4, 4, 4, 0.5))
-    gx, gy = f64(xp, div.backward([num, x, eps], [g])[:2])
+    assert np.array_equal(f64s(xp, div.forward([num, x, eps]))[0], arr(4, 4, 4, 0.5))
+    gx, gy = f64s(xp, div.backward([num, x, eps], [g])[:2])
     assert np.array_equal(gx, arr(4, 4, 4, 0.5)) and np.array_equal(gy, arr(0, 0, 0, -0.25))

@@ -12,31 +12,14 @@ import pytest
 
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
+from conftest import BACKENDS, arr, f64, rule
 
 NAN = math.nan
 U = 2.0 ** -8          # half an ulp of 1 in bfloat16
-BACKENDS = {
-    "exact": lambda: numerics.exact(),
-    "reference": lambda: numerics.reference(64),
-    "bfloat16": lambda: numerics.emulated("bfloat16"),
-    "float64": lambda: numerics.native("float64"),
-}
-
-
-def arr(*values):
-    return np.array(values, dtype=np.float64)
 
 
 def ints(*values):
     return np.array(values, dtype=np.int64)
-
-
-def f64(xp, a):
-    return np.asarray(xp.to_float64(a), dtype=np.float64)
-
-
-def rule(name, backend, **attrs):
-    return routes.op(name, **attrs).rule(BACKENDS[backend]())
 
 
 # ----- gather ------------------------------------------------------------------------------------

@@ -15,14 +15,9 @@ import pytest
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes.errors import RouteError
+from conftest import wrap
 
 F64 = numerics.native("float64")
-
-
-def wrap(v, signed, w):
-    """A Python int as a w-bit word (two's complement when signed)."""
-    v %= 1 << w
-    return v - (1 << w) if signed and v >= 1 << (w - 1) else v
 
 
 def _sar(x, n, signed, w):

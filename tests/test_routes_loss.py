@@ -7,32 +7,16 @@ from __future__ import annotations
 import math
 from fractions import Fraction as Q
 
-import mpmath
 import numpy as np
 import pytest
 
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
-
-CTX = mpmath.MPContext()
-CTX.prec = 300
-
-
-def f64(xp, a):
-    return np.asarray(xp.to_float64(a), dtype=np.float64)
-
-
-def near(got, want, ulps=1):
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    return bool(np.all(np.abs(got - want) <= ulps * np.spacing(np.abs(want))))
+from conftest import CTX, arr, f64, near
 
 
 def exact(values):
     return [Q(v) for v in np.ravel(values).tolist()]
-
-
-def arr(*values):
-    return np.array(values, dtype=np.float64)
 
 
 # ----- reductions (exact rationals) -----------------------------------------------------------

@@ -7,29 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roundoff_coverage import numerics
-from roundoff_coverage import routes
+from conftest import BACKENDS, arr, f64, rule
 
 U = 2.0 ** -8
-BACKENDS = {
-    "exact": lambda: numerics.exact(),
-    "reference": lambda: numerics.reference(64),
-    "bfloat16": lambda: numerics.emulated("bfloat16"),
-    "float64": lambda: numerics.native("float64"),
-}
 X23 = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
-
-
-def arr(*values):
-    return np.array(values, dtype=np.float64)
-
-
-def f64(xp, a):
-    return np.asarray(xp.to_float64(a), dtype=np.float64)
-
-
-def rule(name, backend, **attrs):
-    return routes.op(name, **attrs).rule(BACKENDS[backend]())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-import mpmath
 import numpy as np
 import pytest
 
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes.errors import RouteError
+from conftest import mp_context
 
 F = Fraction
 
@@ -48,8 +48,7 @@ def test_layer_norm_gradient_known_answer():
 
 
 def test_layer_norm_matches_mpmath_with_weight_bias_and_eps():
-    ctx = mpmath.MPContext()
-    ctx.prec = 220
+    ctx = mp_context(220)
     o = routes.op("layerNorm", shape=(3,))
     x, w, b, eps = [1.0, 2.0, 4.0], [0.5, -1.0, 2.0], [0.25, 0.0, -1.0], 0.125
     (y,) = o.rule(numerics.reference(200)).forward([np.array(x), np.array(w), np.array(b),

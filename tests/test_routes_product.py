@@ -13,10 +13,7 @@ from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes import certs
 from roundoff_coverage.routes.errors import RouteError
-
-
-def fr(a):
-    return np.vectorize(Fraction, otypes=[object])(np.asarray(a, dtype=np.float64))
+from conftest import fr
 
 
 def loop_matmul(p, q):

@@ -7,16 +7,13 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-import mpmath
 import numpy as np
 import pytest
 
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes.families import random as R
-
-CTX = mpmath.MPContext()
-CTX.prec = 300
+from conftest import CTX
 MASK64 = (1 << 64) - 1
 
 

@@ -3,18 +3,20 @@ operator and the example attributes its entry declares (a new operator gets them
 Test ids join keys with '-': ``exp-forward``, ``add-int8-forward``, ``exp-gradient-exact``.
 
 Oracles are independent of the rules: mpmath at 300 bits through the entry's ``oracle``,
-256-bit central differences, exact rationals, and the entry's own numpy binary64 code.
-Known failures are data in the entries (KnownFailure), turned into strict xfails here.
+256-bit central differences, exact rationals, and the real value (the rule at 200 bits) for
+numpy's binary64.  Known failures are data in the entries (KnownFailure), turned into strict
+xfails here.  The instance list and the mpmath helpers are tests/conftest.py's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import itertools
 import json
 import zlib
 from fractions import Fraction
 
-import mpmath
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -26,20 +28,9 @@ from roundoff_coverage import routes
 from roundoff_coverage.routes.errors import RouteError
 from roundoff_coverage.routes.registry import DERIVED_KINDS, declaration
 from roundoff_coverage.routes.vocabulary import spec_row
+from conftest import CTX, INSTANCES, central_difference, mp, pairing, to_mp
 
 KINDS = ("ordinary", "edges", "special")
-
-
-def _instances():
-    """(id, op) for every operator at each example of its entry ('' is the defaults)."""
-    out = []
-    for name in routes.names():
-        for label, attrs in declaration(name).examples.items():
-            out.append((f"{name}-{label}" if label else name, routes.op(name, **attrs)))
-    return out
-
-
-INSTANCES = _instances()
 
 
 def cases(route, where=lambda op: True, instances=None):
@@ -89,26 +80,6 @@ def linear_args(rng, ports):
     """Random dyadic tangents/cotangents at value ports (None elsewhere)."""
     return tuple(rng.integers(-8, 9, p.shape) / 8.0 if p.differentiable else None
                  for p in ports)
-
-
-# ----- mpmath helpers (a local context: never mpmath.mp) ----------------------------------------
-CTX = mpmath.MPContext()
-CTX.prec = 300
-
-
-def mp(v):
-    """An mpf of the local context holding ``v`` exactly (floats, mpf, Fractions)."""
-    if hasattr(v, "_mpf_"):
-        return CTX.make_mpf(v._mpf_)
-    if hasattr(v, "numerator") and not isinstance(v, (float, np.floating)):
-        return CTX.mpf(v.numerator) / v.denominator
-    return CTX.mpf(float(v))
-
-
-def to_mp(x) -> np.ndarray:
-    """An object array of exact mpf values of a float64 array."""
-    with np.errstate(all="ignore"):
-        return np.asarray(np.frompyfunc(mp, 1, 1)(np.asarray(x, dtype=np.float64)), dtype=object)
 
 
 def close(a, b, bits):
@@ -257,45 +228,84 @@ def test_forward_matches_oracle(o):
 def test_jvp_matches_central_difference(o):
     xp = numerics.reference(256)
     rule = o.rule(xp)
-    h = xp.constant(2.0 ** -64)
     for xs in all_samples(o, kinds=("ordinary",), draws=3):
         ts = linear_args(rng_for(o, 2), o.inputs)
-        moved = [[xp.add(xp.asarray(x), xp.multiply(xp.multiply(s, h), xp.asarray(t)))
-                  if t is not None else x for x, t in zip(xs, ts)]
-                 for s in (xp.constant(1), xp.constant(-1))]
-        plus, minus = rule.forward(moved[0]), rule.forward(moved[1])
         jv = rule.jvp(xs, ts)
-        for j, p in enumerate(o.outputs):
+        for j, (p, cd) in enumerate(zip(o.outputs, central_difference(rule, xp, xs, ts))):
             if not p.differentiable:
                 continue
-            for a, b, c in zip(np.ravel(jv[j]), np.ravel(plus[j]), np.ravel(minus[j])):
-                cd = (mp(b) - mp(c)) / (2 * mp(h[()]))
+            for a, d in zip(np.ravel(jv[j]), cd):
                 # Truncation error h**2 |f'''| / 6 and rounding 2**-256 / h: far below 2**-100.
-                assert abs(mp(a) - cd) <= CTX.ldexp(1, -100) * (1 + abs(cd)), (xs, ts, a, cd)
+                assert abs(mp(a) - d) <= CTX.ldexp(1, -100) * (1 + abs(d)), (xs, ts, a, d)
 
 
 # ----- gradients: the adjoint identity --------------------------------------------------------
-def _pairing(us, vs):
-    """sum over ports and elements of u * v, exactly in the local context (None: skipped)."""
-    total, scale = CTX.mpf(0), CTX.mpf(0)
-    for u, v in zip(us, vs):
-        if u is None or v is None:
-            continue
-        for a, b in zip(np.ravel(u), np.ravel(v)):
-            term = mp(a) * mp(b)
-            total, scale = total + term, scale + abs(term)
-    return total, scale
+def called_functions(f) -> set:
+    """The Python functions ``f`` calls by name: those it closes over and the module-level
+    ones it names."""
+    named = [f.__globals__.get(n) for n in f.__code__.co_names]
+    for cell in f.__closure__ or ():
+        with contextlib.suppress(ValueError):             # a cell not yet filled
+            named.append(cell.cell_contents)
+    return {g for g in named if inspect.isfunction(g)}
+
+
+def shares_derivative(o, rule, xs):
+    """Whether the pullback and the tangent apply one derivative function: the entry's
+    ``backward`` and ``jvp`` call the same functions (routes.helpers' unary_elementwise and
+    binary_elementwise hand one ``d``, or ``dx`` and ``dy``, to both), and at ``xs`` the
+    pullback is that map itself (cumsum's shared scan runs backwards in its pullback)."""
+    shared = called_functions(o.decl.backward)
+    return bool(shared) and shared == called_functions(o.decl.jvp) and \
+        pullback_is_tangent_map(o, rule, xs)
+
+
+def pullback_is_tangent_map(o, rule, xs):
+    """Whether the pullback at ``xs`` is the tangent map itself: one value output, every value
+    input of its shape, and for a dyadic v the gradient at each value input k equals, bit for
+    bit, the output tangent of v at input k alone."""
+    outs = [j for j, p in enumerate(o.outputs) if p.differentiable]
+    ins = [k for k, p in enumerate(o.inputs) if p.differentiable]
+    if len(outs) != 1 or any(o.inputs[k].shape != o.outputs[outs[0]].shape for k in ins):
+        return False
+    (j,) = outs
+    v = linear_args(rng_for(o, 9), o.outputs)[j]
+    grads = rule.backward(xs, [v if i == j else None for i in range(len(o.outputs))])
+    return all(np.array_equal(grads[k], rule.jvp(xs, [v if i == k else None
+                                                      for i in range(len(o.inputs))])[j])
+               for k in ins)
 
 
 @pytest.mark.parametrize("o", cases("gradient", has_tangents))
 def test_backward_is_adjoint_of_jvp(o):
-    rule = o.rule(numerics.reference(200))
+    """<J t, c> = <t, J^T c> at 256 bits: the pullback is the adjoint of the tangent map.
+
+    Where the pullback and the tangent share one derivative function (``shares_derivative``:
+    every elementwise operator declared with routes.helpers, clamp, dropout, softmax), the
+    pullback is the tangent map d itself and <d t, c> = <t, d c> only restates that d is
+    symmetric, which the diagonal Jacobian of an elementwise operator is by construction:
+    against the rule's own tangent map this test could not fail.  There the pullback is
+    compared with a 256-bit central difference of the forward map instead,
+    <c, (F(x + h t) - F(x - h t)) / 2h> = <t, backward(c)>, as
+    test_jvp_matches_central_difference checks the tangent: it fails when d is not the
+    derivative.  Where the pullback and the tangent are written separately, the rule's
+    tangent map is the reference, as the identity says."""
+    xp = numerics.reference(256)
+    rule = o.rule(xp)
     for xs in all_samples(o, kinds=("ordinary",), draws=3):
         rng = rng_for(o, 3)
         ts, cs = linear_args(rng, o.inputs), linear_args(rng, o.outputs)
-        lhs, s1 = _pairing(rule.jvp(xs, ts), cs)
-        rhs, s2 = _pairing(ts, rule.backward(xs, cs))
-        assert abs(lhs - rhs) <= CTX.ldexp(1, -180) * (s1 + s2), (xs, lhs, rhs)
+        rhs, s2 = pairing(ts, rule.backward(xs, cs))
+        if shares_derivative(o, rule, xs):
+            # Each difference is within 2**-100 (1 + |cd|) of the derivative (see
+            # test_jvp_matches_central_difference) and each |c| <= 1.
+            lhs, s1 = pairing(central_difference(rule, xp, xs, ts), cs)
+            count = sum(np.size(c) for c in cs if c is not None)
+            tolerance = CTX.ldexp(1, -100) * (count + s1 + s2)
+        else:
+            lhs, s1 = pairing(rule.jvp(xs, ts), cs)
+            tolerance = CTX.ldexp(1, -180) * (s1 + s2)
+        assert abs(lhs - rhs) <= tolerance, (xs, lhs, rhs)
 
 
 def _exact_pairing(us, vs):
@@ -317,8 +327,13 @@ def test_backward_is_adjoint_of_jvp_exactly(o):
         ts, cs = linear_args(rng, o.inputs), linear_args(rng, o.outputs)
         try:
             jv, grads = rule.jvp(xs, ts), rule.backward(xs, cs)
+            shared = shares_derivative(o, rule, xs)
         except numerics.ExactnessError as exc:
             pytest.skip(f"{o.name} is not rational: {exc}")
+        if shared:
+            pytest.skip(f"{o.name}: pullback and tangent share one derivative function, so the "
+                        f"identity holds by construction (test_backward_is_adjoint_of_jvp "
+                        f"checks this pullback against central differences)")
         lhs = _exact_pairing(jv, cs)
         assert lhs == _exact_pairing(ts, grads)
 
@@ -349,38 +364,115 @@ def test_prepare_matches_backward(o):
                 assert _same(g, dense[i] if flags[i] else None), (i, flags)
 
 
-# ----- binary64: the rule under native numpy against the entry's own numpy code -----------------
-def _agree(a, b, ulps):
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if ulps == 0:
-        return np.array_equal(a, b, equal_nan=True)
-    with np.errstate(invalid="ignore"):
-        ok = (a == b) | (np.isnan(a) & np.isnan(b)) | \
-            (np.abs(a - b) <= ulps * np.abs(np.spacing(b)))      # spacing(b) < 0 for b < 0
-    return bool(ok.all())
+# ----- binary64: the rule under native numpy against the real value -----------------------------
+# The oracle is the real value: the same rule under numerics.reference(200) (its forward map is
+# the entry's mpmath oracle to 190 bits: test_forward_matches_oracle), independent of numpy.
+# The native value must lie within  LIBM_ULPS * max(1, d)  binary64 ulps of it, per element:
+# - d: the largest error, in binary64 ulps, of SR_RUNS evaluations of the same rule in
+#   binary64 with stochastic rounding (numerics.emulated("binary64", "stochastic", seed=k)),
+#   whose every primitive lands within one ulp of its exact result.  d measures how much the
+#   formula amplifies one-ulp errors at this sample (Monte Carlo arithmetic: Parker, Pierce
+#   and Eggert 2000): at most 1 where it is well conditioned, far more where it cancels
+#   (1 - y for y near 1 in the derivatives of sigmoid and tanh, 1 - cos for nearly parallel
+#   vectors in cosineLoss, distill's divergence near its minimum, randn's Box-Muller cosine
+#   near a zero).  It is computed only where the native value is off by more than LIBM_ULPS.
+# - LIBM_ULPS = 4: + - * / sqrt are correctly rounded, numpy's binary64 libm functions and
+#   SIMD loops "within a few ulps" (numerics/native.py), taken as 4: native may err up to
+#   4 times what a one-ulp perturbation of each primitive does.
+# The real value NaN wants NaN; one that rounds to an infinity wants that infinity.  Where a
+# stochastic evaluation is itself NaN or infinite against a finite real value, or finite
+# against an infinite one (an intermediate leaving binary64's range: cumprod's product that
+# underflows to 0 before it meets an infinity), d is infinite: no claim there ("open"), on at
+# most OPEN_LIMIT of an instance's elements.
+LIBM_ULPS, SR_RUNS, OPEN_LIMIT = 4, 8, 0.25
+REAL = numerics.reference(200)
+
+
+def _route_values(o, xp, route, xs, cs):
+    """The route's values under ``xp``, each port flat (float64; object arrays of mpf for
+    REAL), None at the ports without one; None when ``xp`` has no rule."""
+    rule = o.rule(xp)
+    if rule is None:
+        return None
+    with np.errstate(all="ignore"):
+        ys = rule.forward(xs) if route == "forward" else rule.backward(xs, cs)
+    return [None if y is None else np.ravel(y if xp is REAL else xp.to_float64(y))
+            for y in ys]
+
+
+def _ulps(v, real, rounded):
+    """|v - real| in binary64 ulps of the real value (subnormal spacing below 2**-1022);
+    0 or inf where the real value is NaN or rounds to an infinity; inf where only v is."""
+    if CTX.isnan(real):
+        return 0 if np.isnan(v) else CTX.inf
+    if not np.isfinite(rounded):
+        return 0 if v == rounded else CTX.inf
+    if not np.isfinite(v):
+        return CTX.inf
+    _, e = CTX.frexp(real)                                  # real = m 2**e, 1/2 <= |m| < 1
+    return abs(mp(v) - real) / CTX.ldexp(1, max(int(e) - 1, -1022) - 52 if real else -1074)
+
+
+def binary64_misses(o, route, xp):
+    """(misses, open, elements) of the route under ``xp`` (a binary64 backend) against the
+    real value over the instance's samples: a miss is (sample, port, element, value, real,
+    ulps, allowed ulps)."""
+    misses, opened, elements = [], 0, 0
+    for n, xs in enumerate(all_samples(o)):
+        cs = linear_args(rng_for(o, 6), o.outputs) if route == "gradient" else None
+        got, real = _route_values(o, xp, route, xs, cs), _route_values(o, REAL, route, xs, cs)
+        runs = None
+        for j, (g, e) in enumerate(zip(got, real)):
+            if e is None:
+                continue
+            rounded = REAL.to_float64(e)
+            for i in range(e.size):
+                elements += 1
+                ulps = _ulps(g[i], mp(e[i]), rounded[i])
+                if ulps <= LIBM_ULPS:
+                    continue
+                runs = runs or [_route_values(o, numerics.emulated("binary64", "stochastic",
+                                                                   seed=k), route, xs, cs)
+                                for k in range(SR_RUNS)]
+                d = max(_ulps(r[j][i], mp(e[i]), rounded[i]) for r in runs)
+                if not CTX.isfinite(d):
+                    opened += 1
+                elif ulps > LIBM_ULPS * max(1, d):
+                    misses.append((n, j, i, g[i], e[i], float(ulps), LIBM_ULPS * max(1, float(d))))
+    return misses, opened, elements
+
+
+def _check_binary64(o, route):
+    if o.rule(REAL) is None:
+        pytest.skip(f"{o.name}: no rule over the reals (needs {o.need}): no real value")
+    misses, opened, elements = binary64_misses(o, route, numerics.native("float64"))
+    assert not misses, misses[:3]
+    assert opened <= OPEN_LIMIT * elements, f"no claim on {opened} of {elements} elements"
 
 
 @pytest.mark.parametrize("o", cases("forward-float64",
                                     lambda o: o.decl.float64 is not None and all_scalar(o)))
-def test_native_float64_forward_matches_numpy(o):
-    rule, ref = o.rule(numerics.native("float64")), o.decl.float64
-    for xs in all_samples(o):
-        with np.errstate(all="ignore"):
-            want = ref.forward(o.attrs, *xs)
-        want = want if isinstance(want, tuple) else (want,)
-        assert all(_agree(g, w, ref.ulps) for g, w in zip(rule.forward(xs), want)), xs
+def test_native_float64_forward_is_near_the_real_value(o):
+    _check_binary64(o, "forward")
 
 
 @pytest.mark.parametrize("o", cases("gradient-float64", lambda o: o.decl.float64 is not None
-                                    and o.decl.float64.backward is not None and all_scalar(o)))
-def test_native_float64_gradient_matches_numpy(o):
-    rule, ref = o.rule(numerics.native("float64")), o.decl.float64
-    for xs in all_samples(o):
-        cs = linear_args(rng_for(o, 6), o.outputs)
-        with np.errstate(all="ignore"):
-            want = ref.backward(o.attrs, xs, cs)
-        for g, w in zip(rule.backward(xs, cs), want):
-            assert (g is None and w is None) or _agree(g, w, ref.ulps), (xs, g, w)
+                                    and has_values(o) and all_scalar(o)))
+def test_native_float64_gradient_is_near_the_real_value(o):
+    _check_binary64(o, "gradient")
+
+
+def test_the_binary64_check_fails_an_exp_off_by_hundreds_of_ulps():
+    """The check can fail: numpy's binary64 with exp made 2**-44 relative too large (256 to
+    512 ulps) misses on exp's forward map and on its gradient (exp(x) times the cotangent)."""
+    class OffExp(type(numerics.native("float64"))):
+        def exp(self, x):
+            return super().exp(x) * (1 + 2.0 ** -44)
+
+    o = routes.op("exp")
+    for route in ("forward", "gradient"):
+        assert binary64_misses(o, route, numerics.native("float64"))[0] == []
+        assert binary64_misses(o, route, OffExp("float64"))[0], route
 
 
 # ----- failures: every check and validate message is reached ------------------------------------

@@ -6,7 +6,6 @@ overflow)."""
 
 from __future__ import annotations
 
-import mpmath
 import numpy as np
 import pytest
 
@@ -14,9 +13,7 @@ from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.numerics import metrics
-
-CTX = mpmath.MPContext()
-CTX.prec = 300
+from conftest import CTX, to_mp
 
 
 def _cases():
@@ -30,11 +27,6 @@ def _cases():
                     params.append(pytest.param(name, fmt, mode, cert.bound["ulps"],
                                                id=f"{name}-forward-{fmt}-{mode}"))
     return params
-
-
-def _exact(v):
-    with np.errstate(all="ignore"):
-        return np.asarray(np.frompyfunc(lambda f: CTX.mpf(float(f)), 1, 1)(v), dtype=object)
 
 
 def _clamped(e, fmt):
@@ -64,7 +56,7 @@ def test_forward_within_certified_bound(name, fmt, mode, ulps):
         for _ in range(3):
             xs = o.samples(rng, fmt, kind)
             got = rule.forward(xs)
-            exact = o.decl.oracle(CTX, o.attrs, *[_exact(x) if p.scalar else x
+            exact = o.decl.oracle(CTX, o.attrs, *[to_mp(x) if p.scalar else x
                                                   for x, p in zip(xs, o.inputs)])
             for g, e in zip(got, exact):
                 err = metrics.ulp_error(np.asarray(g, dtype=np.float64), _clamped(e, fmt), fmt)

@@ -12,27 +12,10 @@ import pytest
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes.errors import RouteError
+from conftest import BACKENDS, arr, f64, rule
 
 NAN = math.nan
-BACKENDS = {
-    "exact": lambda: numerics.exact(),
-    "reference": lambda: numerics.reference(64),
-    "bfloat16": lambda: numerics.emulated("bfloat16"),
-    "float64": lambda: numerics.native("float64"),
-}
 IEEE = ["reference", "bfloat16", "float64"]
-
-
-def arr(*values):
-    return np.array(values, dtype=np.float64)
-
-
-def f64(xp, a):
-    return np.asarray(xp.to_float64(a), dtype=np.float64)
-
-
-def rule(name, backend, **attrs):
-    return routes.op(name, **attrs).rule(BACKENDS[backend]())
 
 
 # ----- cumsum, cumprod -------------------------------------------------------------------------

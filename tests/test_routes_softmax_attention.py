@@ -6,20 +6,14 @@ from __future__ import annotations
 
 import math
 
-import mpmath
 import numpy as np
 import pytest
 
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
+from conftest import CTX, f64, near
 
-CTX = mpmath.MPContext()
-CTX.prec = 300
 LN2 = math.log(2.0)                       # the binary64 nearest ln 2: an input, not an answer
-
-
-def f64(xp, a):
-    return np.asarray(xp.to_float64(a), dtype=np.float64)
 
 
 def mp_softmax(row):
@@ -27,11 +21,6 @@ def mp_softmax(row):
     e = [CTX.exp(CTX.mpf(v)) for v in row]
     s = CTX.fsum(e)
     return [float(v / s) for v in e]
-
-
-def near(got, want, ulps=1):
-    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    return bool(np.all(np.abs(got - want) <= ulps * np.spacing(np.abs(want))))
 
 
 # ----- softmax and logSoftmax -----------------------------------------------------------------

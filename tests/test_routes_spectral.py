@@ -5,27 +5,18 @@ ignored imaginary ends of irfft, and the selective scan's recurrence by hand."""
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
-import mpmath
 import numpy as np
 import pytest
 
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes.families.spectral import PI, twiddles
-
-CTX = mpmath.MPContext()
-CTX.prec = 300
-
-
-def mp(v):
-    return CTX.mpf(v) if not isinstance(v, Fraction) else CTX.mpf(v.numerator) / v.denominator
+from conftest import CTX, mp, mp_context
 
 
 def test_pi_literal_is_pi_to_its_digits():
-    ctx = mpmath.MPContext()
-    ctx.prec = 2300
+    ctx = mp_context(2300)
     assert abs(ctx.mpf(PI.numerator) / PI.denominator - ctx.pi) < ctx.mpf(10) ** -649
 
 
@@ -65,8 +56,7 @@ def test_twiddles_are_exact_at_quarter_turns():
 
 @pytest.mark.parametrize("prec", [53, 256, 1000])
 def test_twiddles_are_accurate_to_the_working_precision(prec):
-    ctx = mpmath.MPContext()
-    ctx.prec = prec + 100
+    ctx = mp_context(prec + 100)
     cos, sin = twiddles(numerics.reference(prec), np.arange(14), 14)
     for m in range(14):
         c, s = ctx.cospi(ctx.mpf(2 * m) / 14), ctx.sinpi(ctx.mpf(2 * m) / 14)

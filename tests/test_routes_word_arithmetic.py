@@ -18,6 +18,7 @@ import pytest
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes.errors import RouteError
+from conftest import wrap
 
 F64 = numerics.native("float64")
 ELEMENTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")
@@ -25,14 +26,6 @@ ELEMENTS = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uin
 
 def signed_width(element):
     return not element.startswith("u"), int(element.lstrip("uint"))
-
-
-def wrap(v, signed, w):
-    """An unbounded integer as a w-bit word: ((v + 2**(w-1)) mod 2**w) - 2**(w-1) when signed,
-    v mod 2**w when not."""
-    if signed:
-        return (v + 2 ** (w - 1)) % 2 ** w - 2 ** (w - 1)
-    return v % 2 ** w
 
 
 # torch's documentation restated on Python integers (before the wrap):

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 
-import mpmath
 import numpy as np
 import pytest
 
@@ -26,6 +25,7 @@ from roundoff_coverage.reports import evaluate, runner
 from roundoff_coverage.reports.cli import main
 from roundoff_coverage.routes.ports import value
 from roundoff_coverage.routes.registry import define, withdraw
+from conftest import CTX, one_error
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMALL = runner.Selection(ops=("neg", "exp", "eq", "softmax"),
@@ -183,12 +183,10 @@ def test_a_failing_route_is_an_error_row_and_the_run_goes_on(tmp_path, broken_op
 
 def _ulp_mpmath(computed: float, exact, fmt) -> float:
     """(computed - exact) / ulp(exact) in ``fmt``, with mpmath at 300 bits."""
-    ctx = mpmath.MPContext()
-    ctx.prec = 300
-    x = ctx.mpf(exact)
-    e = int(ctx.floor(ctx.log(abs(x), 2)))
+    x = CTX.mpf(exact)
+    e = int(CTX.floor(CTX.log(abs(x), 2)))
     q = max(e - fmt.precision + 1, fmt.qmin)
-    return float((ctx.mpf(computed) - x) / ctx.ldexp(1, q))
+    return float((CTX.mpf(computed) - x) / CTX.ldexp(1, q))
 
 
 def test_exp_in_bfloat16_is_rounded_once_and_its_worst_case_reproduces():
@@ -202,9 +200,7 @@ def test_exp_in_bfloat16_is_rounded_once_and_its_worst_case_reproduces():
     assert row["bound"] == 0.5 and row["violations"] == 0 and row["bound_ratio"] <= 1
     w = row["worst"]
     x = float(formats.decode(np.array([int(w["inputs"]["x"], 16)], dtype=np.uint64), fmt)[0])
-    ctx = mpmath.MPContext()
-    ctx.prec = 300
-    exact = ctx.exp(ctx.mpf(x))
+    exact = CTX.exp(CTX.mpf(x))
     assert abs(_ulp_mpmath(float(w["computed"]), exact, fmt) - w["ulp"]) < 1e-6
     assert abs(abs(w["ulp"]) - row["max_ulp"]) == 0
 
@@ -329,13 +325,6 @@ def test_user_formats_run_under_their_compact_spec(tmp_path, capsys):
 
 # ----- the command line ---------------------------------------------------------------------------
 
-def _one_line(err, *fragments):
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("roundoff-coverage: error: "), err
-    for f in fragments:
-        assert f in lines[0], err
-
-
 @pytest.mark.parametrize("argv,fragments", [
     (["--ops", "sofmax"], ["sofmax", "softmax"]),
     (["--formats", "bfloat61"], ["bfloat61", "bfloat16"]),
@@ -349,7 +338,7 @@ def test_bad_names_exit_2_with_one_line(capsys, tmp_path, argv, fragments):
     status = main(["run", *argv, "--out", str(tmp_path / "r.json"), "--quiet"])
     out, err = capsys.readouterr()
     assert status == 2 and out == ""
-    _one_line(err, *fragments)
+    one_error(err, *fragments)
 
 
 @pytest.mark.parametrize("content,fragment", [
@@ -362,7 +351,7 @@ def test_bad_config_exits_2(capsys, tmp_path, content, fragment):
     cfg.write_text(content)
     status = main(["run", "--config", str(cfg), "--out", str(tmp_path / "r.json"), "--quiet"])
     assert status == 2
-    _one_line(capsys.readouterr().err, fragment)
+    one_error(capsys.readouterr().err, fragment)
 
 
 def test_unwritable_output_exits_2(capsys, tmp_path):
@@ -370,7 +359,7 @@ def test_unwritable_output_exits_2(capsys, tmp_path):
     blocker.write_text("")
     status = main(["run", "--ops", "neg", "--out", str(blocker / "r.json"), "--quiet"])
     assert status == 2
-    _one_line(capsys.readouterr().err, "cannot write")
+    one_error(capsys.readouterr().err, "cannot write")
 
 
 def test_config_run_writes_json_csv_and_prints_the_summary(capsys, tmp_path):
