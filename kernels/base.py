@@ -12,6 +12,7 @@ input port (gradient; None at ports without one).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -38,6 +39,12 @@ class Kernel:
     contract: Contract
     launch: Callable
     accepts: Callable = _ALL
+
+    def __post_init__(self):
+        # The contract knows its kernel's operator and attributes (a traced contract traces
+        # that rule at those attributes).
+        object.__setattr__(self, "contract", dataclasses.replace(
+            self.contract, op=self.name, accepts=self.accepts))
 
     @property
     def routes(self) -> tuple:

@@ -51,7 +51,7 @@ Where each number comes from:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from roundoff_coverage import formats
 from roundoff_coverage.numerics import primitives as P
@@ -103,15 +103,22 @@ def flavour(fmt, mode: str) -> str:
     return "emulated"
 
 
+# A contract's primitives (or its single-rounding claim) computed from the trace of the
+# kernel's rule (kernels/trace.py) instead of listed.
+TRACED = "traced"
+
+
 @dataclass(frozen=True)
 class Contract:
-    forward: frozenset                  # primitives of the forward route
-    gradient: frozenset | None          # primitives of the gradient route (None: no kernel)
-    single: bool                        # the forward route is one rounding (or none)
+    forward: frozenset | str            # primitives of the forward route, or TRACED
+    gradient: frozenset | str | None    # primitives of the gradient route (None: no kernel)
+    single: bool | None                 # the forward route is one rounding (None: traced)
     order: str = "fixed"
     fma: bool = False
     ftz: bool = False
     policy: str = "strict"
+    op: str = ""                        # the kernel's operator and the attributes it serves:
+    accepts: Callable | None = None     # what a traced contract traces (kernels.base.Kernel)
 
     def __post_init__(self):
         if self.order not in ORDERS:
@@ -124,7 +131,18 @@ class Contract:
     def primitives(self, route: str) -> frozenset:
         if route not in self.routes:
             raise KernelError(f"kernels: no {route} kernel (routes: {', '.join(self.routes)})")
-        return self.forward if route == "forward" else self.gradient
+        listed = self.forward if route == "forward" else self.gradient
+        if listed != TRACED:
+            return listed
+        from . import trace
+        return trace.primitives(self.op, route, self.accepts)
+
+    def rounds_once(self) -> bool:
+        """Whether the forward route rounds at most once per element (listed, or traced)."""
+        if self.single is not None:
+            return self.single
+        from . import trace
+        return trace.rounds_once(self.op, self.accepts)
 
     def claim(self, route: str, fmt, mode: str = "nearest_even") -> Claim:
         """The claim for ``route`` in ``fmt`` under ``mode`` (see the module doc)."""
@@ -132,7 +150,8 @@ class Contract:
         flav = flavour(fmt, mode)
         prims = self.primitives(route)
         agreement, margin = _agreement(prims, flav, mode, self)
-        bound = _max_ulp(prims, flav, fmt, mode) if route == "forward" and self.single else None
+        bound = _max_ulp(prims, flav, fmt, mode) if route == "forward" and self.rounds_once() \
+            else None
         return Claim(agreement, bound, margin)
 
     def max_ulp(self, route: str, fmt, mode: str = "nearest_even") -> float | None:

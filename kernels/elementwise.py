@@ -3,8 +3,8 @@
 device primitives of kernels.primitives, in the rule's order of primitives.
 
 ``ELEMENTWISE`` maps an operator name to an ``Entry``: arity (value inputs), the frozen
-scalar ports, the forward body and the gradient bodies (one per value input), and the
-primitives each route performs (the contract is derived from them, kernels.contract).  A
+scalar ports, the forward body and the gradient bodies (one per value input); the contract
+is computed from the trace of the rule each body spells (kernels/trace.py).  A
 factory receives the flavour's primitive table ``P`` and the device decorator and returns
 device functions ``f(x[, y], c0, c1, rp)`` (``c0``, ``c1`` the frozen scalars, 0 where
 unused) and gradients ``g(x[, y], v, c0, c1, rp)`` (``v`` the cotangent).  Selections
@@ -23,21 +23,15 @@ from typing import Callable, NamedTuple
 from roundoff_coverage.routes.families.activation import _GELU_C, _RSQRT2, _RSQRT2PI, _SQRT_2_OVER_PI
 
 from .base import Kernel, flat
-from .contract import Contract
+from .contract import TRACED, Contract
 
 
 class Entry(NamedTuple):
     arity: int                        # value inputs (1 or 2)
     frozen: tuple                     # names of frozen scalar ports, in port order
     forward: Callable                 # factory(P, dev) -> device function
-    forward_prims: frozenset          # primitives of the forward route
     gradient: Callable | None         # factory(P, dev) -> tuple of device functions
-    gradient_prims: frozenset         # primitives of the gradient route (forward's included)
     accepts: Callable = lambda attrs: True   # the attributes this kernel implements
-
-
-def _f(*names):
-    return frozenset(names)
 
 
 # ----- arithmetic ------------------------------------------------------------------------------
@@ -419,42 +413,30 @@ def _gelu_grad(P, dev):
 _SCALAR = lambda a: a.get("element", "scalar") == "scalar"       # noqa: E731
 
 ELEMENTWISE = {
-    "add": Entry(2, (), _add, _f("add"), _add_grad, _f("add"), _SCALAR),
-    "sub": Entry(2, (), _sub, _f("subtract"), _sub_grad, _f("subtract", "negative"), _SCALAR),
-    "mul": Entry(2, (), _mul, _f("multiply"), _mul_grad, _f("multiply"), _SCALAR),
-    "div": Entry(2, (), _div, _f("divide"), _div_grad, _f("divide", "multiply", "negative"),
-                 lambda a: a.rounding_mode == "none" and _SCALAR(a)),
-    "neg": Entry(1, (), _neg, _f("negative"), _neg_grad, _f("negative"), _SCALAR),
-    "abs": Entry(1, (), _abs, _f("abs"), _abs_grad, _f("abs", "negative")),
-    "sqrt": Entry(1, (), _sqrt, _f("sqrt"), _sqrt_grad, _f("sqrt", "multiply", "divide")),
-    "reciprocal": Entry(1, (), _reciprocal, _f("divide"), _reciprocal_grad,
-                        _f("divide", "multiply", "negative")),
-    "scale": Entry(1, ("factor",), _scale, _f("multiply"), _scale_grad, _f("multiply")),
-    "safeLog": Entry(1, ("eps",), _safe_log, _f("maximum", "log"), _safe_log_grad,
-                     _f("maximum", "log", "divide")),
-    "exp": Entry(1, (), _unary("exp"), _f("exp"), _exp_grad, _f("exp", "multiply")),
-    "log": Entry(1, (), _unary("log"), _f("log"), _log_grad, _f("log", "divide")),
-    "sin": Entry(1, (), _unary("sin"), _f("sin"), _sin_grad, _f("sin", "cos", "multiply")),
-    "cos": Entry(1, (), _unary("cos"), _f("cos"), _cos_grad,
-                 _f("cos", "sin", "multiply", "negative")),
-    "max": Entry(2, (), _max, _f("maximum"), _max_grad, _f("maximum", "multiply"), _SCALAR),
-    "min": Entry(2, (), _min, _f("minimum"), _min_grad, _f("minimum", "multiply"), _SCALAR),
-    "clamp": Entry(1, ("lo", "hi"), _clamp, _f("maximum", "minimum"), _clamp_grad,
-                   _f("maximum", "minimum")),
-    "relu": Entry(1, (), _relu, _f("maximum"), _relu_grad, _f("maximum")),
-    "sigmoid": Entry(1, (), _sigmoid, _f("exp", "negative", "add", "divide"), _sigmoid_grad,
-                     _f("exp", "negative", "add", "divide", "multiply", "subtract")),
-    "silu": Entry(1, (), _silu, _f("exp", "negative", "add", "divide", "multiply"), _silu_grad,
-                  _f("exp", "negative", "add", "divide", "multiply", "subtract")),
-    "tanh": Entry(1, (), _unary("tanh"), _f("tanh"), _tanh_grad,
-                  _f("tanh", "multiply", "subtract")),
-    # Both approximations in one entry: the primitive sets are their unions.
-    "gelu": Entry(1, (), _gelu, _f("multiply", "add", "erf", "exp", "negative", "divide"),
-                  _gelu_grad, _f("multiply", "add", "erf", "exp", "negative", "divide",
-                                 "subtract")),
-    "softplus": Entry(1, ("beta", "threshold"), _softplus,
-                      _f("multiply", "exp", "log1p", "divide"), _softplus_grad,
-                      _f("multiply", "exp", "negative", "add", "divide")),
+    "add": Entry(2, (), _add, _add_grad, _SCALAR),
+    "sub": Entry(2, (), _sub, _sub_grad, _SCALAR),
+    "mul": Entry(2, (), _mul, _mul_grad, _SCALAR),
+    "div": Entry(2, (), _div, _div_grad, lambda a: a.rounding_mode == "none" and _SCALAR(a)),
+    "neg": Entry(1, (), _neg, _neg_grad, _SCALAR),
+    "abs": Entry(1, (), _abs, _abs_grad),
+    "sqrt": Entry(1, (), _sqrt, _sqrt_grad),
+    "reciprocal": Entry(1, (), _reciprocal, _reciprocal_grad),
+    "scale": Entry(1, ("factor",), _scale, _scale_grad),
+    "safeLog": Entry(1, ("eps",), _safe_log, _safe_log_grad),
+    "exp": Entry(1, (), _unary("exp"), _exp_grad),
+    "log": Entry(1, (), _unary("log"), _log_grad),
+    "sin": Entry(1, (), _unary("sin"), _sin_grad),
+    "cos": Entry(1, (), _unary("cos"), _cos_grad),
+    "max": Entry(2, (), _max, _max_grad, _SCALAR),
+    "min": Entry(2, (), _min, _min_grad, _SCALAR),
+    "clamp": Entry(1, ("lo", "hi"), _clamp, _clamp_grad),
+    "relu": Entry(1, (), _relu, _relu_grad),
+    "sigmoid": Entry(1, (), _sigmoid, _sigmoid_grad),
+    "silu": Entry(1, (), _silu, _silu_grad),
+    "tanh": Entry(1, (), _unary("tanh"), _tanh_grad),
+    # Both approximations in one entry: the traced primitives are their union.
+    "gelu": Entry(1, (), _gelu, _gelu_grad),
+    "softplus": Entry(1, ("beta", "threshold"), _softplus, _softplus_grad),
 }
 
 
@@ -531,12 +513,11 @@ def launch(o, xs, cotangents, route, ctx):
     return tuple(g.reshape(x.shape) for g, x in zip(grads, xs)) + (None,) * len(e.frozen)
 
 
-# sigmoid, silu, gelu and softplus are compositions (several roundings); every other entry is
-# one rounding.
-_COMPOSITE = ("sigmoid", "silu", "gelu", "softplus")
+# The contract of every elementwise kernel is its rule's trace (kernels/trace.py): the
+# primitives of each route, and whether the forward route rounds once (sigmoid, silu, gelu
+# and softplus are compositions; every other entry is one rounding or none).
 KERNELS = tuple(
     Kernel(name, "elementwise",
-           Contract(e.forward_prims, e.gradient_prims if e.gradient is not None else None,
-                    single=name not in _COMPOSITE),
+           Contract(TRACED, TRACED if e.gradient is not None else None, single=None),
            launch, e.accepts)
     for name, e in ELEMENTWISE.items())

@@ -1,0 +1,62 @@
+"""Kernel contracts and the traces of their rules (kernels/trace.py, numerics.recording).
+
+The elementwise kernels' contracts are computed from the trace of their rules; every other
+kernel still lists its primitives, and those lists must agree with the trace: the forward
+route's list is the rule's forward primitives, and a gradient kernel lists the pullback's
+primitives at least (it may leave out what only the forward pass computes, which the
+pullback reads back).  A kernel that draws (bernoulliMask, randUniform) computes its values
+from the key outside the rule's primitives: its multiply by 2**-53 is exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from roundoff_coverage import kernels, routes
+from roundoff_coverage.kernels import trace
+from roundoff_coverage.kernels.contract import TRACED
+from roundoff_coverage.numerics.recording import RecordingBackend
+
+# Kernels whose values come from a random key, not from the rule's primitives.
+DRAWS = ("bernoulliMask", "randUniform")
+
+
+def _kernels():
+    return [kernels.of_op(n) for n in kernels.names()]
+
+
+def test_recording_sees_every_primitive_a_rule_calls_in_order():
+    # softmax along the last axis: the maximum, the shift, exp, the sum, the division.
+    o = routes.op("softmax", shape=(2, 3), axis=1)
+    bk = RecordingBackend("binary32", policy="strict")
+    o.rule(bk).forward((np.array([[1.0, 2.0, 3.0], [0.5, -1.0, 4.0]]),))
+    assert bk.trace[:2] == ["maximum", "maximum"]            # a sequential fold of 3
+    assert bk.seen == {"maximum", "subtract", "exp", "add", "divide"}
+
+
+@pytest.mark.parametrize("k", _kernels(), ids=lambda k: k.name)
+def test_a_listed_contract_agrees_with_the_trace_of_its_rule(k):
+    c = k.contract
+    if c.forward == TRACED:
+        assert c.primitives("forward") == trace.primitives(k.name, "forward", k.accepts)
+        return
+    fwd = trace.primitives(k.name, "forward", k.accepts)
+    if k.name in DRAWS:
+        assert fwd <= c.forward and c.forward <= {"multiply", "subtract", "divide"}
+    else:
+        assert c.forward == fwd, sorted(c.forward ^ fwd)
+    if "gradient" in k.routes:
+        traced = trace.primitives(k.name, "gradient", k.accepts)
+        assert c.gradient <= traced, sorted(c.gradient - traced)
+        assert traced - c.gradient <= fwd, sorted(traced - c.gradient - fwd)
+
+
+def test_traced_single_rounding_claims():
+    once = {n: kernels.of_op(n).contract.rounds_once() for n in
+            ("add", "exp", "neg", "clamp", "safeLog", "sigmoid", "silu", "gelu", "softplus")}
+    assert once == {"add": True, "exp": True, "neg": True, "clamp": True, "safeLog": True,
+                    "sigmoid": False, "silu": False, "gelu": False, "softplus": False}
+    # One rounding: a data-independent bound (half an ulp and the libdevice error of exp).
+    assert kernels.of_op("exp").claim("forward", "bfloat16").max_ulp == \
+        pytest.approx(0.5 + 2 ** (8 - 51))
+    assert kernels.of_op("sigmoid").claim("forward", "bfloat16").max_ulp is None
