@@ -33,7 +33,7 @@ import numpy as np
 from numba import cuda
 
 from .base import Kernel
-from .contract import Contract
+from .contract import TRACED, Contract
 from .products import make_matmul
 from .rows import make_softmax
 
@@ -145,10 +145,9 @@ def launch_multihead(o, xs, cotangents, route, ctx):
     return tuple(_join(gr.reshape(a.shape)) for gr, a in zip(grads, (qh, kh, vh))) + (None,)
 
 
-_PRIMS = frozenset({"maximum", "subtract", "exp", "add", "divide", "multiply"})
 KERNELS = (
-    Kernel("attentionFromScores", "attention", Contract(_PRIMS, _PRIMS, False),
+    Kernel("attentionFromScores", "attention", Contract(TRACED, TRACED, None),
            launch_from_scores),
-    Kernel("multiheadAttention", "attention", Contract(_PRIMS, _PRIMS, False),
+    Kernel("multiheadAttention", "attention", Contract(TRACED, TRACED, None),
            launch_multihead),
 )

@@ -15,7 +15,10 @@ Fields of ``Contract``:
 - ``policy``: the numerics policy the kernel reproduces (``strict``: storage = compute =
   accumulation format, sequential order, no FMA);
 - ``forward`` / ``gradient``: the primitives each route performs, from which the claims are
-  derived (``claim``).
+  derived (``claim``), and ``single``, whether the forward route rounds once: ``TRACED``
+  (and None) for every kernel but those that draw, computed from the trace of the kernel's
+  rule (kernels/trace.py, numerics.recording), which the kernel reproduces primitive by
+  primitive.
 
 Claims, for a route in a format and mode (``Claim``):
 

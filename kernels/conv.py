@@ -48,7 +48,7 @@ from roundoff_coverage.routes.families.conv_pool import inverse, windows
 from roundoff_coverage.routes.families.pool import pool_divisors, pool_extents
 
 from .base import Kernel, flat
-from .contract import Contract
+from .contract import TRACED, Contract
 
 
 # ----- device kernels --------------------------------------------------------------------------
@@ -534,20 +534,16 @@ def launch_smooth(o, xs, cotangents, route, ctx):
     return (out.reshape(shape),)
 
 
-_f = frozenset
-_DOT = _f({"multiply", "add"})
-_POOL = _f({"maximum", "add", "divide"})
 KERNELS = (
     # The gradients: dot products (input and weight) and sums (bias).
-    Kernel("conv", "window", Contract(_DOT, _DOT, False), launch_conv),
-    Kernel("convTranspose", "window", Contract(_DOT, _DOT, False), launch_conv_transpose),
+    Kernel("conv", "window", Contract(TRACED, TRACED, None), launch_conv),
+    Kernel("convTranspose", "window", Contract(TRACED, TRACED, None), launch_conv_transpose),
     # max pooling is exact, average pooling a sum and a division: one contract for both; the
     # gradient recomputes the maximum, counts ties (a sum), divides and sums the shares.
-    Kernel("pool", "window", Contract(_POOL, _POOL, False), launch_pool),
+    Kernel("pool", "window", Contract(TRACED, TRACED, None), launch_pool),
     # smoothMaxPool's gradient recomputes m and the sum (no log), the weights e / s, their
     # products with the cotangent and the sums of the windows' terms per entry.
     Kernel("smoothMaxPool", "window",
-           Contract(_f({"multiply", "maximum", "subtract", "exp", "add", "log", "divide"}),
-                    _f({"multiply", "maximum", "subtract", "exp", "add", "divide"}), False),
+           Contract(TRACED, TRACED, None),
            launch_smooth),
 )

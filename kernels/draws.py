@@ -45,7 +45,7 @@ from numba import cuda
 from roundoff_coverage.routes.families.random import GOLDEN, MIX1, MIX2
 
 from .base import Kernel, flat
-from .contract import Contract
+from .contract import TRACED, Contract
 
 _GOLDEN, _MIX1, _MIX2 = np.uint64(GOLDEN), np.uint64(MIX1), np.uint64(MIX2)
 _ONE = np.uint64(1)
@@ -193,10 +193,10 @@ _f = frozenset
 KERNELS = (
     # Two roundings per kept entry (1 - p, the quotient); the gradient is the same map.
     Kernel("dropout", "mask",
-           Contract(_f({"subtract", "divide"}), _f({"subtract", "divide"}), False),
+           Contract(TRACED, TRACED, None),
            launch_dropout),
     # Comparisons only: exact (0 or 1) in every format and mode.
-    Kernel("topKMask", "mask", Contract(_f(), None, True), launch_topk),
+    Kernel("topKMask", "mask", Contract(TRACED, None, None), launch_topk),
     # The draw's one rounding decides the comparison: the 0/1 result is not within any ulp
     # of the exact rule's (single=False), but bitwise equal to the emulated one.
     Kernel("bernoulliMask", "draw", Contract(_f({"multiply"}), None, False),

@@ -39,7 +39,7 @@ import numpy as np
 from numba import cuda
 
 from .base import Kernel, flat
-from .contract import Contract
+from .contract import TRACED, Contract
 
 # Fold codes of the ``fold`` kernel.
 REPLACE, ADD, MAXIMUM, MINIMUM = 0, 1, 2, 3
@@ -249,14 +249,13 @@ def launch_detach(o, xs, cotangents, route, ctx):
 
 # ----- the table ---------------------------------------------------------------------------------
 _SCALAR = lambda a: a.get("element", "scalar") == "scalar"            # noqa: E731
-_NONE = frozenset()
-_EXACT = Contract(_NONE, _NONE, single=True)
-_ADJOINT_SUM = Contract(_NONE, frozenset({"add"}), single=True)
+_EXACT = Contract(TRACED, TRACED, single=None)
+_ADJOINT_SUM = Contract(TRACED, TRACED, single=None)
 
 KERNELS = (
     Kernel("gather", "movement", _ADJOINT_SUM, launch_gather, _SCALAR),
     # replace, max and min: every output is x's entry or an update (exact folds).
-    Kernel("scatter", "movement", Contract(frozenset({"maximum", "minimum"}), None, single=True),
+    Kernel("scatter", "movement", Contract(TRACED, None, None),
            launch_scatter, lambda a: _SCALAR(a) and a.mode in _SCATTER_CODE),
     Kernel("indexAt", "movement", _EXACT, launch_index_at),
     Kernel("slice", "movement", _EXACT, launch_slice, _SCALAR),

@@ -41,7 +41,7 @@ from numba import cuda
 from roundoff_coverage.routes.families.reduction import from_last, to_last
 
 from .base import Kernel, flat
-from .contract import Contract
+from .contract import TRACED, Contract
 
 
 # ----- device code -----------------------------------------------------------------------------
@@ -249,10 +249,8 @@ def launch_running(o, xs, cotangents, route, ctx):
     return (gx.reshape(shape), gw, gb, None, None, None)
 
 
-_PRIMS = frozenset({"add", "subtract", "multiply", "divide", "rsqrt"})
-_RUNNING = frozenset({"add", "subtract", "multiply", "rsqrt"})
 KERNELS = (
-    Kernel("layerNorm", "norm", Contract(_PRIMS, _PRIMS, False), launch_batch),
-    Kernel("batchNorm", "norm", Contract(_PRIMS, _PRIMS, False), launch_batch),
-    Kernel("batchNormRunning", "norm", Contract(_RUNNING, _RUNNING, False), launch_running),
+    Kernel("layerNorm", "norm", Contract(TRACED, TRACED, None), launch_batch),
+    Kernel("batchNorm", "norm", Contract(TRACED, TRACED, None), launch_batch),
+    Kernel("batchNormRunning", "norm", Contract(TRACED, TRACED, None), launch_running),
 )

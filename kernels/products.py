@@ -38,7 +38,7 @@ from numba import cuda
 from roundoff_coverage.routes.families.reduction import to_last
 
 from .base import Kernel, flat
-from .contract import Contract
+from .contract import TRACED, Contract
 from .rows import by_scalar, make_reduce, reduce_code
 
 
@@ -194,8 +194,7 @@ def launch_linear(o, xs, cotangents, route, ctx):
     return gw, gb, gx.reshape(x.shape)
 
 
-_MA = frozenset({"multiply", "add"})
-KERNELS = tuple(Kernel(name, "matmul", Contract(_MA, _MA, False), launch)
+KERNELS = tuple(Kernel(name, "matmul", Contract(TRACED, TRACED, None), launch)
                 for name in ("matmul", "scaledMatmul")) + (
-    Kernel("linear", "matmul", Contract(_MA, _MA, False), launch_linear),
+    Kernel("linear", "matmul", Contract(TRACED, TRACED, None), launch_linear),
 )

@@ -39,7 +39,7 @@ from numba import cuda
 from roundoff_coverage.routes.families.reduction import from_last, kept_shape, spread, to_last
 
 from .base import Kernel, flat
-from .contract import Contract
+from .contract import TRACED, Contract
 
 REDUCE_OPS = ("sum", "prod", "max", "min")
 _CODE = {"sum": 0, "prod": 1, "max": 2, "min": 3}
@@ -302,24 +302,20 @@ def launch_softmax(o, xs, cotangents, route, ctx):
     return (np.moveaxis(out.reshape(shape), -1, axis),)
 
 
-_f = frozenset
-_SOFTMAX = _f({"maximum", "subtract", "exp", "add", "divide"})
-_LOG_SOFTMAX = _f({"maximum", "subtract", "exp", "add", "log"})
 KERNELS = (
     # reduce: sum and prod in sequential order (many roundings), max and min exact.  The
     # gradient: sum's spread (no arithmetic), prod's products of the other entries times the
     # cotangent, max/min's recomputed extreme, tie count (a sum) and share (a division).
     Kernel("reduce", "reduce",
-           Contract(_f({"add", "multiply", "maximum", "minimum"}),
-                    _f({"add", "multiply", "maximum", "minimum", "divide"}), False),
+           Contract(TRACED, TRACED, None),
            launch_reduce),
     # mean: a sequential sum, then one division by the rounded count; its gradient is one
     # division per element.
-    Kernel("mean", "reduce", Contract(_f({"add", "divide"}), _f({"divide"}), False),
+    Kernel("mean", "reduce", Contract(TRACED, TRACED, None),
            launch_mean),
     # The gradients recompute the forward value (the same row code) before the pullback.
     Kernel("softmax", "softmax",
-           Contract(_SOFTMAX, _SOFTMAX | {"multiply"}, False), launch_softmax),
+           Contract(TRACED, TRACED, None), launch_softmax),
     Kernel("logSoftmax", "softmax",
-           Contract(_LOG_SOFTMAX, _LOG_SOFTMAX | {"multiply"}, False), launch_softmax),
+           Contract(TRACED, TRACED, None), launch_softmax),
 )

@@ -45,7 +45,7 @@ from roundoff_coverage import formats
 from roundoff_coverage.routes.families.spectral import PI
 
 from .base import Kernel
-from .contract import Contract
+from .contract import TRACED, Contract
 
 # Bits of a twiddle entry's code (host integers): quadrant (2 bits), reflection, a = 0,
 # sine instead of cosine, doubled (irfft's w_k = 2), negated (the -S half).
@@ -334,14 +334,10 @@ def launch_scan(o, xs, cotangents, route, ctx):
     return (y,)
 
 
-_f = frozenset
-_RFFT = _f({"cos", "sin", "negative", "multiply", "add"})
-_IRFFT = _RFFT | {"divide"}
-_SCAN = _f({"multiply", "exp", "add"})
 KERNELS = (
     # The gradients are the transposed DFT matrices' products (irfft's divided by n) and
     # the scan's reverse recurrence: the forward routes' primitives.
-    Kernel("rfft", "dft", Contract(_RFFT, _RFFT, False), launch_rfft),
-    Kernel("irfft", "dft", Contract(_IRFFT, _IRFFT, False), launch_irfft),
-    Kernel("selectiveScan", "scan", Contract(_SCAN, _SCAN, False), launch_scan),
+    Kernel("rfft", "dft", Contract(TRACED, TRACED, None), launch_rfft),
+    Kernel("irfft", "dft", Contract(TRACED, TRACED, None), launch_irfft),
+    Kernel("selectiveScan", "scan", Contract(TRACED, TRACED, None), launch_scan),
 )

@@ -152,9 +152,9 @@ def test_routes_and_gradient_contracts():
     for name in NAMES:
         k = kernels.of_op(name)
         assert k.routes == ("forward", "gradient"), name
-    assert kernels.of_op("reduce").contract.gradient == frozenset(
+    assert kernels.of_op("reduce").contract.primitives("gradient") == frozenset(
         {"add", "multiply", "maximum", "minimum", "divide"})
-    assert kernels.of_op("conv").contract.gradient == frozenset({"multiply", "add"})
+    assert kernels.of_op("conv").contract.primitives("gradient") == frozenset({"multiply", "add"})
     assert kernels.of_op("pool").claim("gradient", "float8_e4m3fn").agreement == "bitwise"
     assert kernels.of_op("pool").claim("gradient", "bfloat16", "upward").agreement == "none"
     assert kernels.of_op("reduce").claim("gradient", "binary64").agreement == "bitwise"

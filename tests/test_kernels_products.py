@@ -156,7 +156,7 @@ def test_check_fails_on_a_wrong_bit(simulated, name, route):
 def test_table_entries_routes_and_claims():
     for name in ("matmul", "scaledMatmul", "linear"):
         assert kernels.of_op(name).routes == ("forward", "gradient")
-        assert kernels.of_op(name).contract.gradient == frozenset({"multiply", "add"})
+        assert kernels.of_op(name).contract.primitives("gradient") == frozenset({"multiply", "add"})
     for name in ("conv", "convTranspose", "pool", "smoothMaxPool", "rfft", "irfft",
                  "selectiveScan"):
         assert kernels.of_op(name).routes == ("forward", "gradient")

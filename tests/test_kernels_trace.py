@@ -1,11 +1,9 @@
 """Kernel contracts and the traces of their rules (kernels/trace.py, numerics.recording).
 
-The elementwise kernels' contracts are computed from the trace of their rules; every other
-kernel still lists its primitives, and those lists must agree with the trace: the forward
-route's list is the rule's forward primitives, and a gradient kernel lists the pullback's
-primitives at least (it may leave out what only the forward pass computes, which the
-pullback reads back).  A kernel that draws (bernoulliMask, randUniform) computes its values
-from the key outside the rule's primitives: its multiply by 2**-53 is exact."""
+Every kernel's contract is computed from the trace of its rule but those of the two kernels
+that draw (bernoulliMask, randUniform), which compute their values from the key outside the
+rule's primitives (a multiply by 2**-53, exact) and list them.  The claims the traced
+contracts make are pinned here and, bit for bit against the model, by the simulator tests."""
 
 from __future__ import annotations
 
