@@ -154,9 +154,10 @@ def read(path) -> dict:
 # ----- checking a document ---------------------------------------------------------------------
 
 def attrs_text(attrs_json: str) -> str:
-    """``{"axis":1,"shape":[2,3]}`` as ``axis=1,shape=[2,3]``."""
-    attrs = json.loads(attrs_json)
-    return ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in attrs.items())
+    """``{"axis":1,"shape":[2,3]}`` (a route key's attributes) as ``axis=1,shape=[2,3]``
+    (routes.attributes_text, the one text of an operator's attributes)."""
+    from roundoff_coverage.routes.codec import attributes_text
+    return attributes_text(json.loads(attrs_json))
 
 
 def route_label(k) -> str:

@@ -55,8 +55,9 @@ class Task:
 
 
 def attrs_text(attrs) -> str:
-    """Attributes as a short canonical text (``shape=[2, 3],axes=[1]``)."""
-    return ",".join(f"{k}={list(v) if isinstance(v, tuple) else v!r}" for k, v in attrs)
+    """Attributes ((name, value) pairs) as one text, the wire codec's (routes.attributes_text:
+    ``axes=[1],shape=[2,3]``)."""
+    return routes.attributes_text({k: jsonable(v) for k, v in attrs})
 
 
 def jsonable(v):

@@ -17,7 +17,7 @@ Public names (shared/ARCHITECTURE.md):
 from . import apriori, families  # noqa: F401  (families registers every operator)
 from . import ports
 from .certs import Certificate, certificates
-from .codec import VERSION, decode, encode
+from .codec import VERSION, attributes_text, decode, encode
 from .errors import DecodeError, RouteError
 from .graph import Graph, Ref
 from .invoke import invoke, invoke_prepared
@@ -26,5 +26,6 @@ from .registry import Op, declaration, names, op
 from .rules import Rule
 
 __all__ = ["Certificate", "DecodeError", "Graph", "Op", "Port", "Ref", "RouteError", "Rule",
-           "VERSION", "certificates", "declaration", "decode", "encode", "invoke",
+           "VERSION", "attributes_text", "certificates", "declaration", "decode", "encode",
+           "invoke",
            "invoke_prepared", "names", "op", "ports"]

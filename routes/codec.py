@@ -24,6 +24,17 @@ VERSION = 1
 _KEYS = ("version", "tag", "fields")
 
 
+def attributes_text(attrs) -> str:
+    """An operator's attributes as one text, ``axis=1,shape=[2,3]``: each attribute's name and
+    the JSON of the value the wire codec writes for it (``attrs``: an Op, or the attributes
+    as JSON data -- a results row's ``attrs``), in the order given."""
+    import json
+    if isinstance(attrs, Op):
+        names = [at.name for at in attrs.decl.attributes]
+        attrs = {n: f[1] for n, f in zip(names, attrs.record()["fields"])}
+    return ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}" for k, v in attrs.items())
+
+
 def encode(op: Op) -> dict:
     """The wire record of ``op``."""
     return op.record()

@@ -98,3 +98,16 @@ def test_round_trip_keeps_equality_and_ports():
               routes.op("exp", shape=(0, 4))):
         back = routes.decode(json.loads(json.dumps(routes.encode(o))))
         assert back == o and back.inputs == o.inputs and back is not o
+
+
+def test_one_text_of_an_operators_attributes_from_the_codec():
+    # The text of the JSON values the wire codec writes, in declaration order: an Op's and
+    # a results row's (its attrs as JSON data) agree.
+    o = routes.op("reduce", shape=(2, 3), op="max", axes=(1,), keepdim=True)
+    text = routes.attributes_text(o)
+    assert text == 'shape=[2,3],op="max",axes=[1],keepdim=true'
+    row_attrs = json.loads(json.dumps({"shape": [2, 3], "op": "max", "axes": [1],
+                                       "keepdim": True}))
+    assert routes.attributes_text(row_attrs) == text
+    rec = routes.encode(o)
+    assert [f[1] for f in rec["fields"]] == [[2, 3], "max", [1], True]

@@ -9,7 +9,6 @@ instead of crashing on it (shared/STYLE.md rule 12).  Nothing here writes HTML.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -82,8 +81,8 @@ class Row:
 
     @property
     def attrs_text(self) -> str:
-        return ",".join(f"{k}={json.dumps(v, separators=(',', ':'))}"
-                        for k, v in self.attrs.items())
+        from roundoff_coverage.routes.codec import attributes_text
+        return attributes_text(self.attrs)
 
     @property
     def where(self) -> str:
