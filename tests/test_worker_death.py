@@ -163,3 +163,25 @@ def test_a_target_that_crashes_its_process_ends_the_measurement_with_one_line(tm
     assert recs[0]["checkpoint"] and all(r["task"] == "0" for r in recs[1:])
     if jobs == "1":
         assert len(recs) == 2
+
+
+@pytest.mark.slow
+def test_a_target_that_kills_every_dask_worker_ends_the_measurement_with_one_line(tmp_path):
+    # Dask reruns a unit whose worker died (distributed.scheduler.allowed-failures); one
+    # that kills every worker it lands on ends the run as on the local executor.
+    pytest.importorskip("distributed")
+    (tmp_path / "crashing.py").write_text(CRASH.replace("x.size < 1000", "True"))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    proc = subprocess.Popen(CLI + ["measure", "crashing:crash", "--reference", "exp",
+                                   "--format", "bfloat16", "--samples", "100", "--jobs", "2",
+                                   "--executor", "dask", "--quiet", "--out",
+                                   str(tmp_path / "m.json")], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = _ends_with_one_line(proc, limit=180)
+    finally:
+        proc.kill()
+    assert line == ("roundoff-coverage: error: every Dask worker that ran chunk 0 (inputs "
+                    "0..99) died in it (KilledWorker); the units finished before are kept in "
+                    "the checkpoint: rerun with --resume")
+    assert not (tmp_path / "m.json").exists()
