@@ -32,13 +32,16 @@ class Kernel:
     """One operator's kernel.  ``kind``: the launch shape (elementwise, reduce, softmax,
     matmul...); ``contract``: kernels.contract.Contract; ``accepts(attrs)``: whether the kernel
     implements these attributes (div's rounding_mode none only, add's scalar element...);
-    ``launch``: the host launcher (module docstring)."""
+    ``launch``: the host launcher (module docstring); ``sized(size)``: the operator instance
+    of about ``size`` elements gpu_check measures (None: elementwise kernels take a vector
+    of ``size``, the others the operator's default instance, see ``at_size``)."""
 
     name: str
     kind: str
     contract: Contract
     launch: Callable
     accepts: Callable = _ALL
+    sized: Callable | None = None
 
     def __post_init__(self):
         # The contract knows its kernel's operator and attributes (a traced contract traces
@@ -49,6 +52,15 @@ class Kernel:
     @property
     def routes(self) -> tuple:
         return self.contract.routes
+
+    def at_size(self, size: int):
+        """The instance measured at about ``size`` elements (gpu_check)."""
+        from roundoff_coverage import routes
+        if self.sized is not None:
+            return self.sized(size)
+        if self.kind == "elementwise":
+            return routes.op(self.name, shape=(size,))
+        return routes.op(self.name)
 
     def claim(self, route, fmt, mode="nearest_even"):
         return self.contract.claim(route, fmt, mode)

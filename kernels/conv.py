@@ -534,9 +534,17 @@ def launch_smooth(o, xs, cotangents, route, ctx):
     return (out.reshape(shape),)
 
 
+def _conv_sized(size):
+    """gpu_check's conv: 8 channels of 64, a batch of size / 512, kernel 3, padding 1."""
+    from roundoff_coverage import routes
+    return routes.op("conv", shape=(max(1, size // 512), 8, 64), out_channels=8, kernel=(3,),
+                     padding=(1,))
+
+
 KERNELS = (
     # The gradients: dot products (input and weight) and sums (bias).
-    Kernel("conv", "window", Contract(TRACED, TRACED, None), launch_conv),
+    Kernel("conv", "window", Contract(TRACED, TRACED, None), launch_conv,
+           sized=lambda size: _conv_sized(size)),
     Kernel("convTranspose", "window", Contract(TRACED, TRACED, None), launch_conv_transpose),
     # max pooling is exact, average pooling a sum and a division: one contract for both; the
     # gradient recomputes the maximum, counts ties (a sum), divides and sums the shares.

@@ -66,37 +66,12 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def instance(name: str, size: int):
-    """The operator instance measured for kernel ``name`` at about ``size`` elements: rows of
-    64 for reduce, mean, softmax and the normalizations, (n x 64) (64 x n) products with
-    n = size / 64 up to 64, ``size`` elements for the elementwise kernels, and the operator's
-    default instance for the others (drawn repeatedly, see ``draws``)."""
-    from roundoff_coverage import routes
+    """The operator instance measured for kernel ``name`` at about ``size`` elements: the
+    kernel's own (Kernel.at_size: rows of 64 for reduce, mean, softmax and the
+    normalizations, (n x 64) (64 x n) products, ``size`` elements for the elementwise kernels,
+    the operator's default instance for the others, drawn repeatedly, see ``draws``)."""
     from roundoff_coverage import kernels
-    side = 64
-    rows = max(1, size // side)
-    if name == "reduce":
-        return routes.op("reduce", shape=(rows, side), axes=(1,))
-    if name in ("softmax", "logSoftmax"):
-        return routes.op(name, shape=(rows, side), axis=1)
-    if name in ("matmul", "scaledMatmul"):
-        n = min(side, max(2, size // side))
-        return routes.op(name, x_shape=(n, side), y_shape=(side, n))
-    if name == "mean":
-        return routes.op("mean", shape=(rows, side), axes=(1,))
-    if name == "layerNorm":
-        return routes.op(name, shape=(rows, side))
-    if name == "batchNorm":
-        return routes.op(name, shape=(side, rows))
-    if name == "batchNormRunning":
-        return routes.op(name, shape=(rows, side), axis=1)
-    if name == "linear":
-        return routes.op(name, batch=(rows,), in_features=side, out_features=side)
-    if name == "conv":
-        return routes.op(name, shape=(max(1, size // 512), 8, side), out_channels=8,
-                         kernel=(3,), padding=(1,))
-    if kernels.of_op(name).kind == "elementwise":
-        return routes.op(name, shape=(size,))
-    return routes.op(name)
+    return kernels.of_op(name).at_size(size)
 
 
 def draws(o, size: int) -> int:

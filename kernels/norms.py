@@ -249,8 +249,17 @@ def launch_running(o, xs, cotangents, route, ctx):
     return (gx.reshape(shape), gw, gb, None, None, None)
 
 
+def _op(name, **attrs):
+    """gpu_check's instance (Kernel.sized): rows of 64 elements."""
+    from roundoff_coverage import routes
+    return routes.op(name, **attrs)
+
+
 KERNELS = (
-    Kernel("layerNorm", "norm", Contract(TRACED, TRACED, None), launch_batch),
-    Kernel("batchNorm", "norm", Contract(TRACED, TRACED, None), launch_batch),
-    Kernel("batchNormRunning", "norm", Contract(TRACED, TRACED, None), launch_running),
+    Kernel("layerNorm", "norm", Contract(TRACED, TRACED, None), launch_batch,
+           sized=lambda size: _op("layerNorm", shape=(max(1, size // 64), 64))),
+    Kernel("batchNorm", "norm", Contract(TRACED, TRACED, None), launch_batch,
+           sized=lambda size: _op("batchNorm", shape=(64, max(1, size // 64)))),
+    Kernel("batchNormRunning", "norm", Contract(TRACED, TRACED, None), launch_running,
+           sized=lambda size: _op("batchNormRunning", shape=(max(1, size // 64), 64), axis=1)),
 )

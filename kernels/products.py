@@ -194,7 +194,21 @@ def launch_linear(o, xs, cotangents, route, ctx):
     return gw, gb, gx.reshape(x.shape)
 
 
-KERNELS = tuple(Kernel(name, "matmul", Contract(TRACED, TRACED, None), launch)
+def _square(name, size):
+    """(n x 64) @ (64 x n), n = size / 64 between 2 and 64 (gpu_check's instance)."""
+    from roundoff_coverage import routes
+    n = min(64, max(2, size // 64))
+    return routes.op(name, x_shape=(n, 64), y_shape=(64, n))
+
+
+def _linear_sized(size):
+    from roundoff_coverage import routes
+    return routes.op("linear", batch=(max(1, size // 64),), in_features=64, out_features=64)
+
+
+KERNELS = tuple(Kernel(name, "matmul", Contract(TRACED, TRACED, None), launch,
+                       sized=lambda size, name=name: _square(name, size))
                 for name in ("matmul", "scaledMatmul")) + (
-    Kernel("linear", "matmul", Contract(TRACED, TRACED, None), launch_linear),
+    Kernel("linear", "matmul", Contract(TRACED, TRACED, None), launch_linear,
+           sized=_linear_sized),
 )

@@ -302,20 +302,32 @@ def launch_softmax(o, xs, cotangents, route, ctx):
     return (np.moveaxis(out.reshape(shape), -1, axis),)
 
 
+def _rows(size):
+    """Rows of 64 elements for about ``size`` in all (gpu_check's instances)."""
+    return max(1, size // 64)
+
+
+def _op(name, **attrs):
+    from roundoff_coverage import routes
+    return routes.op(name, **attrs)
+
+
 KERNELS = (
     # reduce: sum and prod in sequential order (many roundings), max and min exact.  The
     # gradient: sum's spread (no arithmetic), prod's products of the other entries times the
     # cotangent, max/min's recomputed extreme, tie count (a sum) and share (a division).
     Kernel("reduce", "reduce",
            Contract(TRACED, TRACED, None),
-           launch_reduce),
+           launch_reduce, sized=lambda size: _op("reduce", shape=(_rows(size), 64), axes=(1,))),
     # mean: a sequential sum, then one division by the rounded count; its gradient is one
     # division per element.
     Kernel("mean", "reduce", Contract(TRACED, TRACED, None),
-           launch_mean),
+           launch_mean, sized=lambda size: _op("mean", shape=(_rows(size), 64), axes=(1,))),
     # The gradients recompute the forward value (the same row code) before the pullback.
     Kernel("softmax", "softmax",
-           Contract(TRACED, TRACED, None), launch_softmax),
+           Contract(TRACED, TRACED, None), launch_softmax,
+           sized=lambda size: _op("softmax", shape=(_rows(size), 64), axis=1)),
     Kernel("logSoftmax", "softmax",
-           Contract(TRACED, TRACED, None), launch_softmax),
+           Contract(TRACED, TRACED, None), launch_softmax,
+           sized=lambda size: _op("logSoftmax", shape=(_rows(size), 64), axis=1)),
 )
