@@ -10,8 +10,8 @@ def add(sub, shared):
     p = sub.add_parser("ops", help="list the operator table, or show one operator",
                        description="Without NAME: every registered operator with its family, "
                                    "the capability its rule needs, its ports at the default "
-                                   "attributes, the spec's CUDA entry and its certificate "
-                                   "kinds.  With NAME: that operator in detail.  With --certs "
+                                   "attributes, whether a CUDA kernel serves it (computed "
+                                   "from the kernel table) and its certificate kinds.  With NAME: that operator in detail.  With --certs "
                                    "NAME: its certificates and the checks that back them.")
     p.add_argument("name", nargs="?", metavar="NAME", help="an operator name (spec spelling)")
     p.add_argument("--certs", metavar="NAME", help="list the certificates of operator NAME")
