@@ -192,10 +192,3 @@ def named(kind: str | None = None, **facts) -> tuple:
     return tuple(p.name for p in _DECLARED if (kind is None or p.kind == kind)
                  and all(getattr(p, k) == v for k, v in facts.items()))
 
-
-def inside(p: Primitive, x: float) -> bool:
-    """Whether x lies in p's declared domain (binary64 comparison)."""
-    lo, lo_closed, hi, hi_closed = p.domain
-    if lo is not None and not (x >= lo if lo_closed else x > lo):
-        return False
-    return hi is None or (x <= hi if hi_closed else x < hi)

@@ -109,8 +109,7 @@ def key(row) -> tuple:
 
 
 def sort_key(row) -> tuple:
-    """The order rows are written in: operator, attributes, route (forward, tangent,
-    gradient), port, format, mode, policy, implementation."""
-    return (row["op"], json.dumps(row["attrs"], sort_keys=True),
-            ROUTE_ORDER.get(row["route"], 9), row["route"], str(row["port"]), row["format"],
-            row["mode"], row["policy"], row["implementation"])
+    """The order rows are written in: the key's, with the routes in their order (forward,
+    tangent, gradient) and the attributes' JSON spaced as the file has always sorted it."""
+    k = key(row)
+    return (k[0], json.dumps(row["attrs"], sort_keys=True), ROUTE_ORDER.get(k[2], 9)) + k[2:]

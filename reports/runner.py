@@ -139,18 +139,28 @@ def plan(sel: Selection) -> list[Task]:
     return tasks
 
 
+def _sizes(task: Task):
+    """(operator, elements of one draw over every port, sample kinds drawn), or None for a
+    task whose operator cannot be built (it becomes an error row)."""
+    try:
+        o = task.build()
+        n = sum(int(max(1, _size(p.shape))) for p in o.inputs + o.outputs)
+        kinds = len([k for k in sample_kinds(o) if not task.kinds or k in task.kinds]) or 1
+    except Exception:                                         # noqa: BLE001 (an error row)
+        return None
+    return o, n, kinds
+
+
 def cost(task: Task) -> float:
     """A rough cost estimate in units of one small evaluation: evaluations per route (one
     per sample kind for batched elementwise instances, one per draw otherwise) times a size
     factor; used to start the expensive tasks first and to weigh the ETA."""
-    try:
-        o = task.build()
-        n = sum(int(max(1, _size(p.shape))) for p in o.inputs + o.outputs)
-        kinds = len([k for k in sample_kinds(o)
-                     if not task.kinds or k in task.kinds]) or 1
-        calls, size = (kinds, n * task.draws) if batchable(o) else (kinds * task.draws, n)
-    except Exception:                                         # noqa: BLE001
+    sizes = _sizes(task)
+    if sizes is None:
         calls, size = 1, 1
+    else:
+        o, n, kinds = sizes
+        calls, size = (kinds, n * task.draws) if batchable(o) else (kinds * task.draws, n)
     return len(task.routes) * calls * (1 + size / 200)
 
 
@@ -158,12 +168,10 @@ def footprint(task: Task) -> int:
     """The input and output elements a task holds at once: every port of every draw of
     every sample kind (the whole format for an exhaustive task); what its memory grows
     with (reports/budget.py)."""
-    try:
-        o = task.build()
-        n = sum(int(max(1, _size(p.shape))) for p in o.inputs + o.outputs)
-        kinds = len([k for k in sample_kinds(o) if not task.kinds or k in task.kinds]) or 1
-    except Exception:                                         # noqa: BLE001 (an error row)
+    sizes = _sizes(task)
+    if sizes is None:
         return 0
+    o, n, kinds = sizes
     if task.exhaustive:
         return (1 << min(formats.get(task.format).bits, 16)) * len(o.inputs + o.outputs)
     return n * kinds * task.draws
@@ -226,10 +234,11 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
             if k in keys}
     costs = {t.key: cost(t) for t in tasks if t.key not in done}
     if execute is None and scheduler is None:         # this machine's memory
-        biggest = max((t for t in tasks if t.key not in done), key=footprint, default=None)
-        if biggest is not None:
-            budget.check_run((f"{biggest.op} {biggest.instance} in {biggest.format}",
-                              footprint(biggest), biggest.draws), min(jobs, len(costs)))
+        sized = [(footprint(t), t) for t in tasks if t.key not in done]
+        if sized:
+            elements, big = max(sized, key=lambda s: s[0])
+            budget.check_run((f"{big.op} {big.instance} in {big.format}", elements, big.draws),
+                             min(jobs, len(costs)))
     todo = sorted((t for t in tasks if t.key not in done), key=lambda t: -costs[t.key])
     outcome = Outcome(resumed=len(done), total=len(tasks), out=str(out))
     collected = dict(done)
