@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from roundoff_coverage import routes
-from roundoff_coverage.reports import evaluate, runner
+from roundoff_coverage.reports import evaluate, implementations, runner
 
 
 def main(argv=None) -> int:
@@ -79,15 +79,14 @@ def _native_evaluation(task):
     from roundoff_coverage import formats
     o = task.build()
     fmt = formats.get(task.format)
-    backend, problem = evaluate.implementation(task, fmt)
-    if problem is not None or o.rule(backend) is None:
-        return None
     wanted = [r for r in task.routes if evaluate.route_ports(o, r)
               and any(p.differentiable for p in o.inputs) or r == "forward"]
-    d = evaluate.draw(task, o, fmt)
-    rule = d.op.rule(backend)
+    impl = implementations.of(task, o, fmt)
+    if impl.problems(wanted):
+        return None
+    d = impl.select(evaluate.draw(task, o, fmt))
     t0 = time.perf_counter()
-    evaluate.run_routes(rule, d, wanted)
+    impl.evaluate(d, wanted)
     return time.perf_counter() - t0
 
 
