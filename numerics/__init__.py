@@ -8,8 +8,9 @@ from .exact import ExactBackend, ExactnessError, exact
 from .native import NativeBackend, native
 from .policy import PRESETS, Policy, preset
 from .reference import ReferenceBackend, reference
-from .resolve import Resolution, resolve
+from .resolve import Resolution, Settled, resolve, settle
 
 __all__ = ["CAPABILITIES", "Backend", "CapabilityError", "EmulatedBackend", "emulated",
            "ExactBackend", "ExactnessError", "exact", "NativeBackend", "native", "PRESETS",
-           "Policy", "preset", "ReferenceBackend", "reference", "resolve", "Resolution"]
+           "Policy", "preset", "ReferenceBackend", "reference", "resolve", "Resolution",
+           "settle", "Settled"]

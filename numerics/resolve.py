@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from mpmath.libmp import fzero
+from mpmath import libmp
+from mpmath.libmp import fone, fzero
 
 from roundoff_coverage import formats
 
@@ -124,3 +125,105 @@ def _resolution(values, bits, resolved, certified, prec, fmt, mode):
 
 
 ReferenceBackend.resolve = staticmethod(resolve)
+
+
+# ----- settle: the same precision loop for values measured in ulps ----------------------------
+
+@dataclass
+class Settled:
+    """What settle() found, per item: ``values`` at the highest precision it was evaluated
+    at, that precision (``precs``), and whether its last two evaluations agreed
+    (``settled``)."""
+
+    values: list
+    precs: list
+    settled: list
+
+
+SETTLE_ULPS = 2.0 ** -32
+
+
+def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None):
+    """The exact values of ``n`` items to within ``tol`` ulps of ``fmt``, by resolve's loop:
+    ``fn(prec, items)`` evaluates the items (a list of indices) at ``prec`` bits and returns
+    one value per item (nested tuples / lists of arrays: mpf or float values, integers,
+    Booleans, None).  Every item is evaluated at ``start_prec`` and at twice that; an item
+    whose two evaluations differ anywhere by more than ``tol`` ulps of fmt (the ulp of the
+    later value: max(|v| 2**(1-p), 2**qmin)) or in any non-real entry (an integer, a NaN
+    pattern, a sign of infinity) is evaluated again at twice the precision, up to
+    ``max_prec``.
+
+    This is the array form of resolve's "resolved" test (two successive precisions agree)
+    with a measurement's tolerance instead of a rounding's: a coverage run measures errors
+    in ulps, and a reference that moves by less than 2**-32 ulp between precisions moves
+    the measured error by less than that.  Cancellation inside a rule at start_prec (a sum
+    of terms that nearly cancel, exp(x) - 1 near 0 written as such) is what it catches:
+    the two evaluations then differ and the precision keeps doubling until they do not.
+    An item still moving at ``max_prec`` keeps its max_prec values and ``settled`` False.
+    Agreement is evidence, not proof: a cancellation that loses the whole result at both
+    precisions ((1 + 2**-200) - 1 at 72 and 144 bits) agrees on a wrong value, which
+    resolve's interval certification would refuse; the coverage run does not pay for an
+    interval evaluation of every route.
+    ``first``: the values at start_prec when the caller has them already.
+    """
+    fmt = formats.get(fmt)
+    if not 2 <= start_prec <= max_prec:
+        raise ValueError(f"settle: need 2 <= start_prec <= max_prec (got {start_prec}, "
+                         f"{max_prec})")
+    items = list(range(n))
+    values = list(first) if first is not None else list(fn(start_prec, items)) if n else []
+    if len(values) != n:
+        raise ValueError(f"settle: {len(values)} values for {n} items")
+    precs, settled = [start_prec] * n, [False] * n
+    prec, todo = start_prec, items
+    while todo and prec < max_prec:
+        prec = min(2 * prec, max_prec)
+        again = fn(prec, todo)
+        moving = []
+        for k, v in zip(todo, again):
+            if _agree(values[k], v, fmt, tol):
+                settled[k] = True
+            else:
+                moving.append(k)
+            values[k], precs[k] = v, prec
+        todo = moving
+    return Settled(values, precs, settled)
+
+
+def _agree(a, b, fmt, tol) -> bool:
+    """Whether two evaluations of one item agree to within ``tol`` ulps of fmt."""
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, (tuple, list)):
+        return isinstance(b, (tuple, list)) and len(a) == len(b) and \
+            all(_agree(x, y, fmt, tol) for x, y in zip(a, b))
+    x, y = np.asarray(a), np.asarray(b)
+    if x.shape != y.shape:
+        return False
+    if x.dtype != object and x.dtype.kind in "biu":
+        return bool(np.array_equal(x, y))
+    return all(_close(u, v, fmt, tol) for u, v in zip(x.reshape(-1), y.reshape(-1)))
+
+
+def _close(u, v, fmt, tol) -> bool:
+    """|u - v| <= tol ulps of fmt at v, on raw mpf values (no global precision); entries that are not reals (integers, Booleans, words) compare equal."""
+    ru, rv = _raw_or_none(u), _raw_or_none(v)
+    if ru is None or rv is None:
+        return ru is None and rv is None and u == v
+    if special_raw(ru) or special_raw(rv):
+        return ru == rv                                   # the same NaN or infinity
+    # At 64 bits rounded away from zero: never below the true difference, and cheap where
+    # the exponents are far apart (an exact difference of 1e30-bit-apart values is not).
+    diff = libmp.mpf_abs(libmp.mpf_sub(ru, rv, 64, libmp.round_up))
+    ulp = libmp.mpf_shift(libmp.mpf_abs(rv), 1 - fmt.precision)
+    least = libmp.mpf_shift(fone, fmt.qmin)
+    ulp = ulp if libmp.mpf_gt(ulp, least) else least
+    return libmp.mpf_le(diff, libmp.mpf_mul(libmp.from_float(tol), ulp))
+
+
+def _raw_or_none(x):
+    if hasattr(x, "_mpf_"):
+        return x._mpf_
+    if isinstance(x, (float, np.floating)):
+        return libmp.from_float(float(x))
+    return None

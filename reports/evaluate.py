@@ -11,16 +11,12 @@ Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``b
 1. Inputs: reports/draws.py (``draw``), as the implementation selects them.
 2. The routes under the implementation (reports/implementations.py: emulated, native,
    cuda), which says first which routes it cannot measure (status rows).
-3. The reference: the same rule under ``numerics.reference(p + 64)`` on the same rounded
-   inputs, tangents and cotangents (p the format's precision).  Escalation, once: the
-   points whose measurement could depend on the reference's own error -- the largest error
-   when it exceeds 1 ulp (cancellation inside the rule at p + 64 bits is the usual suspect),
-   errors within 2**-40 ulp of a half-integer (an exact value on a rounding boundary), errors
-   above the certified bound -- are recomputed at p + 192 bits (only those elements for
-   elementwise operators, their whole draws otherwise) and replace the p + 64 values; when
-   that moves any error by more than 2**-20 of itself, every draw is recomputed at p + 192.
-   ``ref_prec`` is the precision of the bulk of the reference (p + 64, or p + 192 after a
-   full recomputation).
+3. The reference: the same rule under ``numerics.reference`` on the same rounded inputs,
+   tangents and cotangents, by the precision loop of ``numerics.settle``: every draw at
+   p + 64 bits and at twice that (p the format's precision), and again at twice the
+   precision, up to 2048 bits, for the draws whose exact values moved by more than 2**-32
+   ulp between the last two (cancellation inside the rule is the usual cause).  Each row's
+   ``ref_prec`` is the highest precision its draws needed.
 4. Metrics and bounds: reports/measuring.py, the bounds of the emulated model where the
    implementation says they apply.
 """
@@ -43,14 +39,16 @@ from .task import (BATCH_FAMILIES, EXHAUSTIVE_FAMILIES, EXHAUSTIVE_MAX_BITS, ROU
 
 # The coverage run's names, in one place for its readers (runner, tests): the task, its
 # draws, measurement and the driver.
-__all__ = ["evaluate", "PHASES", "REF_EXTRA", "REF_ESCALATED", "Task", "ROUTES",
+__all__ = ["evaluate", "PHASES", "REF_EXTRA", "MAX_REF_PREC", "Task", "ROUTES",
            "BATCH_FAMILIES", "EXHAUSTIVE_FAMILIES", "EXHAUSTIVE_MAX_BITS", "attrs_text",
            "jsonable", "rng_for", "one_line", "route_ports", "base_row", "status_rows",
            "batchable", "exhaustible", "Draws", "draw", "sample_kinds", "run_routes",
            "REPRO_MAX_ELEMENTS", "Bounds", "measure_port", "by_magnitude", "worst_case",
            "interval_bounds"]
 
-REF_EXTRA, REF_ESCALATED = 64, 192
+# The reference starts at the format's precision + REF_EXTRA bits and doubles until settled
+# (numerics.settle), at most MAX_REF_PREC bits.
+REF_EXTRA, MAX_REF_PREC = 64, 2048
 PHASES = ("sampling", "evaluation", "reference", "bounds", "measurement")
 
 
@@ -132,6 +130,8 @@ def _measure_routes(task, impl, d, fmt, pending, ref_prec, timer):
     ok = [r for r in pending if not isinstance(got[r], Exception)]
     with timer("reference"):
         ref = run_routes(d.op.rule(numerics.reference(ref_prec)), d, ok)
+        exact, precs = _settle(d, fmt, [r for r in ok if not isinstance(ref[r], Exception)],
+                               ref, ref_prec)
     bounded = [r for r in ok if impl.model_task(r) is not None]
     with timer("bounds"):
         interval = interval_bounds(impl.model_task(bounded[0]), d, fmt, bounded) \
@@ -143,71 +143,44 @@ def _measure_routes(task, impl, d, fmt, pending, ref_prec, timer):
         if isinstance(ref[route], Exception):
             rows += status_rows(task, d.op, route, "error", f"reference: {one_line(ref[route])}")
             continue
+        if isinstance(exact, Exception):
+            rows += status_rows(task, d.op, route, "error", f"reference: {one_line(exact)}")
+            continue
         model = impl.model_task(route)
         with timer("bounds"):
             b = Bounds() if model is None else \
                 Bounds(_bound(model, route),
                        _apriori(model, d, fmt) if route == "forward" else None,
                        interval.get(route))
-        measured = _measure_route(task, d, fmt, impl.numbers, route, got[route], ref[route],
-                                  ref_prec, timer, b)
+        with timer("measurement"):
+            measured = _rows(task, d, fmt, impl.numbers, route, got[route], exact[route],
+                             max(precs), b)
         impl.annotate(route, measured)
         rows += measured
     return rows
 
 
-def _measure_route(task, d, fmt, backend, route, got, ref, prec, timer, bounds):
-    """Rows of one route; the reference spot-checked at p + 192 bits on the draws that hold a
-    suspicious error, and recomputed at p + 192 on every draw when the check moves an error
-    by more than 2**-20 of itself (module docstring)."""
-    bound = bounds.ulps
-    with timer("measurement"):
-        out, ulps = _rows(task, d, fmt, backend, route, got, ref, prec, bounds)
-    hits = {}
-    for ulp, where in ulps:
-        for k, j in _suspicious(ulp, where, bound):
-            hits.setdefault(k, set()).add(j)
-    if not hits:
-        return out
-    hi = fmt.precision + REF_ESCALATED
-    check = sorted(hits)
-    ref = list(ref)
-    with timer("reference"):
-        if batchable(d.op):
-            # Elementwise: recompute only the suspicious elements.
-            for k in check:
-                idx = np.array(sorted(hits[k]), dtype=np.int64)
-                sub = d.elements(k, idx)            # an instance of len(idx) elements
-                again = run_routes(sub.op.rule(numerics.reference(hi)), sub, [route])[route]
-                if isinstance(again, Exception):
-                    return out
-                ref[k] = tuple(_put(a, idx, b) for a, b in zip(ref[k], again[0]))
-        else:
-            again = run_routes(d.op.rule(numerics.reference(hi)), d.subset(check),
-                               [route])[route]
-            if isinstance(again, Exception):
-                return out
-            for k, ys in zip(check, again):
-                ref[k] = ys
-    with timer("measurement"):
-        out2, ulps2 = _rows(task, d, fmt, backend, route, got, ref, prec, bounds)
-    moved = any(_moved(a[0], b[0]) for a, b in zip(ulps, ulps2))
-    if not moved:
-        return out2
-    rest = [k for k in range(len(d.inputs)) if k not in check]
-    with timer("reference"):
-        more = run_routes(d.op.rule(numerics.reference(hi)), d.subset(rest), [route])[route] \
-            if rest else []
-    if isinstance(more, Exception):
-        return out2
-    for k, ys in zip(rest, more):
-        ref[k] = ys
-    with timer("measurement"):
-        return _rows(task, d, fmt, backend, route, got, ref, hi, bounds)[0]
+def _settle(d, fmt, routes, first, start):
+    """({route: per-draw exact values}, per-draw precision) of the routes by numerics.settle
+    from ``start`` bits, ``first`` holding the values at start; an Exception in place of the
+    first when a route fails at a higher precision."""
+    def fn(prec, items):
+        again = run_routes(d.op.rule(numerics.reference(prec)), d.subset(items), routes)
+        for r in routes:
+            if isinstance(again[r], Exception):
+                raise again[r]
+        return [tuple(again[r][j] for r in routes) for j in range(len(items))]
+    n = len(d.inputs)
+    try:
+        s = numerics.settle(fn, n, fmt, start, MAX_REF_PREC,
+                            first=[tuple(first[r][k] for r in routes) for k in range(n)])
+    except Exception as exc:                                  # noqa: BLE001
+        return exc, [start]
+    return {r: [v[i] for v in s.values] for i, r in enumerate(routes)}, s.precs or [start]
 
 
 def _rows(task, d, fmt, backend, route, got, ref, prec, bounds):
-    out, ulps = [], []
+    out = []
     for j, (i, name, port) in enumerate(route_ports(d.op, route)):
         row = base_row(task, route, name, "ok")
         row["ref_prec"] = prec
@@ -218,52 +191,7 @@ def _rows(task, d, fmt, backend, route, got, ref, prec, bounds):
         exact, _ = _concat(ref, i, fmt, None)
         ulp = measure_port(row, comp, exact, fmt, bounds.ulps, *bounds.port(j))
         if ulp is not None:
-            ulps.append((ulp, where))
             size = int(np.prod(port.shape, dtype=np.int64)) if port.shape else 1
             row["worst"] = worst_case(d, ulp, where, comp, exact, route, fmt, size)
         out.append(row)
-    return out, ulps
-
-
-def _suspicious(ulp, where, bound) -> list:
-    """(draw, element) of the errors that may depend on the reference's own error: the
-    largest when it exceeds 1 ulp, those within 2**-40 ulp of a half-integer, those above the
-    bound."""
-    a = np.abs(ulp)
-    ok = ~np.isnan(a)
-    if not ok.any():
-        return []
-    hits = np.zeros(a.shape, bool)
-    top = np.nanmax(a)
-    if top > 1:
-        hits |= ok & (a == top)
-    with np.errstate(invalid="ignore"):
-        fin = ok & np.isfinite(a)
-        hits |= fin & (np.abs(a - (np.floor(a) + 0.5)) < 2.0 ** -40)
-        if bound is not None:
-            hits |= ok & (a > bound)
-    return [where[j] for j in np.flatnonzero(hits)]
-
-
-def _put(a, idx, b):
-    """A copy of ``a`` (None stays None) with flat positions ``idx`` set from ``b``."""
-    if a is None or b is None:
-        return a
-    out = np.array(a, copy=True)
-    if out.ndim == 0:
-        return np.asarray(b, dtype=out.dtype).reshape(())
-    flat = out.reshape(-1)
-    flat[idx] = np.asarray(b, dtype=out.dtype).reshape(-1)
-    return flat.reshape(out.shape)
-
-
-def _moved(a, b) -> bool:
-    """Whether two measurements of the same points differ by more than 2**-20 of the error
-    (NaN pattern changes count)."""
-    na, nb = np.isnan(a), np.isnan(b)
-    if not np.array_equal(na, nb):
-        return True
-    x, y = a[~na], b[~nb]
-    with np.errstate(invalid="ignore"):
-        same = (x == y) | (np.abs(x - y) <= 2.0 ** -20 * np.maximum(1.0, np.abs(x)))
-    return not bool(same.all())
+    return out

@@ -59,9 +59,10 @@ def clean(v):
     return v
 
 
-COVERAGE_REFERENCE = ("numerics.reference at format precision + 64 bits, recomputed once at "
-                      "+ 192 bits where an error exceeds 1 ulp or its bound or lies within "
-                      "2**-40 ulp of a half-integer")
+COVERAGE_REFERENCE = ("numerics.reference by numerics.settle: each draw at format precision + 64 "
+                      "bits and at twice that, the precision doubled (at most 2048 bits) until "
+                      "two successive evaluations agree to 2**-32 ulp; ref_prec: the "
+                      "highest precision a row's draws needed")
 
 
 def document(records, selection) -> dict:

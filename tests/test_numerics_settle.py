@@ -1,0 +1,127 @@
+"""numerics.settle: the precision loop of the coverage run's reference, against exact
+rationals (the oracle) on evaluations with and without cancellation."""
+
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+
+from roundoff_coverage import formats, numerics
+
+
+def _cancelling(calls):
+    """Item k: (1 + 2**-e_k) - 1 computed at the given precision; exact value 2**-e_k, which
+    a precision below e_k + 1 bits loses entirely."""
+    exps = [10, 100, 140, 200]
+
+    def fn(prec, items):
+        calls.append((prec, list(items)))
+        bk = numerics.reference(prec)
+        out = []
+        for k in items:
+            one = bk.asarray(np.array([1.0]))
+            tiny = bk.asarray(np.array([mpmath.ldexp(1, -exps[k])], dtype=object))
+            out.append((bk.subtract(bk.add(one, tiny), one),))
+        return out
+    return fn, exps
+
+
+def test_settle_doubles_only_the_items_that_move_and_reaches_the_exact_values():
+    calls = []
+    fn, exps = _cancelling(calls)
+    s = numerics.settle(fn, len(exps), "binary64", start_prec=72, max_prec=4096)
+    got = [Fraction(*s.values[k][0][0].as_integer_ratio()) for k in range(len(exps))]
+    # 2**-10 is exact at 72 bits: settled by the 144-bit evaluation.  2**-100 and 2**-140
+    # need 101 and 141 bits: lost at 72, found at 144, confirmed at 288.
+    assert got[:3] == [Fraction(1, 2 ** e) for e in exps[:3]]
+    assert s.precs[:3] == [144, 288, 288] and all(s.settled)
+    assert calls[0] == (72, [0, 1, 2, 3]) and calls[1] == (144, [0, 1, 2, 3])
+    assert calls[2] == (288, [1, 2])
+    # The stated limit: agreement is evidence, not proof.  2**-200 is lost at both 72 and
+    # 144 bits; the two agree on 0 and settle stops there (numerics.resolve's interval
+    # certification would not; the coverage run does not pay for intervals).
+    assert got[3] == 0 and s.precs[3] == 144
+
+
+def test_settle_within_the_formats_tolerance_is_settled():
+    # The same cancellation measured for bfloat16: 2**-200 is far below 2**-32 of the
+    # least bfloat16 ulp (2**-133), so 0 is the exact value to within the tolerance.
+    fn, exps = _cancelling([])
+    s = numerics.settle(fn, len(exps), "bfloat16", start_prec=72)
+    assert s.precs == [144, 288, 288, 144]
+
+
+def test_settle_tolerance_is_in_ulps_of_the_format():
+    # A value near 1 that moves by 2**-40 between precisions: 2**-33 ulp of bfloat16
+    # (ulp(1) = 2**-7), settled; 2**12 ulps of binary64 (ulp(1) = 2**-52), not settled.
+    moves = {72: Fraction(1) + Fraction(1, 2 ** 40), 144: Fraction(1)}
+
+    def fn(prec, items):
+        v = moves.get(prec, Fraction(1))
+        return [(np.array([mpmath.mpf(v.numerator) / v.denominator], dtype=object),)
+                for _ in items]
+    with mpmath.workprec(200):
+        narrow = numerics.settle(fn, 1, "bfloat16", 72)
+        wide = numerics.settle(fn, 1, "binary64", 72)
+    assert narrow.precs == [144] and narrow.settled == [True]
+    assert wide.precs == [288] and wide.settled == [True]
+
+
+def test_settle_compares_integers_nan_and_infinities_exactly():
+    seq = {72: [np.array([1, 2]), mpmath.mpf("nan"), mpmath.inf],
+           144: [np.array([1, 3]), mpmath.mpf("nan"), mpmath.inf]}
+
+    def fn(prec, items):
+        v = seq.get(prec, seq[144])
+        return [(v[0], np.array([v[1], v[2]], dtype=object))]
+    s = numerics.settle(fn, 1, "binary32", 72)
+    assert s.precs == [288] and s.settled == [True]
+
+
+def test_settle_gives_up_at_max_prec_and_says_so():
+    def fn(prec, items):
+        return [(np.array([mpmath.mpf(prec)], dtype=object),) for _ in items]
+    s = numerics.settle(fn, 2, "bfloat16", 72, max_prec=300)
+    assert s.precs == [300, 300] and s.settled == [False, False]
+    with pytest.raises(ValueError, match="start_prec"):
+        numerics.settle(fn, 1, "bfloat16", 1)
+
+
+def _bf16(hexes):
+    return [float(formats.decode(np.array([int(h, 16)], dtype=np.uint64), "bfloat16")[0])
+            for h in hexes]
+
+
+def _layer_norm_grad_x(x, w, eps, dy, j):
+    """d(loss)/dx_j of layerNorm over one row, loss = <dy, y>, by the textbook formula
+    (Ba, Kiros, Hinton 2016) in mpmath at 3000 bits: with g = dy * w, x_hat = (x - mu) r,
+    r = 1 / sqrt(var + eps), dx = r (g - mean(g) - x_hat mean(g x_hat))."""
+    with mpmath.workprec(3000):
+        x, w, dy = ([mpmath.mpf(v) for v in vs] for vs in (x, w, dy))
+        n = len(x)
+        mu = mpmath.fsum(x) / n
+        r = 1 / mpmath.sqrt(mpmath.fsum((v - mu) ** 2 for v in x) / n + mpmath.mpf(eps))
+        xh = [(v - mu) * r for v in x]
+        g = [a * b for a, b in zip(dy, w)]
+        mg, mgx = mpmath.fsum(g) / n, mpmath.fsum(a * b for a, b in zip(g, xh)) / n
+        return +(r * (g[j] - mg - xh[j] * mgx))
+
+
+def test_coverage_rows_record_the_precision_their_reference_needed():
+    # layerNorm's gradient cancels inside the rule at some draws (a result ~1e-73 from
+    # terms ~1e0): the exact value the row records is checked against the textbook formula
+    # at 3000 bits, and the row says how many bits the reference needed to get there.
+    from roundoff_coverage.reports.evaluate import Task, evaluate
+    rows, _ = evaluate(Task("layerNorm", "default", (("shape", (2, 3)),), "bfloat16",
+                            "toward_zero", "strict", "emulated", ("gradient",), 2, 0))
+    row = next(r for r in rows if r["port"] == "x")
+    assert row["status"] == "ok" and row["ref_prec"] > 72
+    worst = row["worst"]
+    ins, k = worst["inputs"], worst["element"]
+    i, j = divmod(k, 3)
+    x = _bf16(ins["x"][i])
+    want = _layer_norm_grad_x(x, _bf16(ins["weight"]), _bf16([ins["eps"]])[0],
+                              _bf16(worst["cotangents"]["y"][i]), j)
+    got = mpmath.mpf(worst["exact"])
+    assert abs(got / want - 1) < mpmath.mpf(2) ** -50, (got, want)
