@@ -65,7 +65,8 @@ class Cuda(Implementation):
         super().__init__(task, o, fmt)
         from roundoff_coverage import kernels
         self.kernels, self.kernel = kernels, kernels.of_op(o)
-        self.numbers = numerics.emulated(fmt, task.mode, numerics.preset("strict", fmt))
+        # The model the kernels reproduce: problems() refuses tasks of another policy.
+        self.numbers = numerics.emulated(fmt, task.mode, task.accumulation)
         self.device, self.claims, self.model_out = None, {}, {}
 
     def problems(self, pending):
@@ -103,7 +104,7 @@ class Cuda(Implementation):
         for r, got in self.kernel_out.items():
             if isinstance(got, Exception):         # the error row says where it failed
                 self.kernel_out[r] = RuntimeError(f"kernel: {one_line(got)}")
-        self.model_out = run_routes(d.op.rule(self.numbers), d, wanted)
+        self.model_out = run_routes(self.rule_of(d), d, wanted)
         return self.kernel_out
 
     def model_task(self, route):

@@ -35,7 +35,7 @@ class Draws:
 
 
 def _subset(self, keep):
-    """The same draws restricted to the indices ``keep`` (for reference spot checks)."""
+    """The same draws restricted to the indices ``keep`` (the reference's precision loop)."""
     sub = object.__new__(Draws)
     sub.op, sub.elementwise = self.op, self.elementwise
     sub.inputs = [self.inputs[k] for k in keep]
@@ -46,25 +46,6 @@ def _subset(self, keep):
 
 
 Draws.subset = _subset
-
-
-def _elements(self, k, idx):
-    """Draw ``k`` restricted to the flat elements ``idx`` (batchable operators only: every
-    port has the instance's shape or rank 0), as one draw of an instance of that length."""
-    sub = object.__new__(Draws)
-    sub.op = self.op.replace(shape=(len(idx),))
-    sub.elementwise = True
-
-    def cut(vs):
-        return tuple(None if v is None else
-                     (np.asarray(v) if np.ndim(v) == 0 else np.asarray(v).reshape(-1)[idx])
-                     for v in vs)
-    sub.inputs, sub.kinds = [cut(self.inputs[k])], [self.kinds[k]]
-    sub.tangents, sub.cotangents = [cut(self.tangents[k])], [cut(self.cotangents[k])]
-    return sub
-
-
-Draws.elements = _elements
 
 
 def _linear(rng, ports, fmt):

@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from roundoff_coverage import formats, numerics
+from roundoff_coverage import numerics
 
 from . import implementations
 from .draws import Draws, draw, run_routes, sample_kinds
@@ -76,7 +76,7 @@ def evaluate(task: Task):
     try:
         o = task.build()
         o.check()
-        fmt = formats.get(task.format)
+        fmt = task.fmt
     except Exception as exc:                                  # noqa: BLE001
         return [r for route in task.routes
                 for r in status_rows(task, None, route, "error", one_line(exc))], timer.t
@@ -102,7 +102,8 @@ def evaluate(task: Task):
         problems = impl.problems(pending)
     except Exception as exc:                                  # noqa: BLE001
         impl, problems = None, dict.fromkeys(pending, ("error", one_line(exc), None))
-    if o.rule(numerics.reference(ref_prec)) is None:
+    reference = o.rule(numerics.reference(ref_prec))
+    if reference is None:
         problems = {r: problems.get(r) or (
             "no_rule", f"the reference lacks capability {o.need}: no exact value to measure "
                        f"against", o.need) for r in pending}
@@ -119,19 +120,21 @@ def evaluate(task: Task):
         for route in pending:
             rows += status_rows(task, o, route, "error", f"sampling: {one_line(exc)}")
         return rows, timer.t
-    rows += _measure_routes(task, impl, d, fmt, pending, ref_prec, timer)
+    rows += _measure_routes(task, impl, d, fmt, pending, reference, timer)
     return rows, timer.t
 
 
-def _measure_routes(task, impl, d, fmt, pending, ref_prec, timer):
+def _measure_routes(task, impl, d, fmt, pending, reference, timer):
     rows = []
     with timer("evaluation"):
         got = impl.evaluate(d, pending)
     ok = [r for r in pending if not isinstance(got[r], Exception)]
     with timer("reference"):
-        ref = run_routes(d.op.rule(numerics.reference(ref_prec)), d, ok)
+        if d.op is not reference.op:            # batched draws: a longer instance
+            reference = d.op.rule(reference.xp)
+        ref = run_routes(reference, d, ok)
         exact, precs = _settle(d, fmt, [r for r in ok if not isinstance(ref[r], Exception)],
-                               ref, ref_prec)
+                               ref, reference.xp.prec)
     bounded = [r for r in ok if impl.model_task(r) is not None]
     with timer("bounds"):
         interval = interval_bounds(impl.model_task(bounded[0]), d, fmt, bounded) \

@@ -24,6 +24,7 @@ reports/cuda.py, imported when asked for) is the operator's CUDA kernel.
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 from roundoff_coverage import formats, numerics
@@ -37,6 +38,12 @@ class Implementation:
     ``fmt`` (the BinaryFormat)."""
 
     name = "?"
+
+    @classmethod
+    def policy_labels(cls, policies) -> tuple:
+        """The policy labels of its tasks for the policies asked for (presets of
+        numerics.policy, resolved into each task's ``accumulation``)."""
+        return tuple(policies)
 
     def __init__(self, task, o, fmt):
         self.task, self.o, self.fmt = task, o, fmt
@@ -57,13 +64,23 @@ class Implementation:
     def annotate(self, route, rows) -> None:
         pass
 
-    def _no_rule(self, backend, pending) -> dict:
-        """no_rule for every route when ``o`` has no rule under ``backend``: the reason the
+    @functools.cached_property
+    def rule(self):
+        """The operator's rule under ``numbers``, built once (None where it has none)."""
+        return self.o.rule(self.numbers)
+
+    def rule_of(self, d):
+        """The rule for draws ``d``: ``rule`` itself, unless the draws are of a longer
+        instance (batched elementwise draws, reports/draws.py)."""
+        return self.rule if d.op is self.o else d.op.rule(self.numbers)
+
+    def _no_rule(self, pending) -> dict:
+        """no_rule for every route when ``o`` has no rule under ``numbers``: the reason the
         declaration gives at these attributes, else the missing capability."""
-        if self.o.rule(backend) is not None:
+        if self.rule is not None:
             return {}
         reason = (self.o.decl.no_rule(self.o.attrs) if self.o.decl.no_rule else None) or \
-            f"{backend.name} lacks capability {self.o.need}"
+            f"{self.numbers.name} lacks capability {self.o.need}"
         return dict.fromkeys(pending, ("no_rule", reason, self.o.need))
 
 
@@ -76,15 +93,15 @@ class Emulated(Implementation):
 
     def __init__(self, task, o, fmt):
         super().__init__(task, o, fmt)
-        self.numbers = numerics.emulated(fmt, task.mode, numerics.preset(task.policy, fmt),
+        self.numbers = numerics.emulated(fmt, task.mode, task.accumulation,
                                          zlib.crc32(task.key.encode()))
         self.raised = {}
 
     def problems(self, pending):
-        return self._no_rule(self.numbers, pending)
+        return self._no_rule(pending)
 
     def evaluate(self, d, wanted):
-        return run_routes(d.op.rule(self.numbers), d, wanted, self.raised)
+        return run_routes(self.rule_of(d), d, wanted, self.raised)
 
     def model_task(self, route):
         return self.task
@@ -100,6 +117,12 @@ class Native(Implementation):
     ml_dtypes types; numpy rounds to nearest even only."""
 
     name = "native"
+
+    @classmethod
+    def policy_labels(cls, policies) -> tuple:
+        # numpy's reductions follow numpy's own order, whatever policy is asked for: one
+        # task, labelled as the backend labels its order (numerics.NativeBackend).
+        return (numerics.NativeBackend.policy_label,)
 
     def __init__(self, task, o, fmt):
         super().__init__(task, o, fmt)
@@ -117,10 +140,10 @@ class Native(Implementation):
     def problems(self, pending):
         if self.problem is not None:
             return dict.fromkeys(pending, self.problem)
-        return self._no_rule(self.numbers, pending)
+        return self._no_rule(pending)
 
     def evaluate(self, d, wanted):
-        return run_routes(d.op.rule(self.numbers), d, wanted)
+        return run_routes(self.rule_of(d), d, wanted)
 
 
 def _cuda():
@@ -132,13 +155,16 @@ def _cuda():
 IMPLEMENTATIONS = {"emulated": Emulated, "native": Native, "cuda": _cuda}
 
 
+def named(name: str) -> type:
+    """The implementation class called ``name`` (KeyError naming the known ones otherwise)."""
+    try:
+        cls = IMPLEMENTATIONS[name]
+    except KeyError:
+        raise KeyError(f"unknown implementation {name!r} (choose from "
+                       f"{', '.join(IMPLEMENTATIONS)})") from None
+    return cls if isinstance(cls, type) else cls()
+
+
 def of(task, o, fmt) -> Implementation:
     """The implementation object of ``task`` (KeyError naming the known ones otherwise)."""
-    try:
-        cls = IMPLEMENTATIONS[task.implementation]
-    except KeyError:
-        raise KeyError(f"unknown implementation {task.implementation!r} (choose from "
-                       f"{', '.join(IMPLEMENTATIONS)})") from None
-    if not isinstance(cls, type):
-        cls = cls()
-    return cls(task, o, fmt)
+    return named(task.implementation)(task, o, fmt)

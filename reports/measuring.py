@@ -79,9 +79,7 @@ def _apriori(task, d, fmt):
     declared policy, or None (no formula, another implementation, not applicable)."""
     if task.implementation != "emulated" or task.op not in routes.apriori.FORMULAS:
         return None
-    # numerics.policy.preset, not numerics.preset: the bound is the declared policy's even
-    # when an implementation under test is patched to do something else.
-    policy = numerics.policy.preset(task.policy, fmt)
+    policy = task.accumulation          # the declared policy, resolved at planning
     out = []
     for xs in d.inputs:
         b = routes.apriori.bound(d.op, xs, fmt, task.mode, policy)
@@ -303,7 +301,7 @@ def interval_bounds(task, d, fmt, wanted) -> dict:
     if task.implementation != "emulated" or not hasattr(numerics, "bounding"):
         return {}
     try:
-        bk = numerics.bounding(fmt, task.mode, numerics.policy.preset(task.policy, fmt))
+        bk = numerics.bounding(fmt, task.mode, task.accumulation)
         rule = d.op.rule(bk)
     except Exception:                                       # noqa: BLE001 (no bound)
         return {}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-from roundoff_coverage import formats
 
 from . import evaluate, runner
 
@@ -33,7 +32,7 @@ def reproduce(results, row) -> dict:
                              f"reproduce (status {row.get('status')})")
     task = find_task(doc, row)
     o = task.build()
-    fmt = formats.get(task.format)
+    fmt = task.fmt
     d = evaluate.draw(task, o, fmt)
     k = int(worst["draw"])
     if not 0 <= k < len(d.inputs):

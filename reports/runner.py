@@ -30,7 +30,7 @@ from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 
-from . import budget, executors, orchestrate, results
+from . import budget, executors, implementations, orchestrate, results
 from .evaluate import PHASES, evaluate
 from .draws import sample_kinds
 from .task import ROUTES, Task, batchable, status_rows
@@ -44,7 +44,7 @@ __all__ = ["Selection", "DEFAULT_FORMATS", "DEFAULT_DRAWS", "IMPLEMENTATIONS", "
 
 DEFAULT_FORMATS = ("bfloat16", "binary16", "float8_e4m3fn", "float8_e5m2", "binary32")
 DEFAULT_DRAWS = 3
-IMPLEMENTATIONS = ("emulated", "native", "cuda")
+IMPLEMENTATIONS = tuple(implementations.IMPLEMENTATIONS)
 # Growth instances: (operator, label, attributes); draws capped at GROWTH_DRAWS.
 GROWTH = tuple(
     [("reduce", f"sum-n{n}", {"shape": (4, n), "op": "sum", "axes": (1,)}) for n in (16, 256, 4096)]
@@ -130,7 +130,7 @@ def plan(sel: Selection) -> list[Task]:
             draws = min(sel.draws, cap) if cap else sel.draws
             for fmt in sel.formats:
                 for impl in sel.implementations:
-                    policies = ("numpy",) if impl == "native" else sel.policies
+                    policies = implementations.named(impl).policy_labels(sel.policies)
                     for mode in sel.modes:
                         for policy in policies:
                             tasks.append(Task(name, label, canon, fmt, mode, policy, impl,

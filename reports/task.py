@@ -9,11 +9,11 @@ the routes asked for; ``route_ports`` the ports a route measures; ``base_row`` a
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from roundoff_coverage import formats, routes
+from roundoff_coverage import formats, numerics, routes
 
 from .rows import empty as empty_row
 
@@ -29,7 +29,12 @@ EXHAUSTIVE_MAX_BITS = 16
 @dataclass(frozen=True)
 class Task:
     """One operator instance under one format, mode, policy and implementation; ``routes``
-    the route kinds to measure; ``draws`` sampler draws per sample kind."""
+    the route kinds to measure; ``draws`` sampler draws per sample kind.
+
+    ``format`` and ``policy`` are the rows' labels; ``fmt`` (the BinaryFormat) and
+    ``accumulation`` (the numerics Policy; None where the implementation follows its
+    library's own order, as native numpy does) are resolved from them once, where the task
+    is made (planning), and travel with it to the workers."""
 
     op: str
     instance: str
@@ -43,6 +48,15 @@ class Task:
     seed: int
     exhaustive: bool = False
     kinds: tuple = ()             # sample kinds drawn (empty: every kind, evaluate.sample_kinds)
+    fmt: formats.BinaryFormat = field(default=None, compare=False, repr=False)
+    accumulation: numerics.Policy | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.fmt is None:
+            object.__setattr__(self, "fmt", formats.get(self.format))
+        if self.accumulation is None and self.policy in numerics.PRESETS:
+            object.__setattr__(self, "accumulation",
+                               numerics.policy.preset(self.policy, self.fmt))
 
     @property
     def key(self) -> str:

@@ -432,16 +432,15 @@ def _degrade(monkeypatch, scenario) -> list:
     """Patch the numerics backend for ``scenario``; a list that counts the patched calls
     (a patch never used would make the test vacuous)."""
     used = []
-    real_emulated, real_preset = numerics.emulated, numerics.preset
+    real_emulated = numerics.emulated
     if scenario == "accumulate":
-        def preset(name, storage):
-            policy = real_preset(name, storage)
-            if policy.accumulate != policy.storage:
-                used.append(name)                   # binary32 asked for, storage delivered
-                return numerics.Policy(policy.storage, order=policy.order, fma=policy.fma,
-                                       name=policy.name)
-            return policy
-        monkeypatch.setattr(numerics, "preset", preset)
+        def emulated(fmt, mode="nearest_even", policy=None, seed=0):
+            if policy is not None and policy.accumulate != policy.storage:
+                used.append(policy.name)            # binary32 asked for, storage delivered
+                policy = numerics.Policy(policy.storage, order=policy.order, fma=policy.fma,
+                                         name=policy.name)
+            return real_emulated(fmt, mode, policy, seed)
+        monkeypatch.setattr(numerics, "emulated", emulated)
     elif scenario == "exp":
         def emulated(fmt, mode="nearest_even", policy=None, seed=0):
             backend = real_emulated(fmt, mode, policy, seed)
