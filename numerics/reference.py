@@ -20,12 +20,19 @@ numpy object arrays.  Conventions (this is a real-number reference, not an IEEE 
   NaN; log(0) = -inf; atanh(+-1) = +-inf; pow follows C99's special cases (pow(x, 0) = 1,
   pow(1, y) = 1, pow(-8, 1/3) = NaN); hypot(inf, NaN) = inf; maximum/minimum propagate NaN,
   fmax/fmin ignore it.  Domain errors never raise: a complex mpmath result becomes NaN.
+- dot and matmul: when every operand entry is a binary64 value (inputs read from float64,
+  bfloat16, binary32, ... arrays, NaN and inf included), each entry is the exact sum of
+  products (numerics/exact_products.py, BLAS-speed slices) rounded once to ``prec``, whatever
+  the order and fma policy (the exact sum makes them moot).  Otherwise (operands carrying
+  more than 53 bits, e.g. results of earlier primitives) the base class accumulates at
+  ``prec`` bits in the policy's order, one rounding per product and per addition.
 - Capabilities: Rounding, Erf, InverseTrig, Cbrt.  NextAfter and Bits are absent (a real has
   no next value and no bit pattern): the base class refuses them with CapabilityError.
 """
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import mpmath
@@ -37,6 +44,7 @@ from roundoff_coverage import formats
 
 from .backend import Backend
 from .exact import OrderPolicy, elementwise
+from .exact_products import exact_dot, exact_matmul, to_mpf
 
 GUARD = 32          # extra bits for every rounded primitive before its one rounding to prec
 _RN = round_nearest
@@ -80,6 +88,21 @@ def read_raw(x, prec: int, rnd=_RN):
     if real.d & (real.d - 1) == 0:                       # a power of two: dyadic, exact
         return libmp.from_man_exp(n, 1 - real.d.bit_length())
     return libmp.from_rational(n, real.d, prec, rnd)
+
+
+def binary64_raw(r):
+    """The binary64 value of a raw mpf, or None where it has none: more than 53 significant
+    bits (mpmath keeps the mantissa odd, so bc is the true width), below 2**-1074's grid or
+    at or above 2**1024.  NaN and +-inf map to themselves, the (unsigned) zero to +0.0."""
+    if r == fzero:
+        return 0.0
+    if special_raw(r):
+        return math.nan if r == fnan else (math.inf if r == finf else -math.inf)
+    sign, man, exp, bc = r
+    if bc > 53 or exp < -1074 or exp + bc > 1024:
+        return None
+    v = math.ldexp(int(man), exp)                        # exact: representable
+    return -v if sign else v
 
 
 def raw_real(r, fmt=None, clamp=False):
@@ -196,7 +219,7 @@ class ReferenceBackend(Backend):
         t = {name: self._guarded(name) for name in (
             "exp", "expm1", "log", "log10", "log1p", "sin", "cos", "tan", "asin", "acos",
             "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf")}
-        atan2 = self._guarded("atan2")
+        self._atan2_finite = self._guarded("atan2")
         t.update({
             "add": lambda x, y: mk(libmp.mpf_add(x._mpf_, y._mpf_, p, _RN)),
             "subtract": lambda x, y: mk(libmp.mpf_sub(x._mpf_, y._mpf_, p, _RN)),
@@ -212,9 +235,7 @@ class ReferenceBackend(Backend):
             "sqrt": lambda x: mk(fnan if neg_raw(x._mpf_) else libmp.mpf_sqrt(x._mpf_, p, _RN)),
             "rsqrt": self._rsqrt, "cbrt": self._cbrt, "exp2": self._exp2, "log2": self._log2,
             "pow": self._pow, "hypot": self._hypot,
-            # mpmath's atan2(NaN, inf) is not NaN: propagate NaN first.
-            "atan2": lambda y, x: mk(fnan) if _is_nan(y._mpf_) or _is_nan(x._mpf_) else
-            atan2(y, x),
+            "atan2": self._atan2,
             "floor": lambda x: mk(libmp.mpf_floor(x._mpf_)),
             "ceil": lambda x: mk(libmp.mpf_ceil(x._mpf_)),
             "round": lambda x: mk(libmp.mpf_nint(x._mpf_)),       # ties to even
@@ -321,6 +342,61 @@ class ReferenceBackend(Backend):
     def _apply(self, name, *arrays):
         f, num = self._table[name], self._num
         return elementwise(lambda *xs: f(*[num(x) for x in xs]), *arrays)
+
+    def _atan2(self, y, x):
+        """atan2 with C99's infinite cases (F.10.1.4) reduced to finite ones: mpmath 1.3
+        gives NaN for atan2(+-inf, +-inf) where 1.4 gives +-pi/4, and its atan2(NaN, inf)
+        is not NaN.  y infinite: the angle of (sign y, sign x or 0); y finite, x = +inf:
+        0 (the reference's zero is unsigned); x = -inf: +-pi with the sign of y."""
+        ry, rx = y._mpf_, x._mpf_
+        if _is_nan(ry) or _is_nan(rx):
+            return self.ctx.make_mpf(fnan)
+        one, zero = self.ctx.mpf(1), self.ctx.mpf(0)
+        if _is_inf(ry):
+            x = zero if not _is_inf(rx) else -one if neg_raw(rx) else one
+            return self._atan2_finite(-one if neg_raw(ry) else one, x)
+        if _is_inf(rx):
+            if not neg_raw(rx):
+                return zero
+            pi = self._atan2_finite(zero, -one)
+            return -pi if neg_raw(ry) else pi
+        return self._atan2_finite(y, x)
+
+    # -- dot and matmul: exact then rounded once when the operands are binary64 values --
+    def dot(self, a, b):
+        """sum_i a[..., i] * b[..., i], each entry correctly rounded to ``prec`` when every
+        operand entry is a binary64 value, else the base class's accumulation."""
+        fa, fb = self._binary64(a), self._binary64(b)
+        if fa is None or fb is None or min(fa.ndim, fb.ndim) == 0 or \
+                fa.shape[-1] != fb.shape[-1] or fa.size == 0 or fb.size == 0:
+            return super().dot(a, b)
+        return to_mpf(exact_dot(fa, fb), self.prec, self.ctx)
+
+    def matmul(self, a, b):
+        """a @ b (numpy's shape rules), each entry correctly rounded to ``prec`` when every
+        operand entry is a binary64 value, else the base class's accumulation."""
+        fa, fb = self._binary64(a), self._binary64(b)
+        if fa is None or fb is None or min(fa.ndim, fb.ndim) == 0 or fa.size == 0 or \
+                fb.size == 0 or fa.shape[-1] != fb.shape[-2 if fb.ndim > 1 else 0]:
+            return super().matmul(a, b)
+        return to_mpf(exact_matmul(fa, fb), self.prec, self.ctx)
+
+    def _binary64(self, x):
+        """x as a float64 array when every entry is exactly a binary64 value, else None."""
+        arr = np.asarray(x)
+        if arr.dtype.kind == "f" and arr.dtype.itemsize <= 8:
+            return arr.astype(np.float64)
+        if arr.dtype.kind in "iub":
+            conv = arr.astype(np.float64)
+            return conv if np.array_equal(conv.astype(arr.dtype), arr) else None
+        flat = arr.reshape(-1)
+        out = np.empty(flat.size)
+        for i, v in enumerate(flat):
+            f = binary64_raw(self._num(v)._mpf_)
+            if f is None:
+                return None
+            out[i] = f
+        return out.reshape(arr.shape)
 
     # -- conversion --
     def asarray(self, x):
