@@ -54,15 +54,23 @@ _COMPACT = re.compile(r"^e(\d+)m(\d+)(?:b(-?\d+))?(fnuz|fn|finite)?((?:-sat|-ftz
 _KEYS = {"exp_bits", "man_bits", "bias", "encoding", "saturate", "flush_subnormals"}
 
 
-def get(spec, known: dict | None = None) -> BinaryFormat:
+def get(spec, known: dict | None = None):
     """A format from a BinaryFormat, a catalog name or alias, a name in ``known`` (formats
     loaded from a file), a compact spec (``e5m10``, ``e4m3fn``, ``e4m3b11fnuz``, suffixes
-    ``-sat`` and ``-ftz``) or keywords (``exp_bits=5,man_bits=2,encoding=fnuz``).
+    ``-sat`` and ``-ftz``) or keywords (``exp_bits=5,man_bits=2,encoding=fnuz``): a
+    BinaryFormat.
 
     A compact spec that is a catalog name without its ``floatN_`` prefix is that catalog
     format (``e2m1fn`` is float4_e2m1fn); otherwise the suffix is the encoding.
+
+    A scaled format (a ScaledFormat: ``formats.scaled``) for a scaled catalog name or a
+    ``[scaled.NAME]`` of ``known``, with options (``mxfp8_e4m3``, ``nvfp4``,
+    ``mxfp8_e4m3:rceil``, ``fp8_e4m3_tensor:delayed:margin=1``).
     """
     if isinstance(spec, BinaryFormat):
+        return spec
+    from .scaled import ScaledFormat, is_scaled_name, parse   # scaled imports this module
+    if isinstance(spec, ScaledFormat):
         return spec
     if not isinstance(spec, str):
         raise FormatError(f"format: expected a format name or spec, got {type(spec).__name__}")
@@ -74,6 +82,8 @@ def get(spec, known: dict | None = None) -> BinaryFormat:
         return CATALOG[key]
     if key in ALIASES:
         return CATALOG[ALIASES[key]]
+    if is_scaled_name(text, known):
+        return parse(text, known)
     if "=" in text:
         return _from_keywords(text)
     m = _COMPACT.match(key)
@@ -83,7 +93,8 @@ def get(spec, known: dict | None = None) -> BinaryFormat:
 
 
 def _suggest(key, known=None) -> str:
-    names = list(CATALOG) + list(ALIASES) + list(known or ())
+    from .scaled import SCALED
+    names = list(CATALOG) + list(ALIASES) + list(SCALED) + list(known or ())
     close = difflib.get_close_matches(key, names, n=4, cutoff=0.5)
     hint = f"; close: {', '.join(close)}" if close else ""
     return hint + "; or give a spec like e5m10, e4m3fn, or exp_bits=5,man_bits=2,encoding=fnuz"
@@ -173,7 +184,7 @@ def _boolean(v, key, where):
     raise FormatError(f"format {where!r}: {key} must be true or false (got {v!r})")
 
 
-def load_formats_file(path) -> dict[str, BinaryFormat]:
+def load_formats_file(path) -> dict:
     """User formats from a TOML file: ``user_formats`` of its document, read here with the
     messages of reports/tomlfile.py (formats is below reports and cannot use it).  The
     command line reads the file with that reader and calls ``user_formats`` itself."""
@@ -191,9 +202,10 @@ def load_formats_file(path) -> dict[str, BinaryFormat]:
     return user_formats(data, path)
 
 
-def user_formats(data: dict, path) -> dict[str, BinaryFormat]:
-    """User formats from the document ``data`` of the TOML file ``path``, one table per
-    format under ``[formats]``:
+def user_formats(data: dict, path) -> dict:
+    """User formats from the document ``data`` of the TOML file ``path``: element formats
+    (BinaryFormat), one table per format under ``[formats]``, and scaled formats
+    (ScaledFormat, formats/scaled.py) under ``[scaled]``; at least one table in all.
 
         [formats.e3m4_sat]
         exp_bits = 3
@@ -201,16 +213,43 @@ def user_formats(data: dict, path) -> dict[str, BinaryFormat]:
         encoding = "ieee"      # optional: ieee, fn, fnuz, finite
         bias = 3               # optional
         saturate = true        # optional
+
+        [scaled.mx_e3m4]       # from scratch: element, block and scale are required
+        element = "e3m4_sat"   # a format name or spec (this file's too), or "int8"
+        block = 32             # or [128, 128] (tiles of two axes), or "tensor" (one scale)
+        scale = "e8m0"         # "e8m0" or a format name (its positive values are used)
+        rule = "floor"         # optional: floor (default), ceil, rceil, even
+        tensor_scale = "binary32"   # optional second-level scale (as NVFP4)
+        rounding = "nearest_even"   # optional: or "stochastic"
+        saturate = true        # optional: elements saturate (false: the format's overflow)
+        pow2 = false           # optional: scales only powers of two
+        amax = "current"       # optional: "delayed" (per-tensor schemes: quantize(history=))
+        margin = 0             # optional: a = amax * 2**margin
+        scale_saturate = false # optional: an overflowing scale saturates instead of NaN
+
+        [scaled.nvfp4_rceil]   # or from a catalog scheme, keys overriding it
+        base = "nvfp4"
+        rule = "rceil"
     """
-    table = data.get("formats")
-    if not isinstance(table, dict) or not table:
+    from .scaled import SCALED, ScaledFormat, from_mapping as scaled_from_mapping
+    table = data.get("formats", {})
+    scaled = data.get("scaled", {})
+    if not isinstance(table, dict) or not isinstance(scaled, dict) or not (table or scaled):
         raise FormatError(f"formats file {path}: expected tables [formats.NAME] with "
-                          f"exp_bits and man_bits")
-    out = {}
+                          f"exp_bits and man_bits, or [scaled.NAME]")
+    out: dict[str, BinaryFormat | ScaledFormat] = {}
     for name, fields in table.items():
         if not isinstance(fields, dict):
             raise FormatError(f"formats file {path}: [formats.{name}] must be a table")
-        if name.lower() in CATALOG or name.lower() in ALIASES:
+        if name.lower() in CATALOG or name.lower() in ALIASES or name.lower() in SCALED:
             raise FormatError(f"formats file {path}: {name!r} is already a catalog name")
         out[name] = from_mapping(fields, name, name=name)
+    for name, fields in scaled.items():
+        if not isinstance(fields, dict):
+            raise FormatError(f"formats file {path}: [scaled.{name}] must be a table")
+        if name in out or name.lower() in CATALOG or name.lower() in ALIASES \
+                or name.lower() in SCALED or ":" in name:
+            raise FormatError(f"formats file {path}: {name!r} is already a format name "
+                              f"(or has a ':')")
+        out[name] = scaled_from_mapping(fields, name, out, path)
     return out

@@ -294,7 +294,10 @@ def _unit_name(key) -> str:
 def check_selection(sel: Selection) -> None:
     """ValueError (one line) for names the run cannot use."""
     for f in sel.formats:
-        formats.get(f)
+        if isinstance(formats.get(f), formats.ScaledFormat):
+            raise ValueError(f"{f} is a scaled format: the coverage run measures element "
+                             f"formats only so far (see `roundoff-coverage formats {f}` and "
+                             f"formats.quantize)")
     for m in sel.modes:
         formats.mode_code(m)
     for p in sel.policies:

@@ -1,5 +1,7 @@
 """``roundoff-coverage formats [NAME]``: the table of every format (catalog and user
-formats), or one format's constants with their exact values and derivations."""
+formats, element and scaled), or one format's constants with their exact values and
+derivations; for a scaled format (``mxfp8_e4m3``, ``nvfp4:rceil``...) its element format,
+block, scale format and rule, largest element, scale range and the definition's source."""
 
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ from .common import EXIT_OK, UsageError, text_table, user_formats
 def add(sub, shared):
     p = sub.add_parser("formats", parents=[shared], help="list the formats, or show one",
                        description="Without NAME: every catalog format (and user format) as a "
-                                   "table.  With NAME: one format's constants, their exact "
-                                   "values and derivations, and its encoding.")
+                                   "table, then the scaled formats.  With NAME: one format's "
+                                   "constants, their exact values and derivations, and its "
+                                   "encoding; or one scaled format explained.")
     p.add_argument("name", nargs="?", metavar="NAME",
-                   help="catalog name, alias, compact spec (e5m10, e4m3fn, e4m3b11fnuz-sat) or "
-                        "keywords (exp_bits=5,man_bits=2,encoding=fnuz)")
+                   help="catalog name, alias, compact spec (e5m10, e4m3fn, e4m3b11fnuz-sat), "
+                        "keywords (exp_bits=5,man_bits=2,encoding=fnuz) or a scaled format "
+                        "with options (mxfp8_e4m3, nvfp4:rceil)")
     p.set_defaults(handler=cmd_formats)
 
 
@@ -35,24 +39,79 @@ _MAX_EXP_BITS, _MAX_MAN_BITS = 22, 4096
 def cmd_formats(args) -> int:
     """``formats [NAME]``: the table of every format, or one format in detail; exit 0."""
     user = user_formats(args)
-    for fmt in user.values():
+    elements = {n: f for n, f in user.items() if not isinstance(f, formats.ScaledFormat)}
+    scaled = {n: f for n, f in user.items() if isinstance(f, formats.ScaledFormat)}
+    for fmt in elements.values():
         _check_displayable(fmt)
     if args.name is None:
         rows = [_list_row(fmt) for fmt in formats.CATALOG.values()]
         columns = _LIST_COLUMNS
-        if user:                                       # mark each row's origin
+        if elements:                                   # mark each row's origin
             rows = [r + ["catalog"] for r in rows]
-            rows += [_list_row(fmt) + ["user"] for fmt in user.values()]
+            rows += [_list_row(fmt) + ["user"] for fmt in elements.values()]
             columns += ("source",)
         text = {"name", "spec", "encoding", "source"}
         print(text_table(columns, rows,
                          numeric={i for i, h in enumerate(columns) if h not in text}))
+        print("\n".join(["", "scaled formats (formats.quantize; options such as :rceil "
+                                "follow the name):", _scaled_table(scaled)]))
         if user:
             print(f"\nuser formats from {args.formats_file}: {', '.join(user)}")
         return EXIT_OK
-    fmt = _check_displayable(formats.get(args.name, known=user))
+    fmt = formats.get(args.name, known=user)
+    if isinstance(fmt, formats.ScaledFormat):
+        print("\n".join(_scaled_detail(fmt, _scaled_source(fmt, scaled, args.formats_file))))
+        return EXIT_OK
+    fmt = _check_displayable(fmt)
     print("\n".join(_detail(fmt, _source(fmt, user, args.formats_file))))
     return EXIT_OK
+
+
+_SCALED_COLUMNS = ("name", "element", "block", "scale", "rule", "element_max",
+                   "bits_per_element")
+
+
+def _scaled_table(user: dict) -> str:
+    """The scaled formats of the catalog (and ``user``'s) as a table."""
+    def row(fmt):
+        scale = "e8m0" if fmt.is_e8m0 else fmt.scale.label + ("-pow2" if fmt.pow2 else "")
+        if fmt.tensor_scale is not None:
+            scale += f"*{fmt.tensor_scale.label}"
+        bpe = fmt.bits_per_element
+        block = "tensor" if fmt.block is None else "x".join(map(str, fmt.block))
+        return [fmt.label, fmt.element.label, block, scale, fmt.rule,
+                _number(fmt.element_max_exact), "-" if bpe is None else "%.6g" % bpe]
+
+    rows = [row(fmt) for fmt in formats.SCALED.values()]
+    columns = _SCALED_COLUMNS
+    if user:
+        rows = [r + ["catalog"] for r in rows] + [row(f) + ["user"] for f in user.values()]
+        columns += ("source",)
+    return text_table(columns, rows, numeric={5, 6})
+
+
+def _scaled_source(fmt, user, path) -> str:
+    """Where the scaled ``fmt`` comes from: the user's file or the catalog."""
+    base = fmt.label.split(":", 1)[0]
+    if base in user:
+        return f"user format from {path}"
+    return "catalog"
+
+
+def _scaled_detail(fmt, origin) -> list[str]:
+    """Lines explaining one scaled format: header, facts table, the definition's source."""
+    lines = [f"{fmt.label}: scaled format, {fmt.summary()}; {origin}", ""]
+    rows = []
+    facts = fmt.constants()
+    source = facts.pop("source")[0]
+    for key, (value, note) in facts.items():
+        if isinstance(value, str):
+            rows.append([key, value, "", note])
+            continue
+        short, exact = _number(value), _exact(value)
+        rows.append([key, short, "" if exact == short else exact, note])
+    lines.append(text_table(("fact", "value", "exact", "how"), rows, numeric=set()))
+    return lines + ["", f"definition: {source}"]
 
 
 def _check_displayable(fmt):
