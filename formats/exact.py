@@ -89,6 +89,12 @@ def read_real(x) -> Real:
                          f"{_ACCEPTS}")
     if isinstance(x, numbers.Integral):                     # numpy integers
         return read_real(int(x))
+    if hasattr(x, "_mpf_") and x._mpf_[1]:
+        # mpmath mpf, read from its raw (sign, man, exp, bc): exact, and mpmath 1.3 has no
+        # as_integer_ratio (specials and zero, man 0, are read below).
+        sign, man, exp, _ = x._mpf_
+        n, d = (int(man) << exp, 1) if exp >= 0 else (int(man), 1 << -exp)
+        return Real("finite", sign, n, d)
     try:
         # Exact for numpy floating scalars (longdouble too: float() would round it to
         # binary64), mpmath mpf, Decimal; NaN and inf raise, zeros lose their sign here.

@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass, field
 
 from . import operators, results
+from .rows import MEASURED
 
 DEFAULT_TOLERANCE = 0.01                  # ulp
 METRICS = {"max": "max_ulp", "p99": "p99_ulp"}
@@ -271,20 +272,20 @@ def _judge(b, c, metric, tol, mode):
     """(regression reasons, improvement reasons) of one route key."""
     worse, better = [], []
     if b is None:
-        if c.get("status") == "ok":
+        if c.get("status") in MEASURED:
             better.append("newly measured")
         return worse, better
     if c is None:
-        if b.get("status") == "ok":
+        if b.get("status") in MEASURED:
             worse.append("missing: measured in the baseline, absent now")
         return worse, better
     bs, cs = b.get("status"), c.get("status")
-    if bs == "ok" and cs != "ok":
+    if bs in MEASURED and cs not in MEASURED:
         why = f": {c.get('reason')}" if c.get("reason") else ""
-        worse.append(f"status ok -> {cs}{why}")
+        worse.append(f"status {bs} -> {cs}{why}")
         return worse, better
-    if bs != "ok":
-        if cs == "ok":
+    if bs not in MEASURED:
+        if cs in MEASURED:
             better.append(f"now measured (was {bs})")
         return worse, better
     _metric(_number(b.get(metric)), _number(c.get(metric)), metric, tol, worse, better)
@@ -493,7 +494,7 @@ def junit(cmp: Comparison) -> str:
         elif k in good:
             ET.SubElement(case, "system-out").text = _xml_text("improved: " +
                                                                "; ".join(good[k].reasons))
-        elif not any(r is not None and r.get("status") == "ok" for r in (b, c)):
+        elif not any(r is not None and r.get("status") in MEASURED for r in (b, c)):
             skipped += 1
             status = "/".join(str(r.get("status")) for r in (b, c) if r is not None)
             ET.SubElement(case, "skipped", message=_xml_text(f"not measured (status {status})"))

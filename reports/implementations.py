@@ -19,7 +19,9 @@ reports/evaluate.py calls them:
 
 ``emulated`` is numerics.emulated (format, mode, policy), the model itself; ``native`` is
 numpy in the format's dtype (numerics.native; round to nearest even only); ``cuda`` (in
-reports/cuda.py, imported when asked for) is the operator's CUDA kernel.
+reports/cuda.py, imported when asked for) is the operator's CUDA kernel; ``torch`` and
+``torch_compile`` (reports/torch_impl.py, likewise) are PyTorch's own kernels, eager and
+through torch.compile (the optional extra ``[torch]``).
 """
 
 from __future__ import annotations
@@ -151,8 +153,20 @@ def _cuda():
     return Cuda
 
 
-# name -> the class, or a function giving it (imported when asked for).
-IMPLEMENTATIONS = {"emulated": Emulated, "native": Native, "cuda": _cuda}
+def _torch():
+    from .torch_impl import Torch
+    return Torch
+
+
+def _torch_compile():
+    from .torch_impl import TorchCompile
+    return TorchCompile
+
+
+# name -> the class, or a function giving it (imported when asked for; torch itself only
+# when a task of torch or torch_compile is evaluated).
+IMPLEMENTATIONS = {"emulated": Emulated, "native": Native, "cuda": _cuda, "torch": _torch,
+                   "torch_compile": _torch_compile}
 
 
 def named(name: str) -> type:

@@ -73,11 +73,12 @@ def document(records, selection) -> dict:
     (reports/operators.py: family, order, notes, certificates), so the report and the gate
     render the file with the notes it was measured with."""
     from roundoff_coverage.numerics.metrics import HIST_EDGES
+    records = list(records)
     return {"schema": SCHEMA, "meta": clean({
         "tool": "roundoff-coverage", "version": _version("roundoff-coverage"),
         "versions": {name: _version(name) for name in ("numpy", "mpmath", "gmpy2", "ml_dtypes",
                                                         "numba")}
-        | {"python": platform.python_version()},
+        | {"python": platform.python_version()} | _torch_version(records),
         "seed": selection.seed, "command": selection.command(),
         "selection": selection.describe(),
         "machine": {"system": platform.system(), "machine": platform.machine()},
@@ -88,6 +89,15 @@ def document(records, selection) -> dict:
         **({"operators": clean(operators.record(selection.ops))}
            if getattr(selection, "ops", None) else {}),
         "rows": sorted((clean(r) for r in records), key=row_key)}
+
+
+def _torch_version(records) -> dict:
+    """{"torch": version} when a row was measured by torch (the implementations torch and
+    torch_compile, reports/torch_impl.py), else {}: the files of other runs stay as they
+    were."""
+    if not any(str(r.get("implementation", "")).startswith("torch") for r in records):
+        return {}
+    return {"torch": _version("torch")}
 
 
 def _version(name) -> str:

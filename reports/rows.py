@@ -48,7 +48,7 @@ FIELDS = (
     Field("policy", KEY, doc="the accumulation policy preset"),
     Field("implementation", KEY, doc="emulated, native, cuda, or the measured target"),
     Field("device", TEXT, doc="cpu, cuda:<name> or simulator", default="cpu"),
-    Field("status", TEXT, doc="ok, no_rule, not_differentiable or error"),
+    Field("status", TEXT, doc="ok, convention, no_rule, not_differentiable or error"),
     Field("reason", TEXT, doc="why the status is not ok (one line)"),
     Field("need", TEXT, doc="the missing capability of a no_rule row"),
     Field("exhaustive", BOOL, doc="whether the draws were every finite value of the format",
@@ -78,6 +78,16 @@ FIELDS = (
     Field("incorrectly_rounded", COUNT, doc="results not correctly rounded (measure)"),
     Field("resolved_exactly", COUNT, doc="inputs resolved exactly (measure)"),
     Field("contract", NESTED, doc="a CUDA kernel's contract and verdict"),
+    # measure --scheme (reports/quantizers.py): a quantizer against a scaled format's
+    # definition; its max_ulp is in ulps of the element format at the block's scale.
+    Field("elements_differ", COUNT, doc="elements unlike the definition's, in blocks whose "
+          "defined scale is not NaN (a quantizer)"),
+    Field("scales_differ", COUNT, doc="block and tensor scales unlike the definition's "
+          "(a quantizer)"),
+    Field("values_differ", COUNT, doc="dequantized values unlike the definition's "
+          "(a quantizer)"),
+    Field("quantizer", NESTED, doc="a quantizer's counts by input case, largest absolute "
+          "difference and first differing blocks with their contents"),
 )
 
 BY_NAME = {f.name: f for f in FIELDS}
@@ -88,7 +98,12 @@ SIGNED_FIELDS = tuple(f.name for f in FIELDS if f.kind == SIGNED)
 FLOAT_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, SIGNED, RATIO, REL))
 COUNT_FIELDS = tuple(f.name for f in FIELDS if f.kind == COUNT)
 NESTED_FIELDS = ("attrs",) + tuple(f.name for f in FIELDS if f.kind == NESTED)
-STATUSES = ("ok", "no_rule", "not_differentiable", "error")
+# ``convention``: measured, where the implementation's convention differs from the rule's
+# on these samples (the gradient of torch's max at a NaN...): the row's reason says how, and
+# its metrics are against the exact value of the implementation's own convention there.
+STATUSES = ("ok", "convention", "no_rule", "not_differentiable", "error")
+# The statuses of measured rows (their metrics are numbers to compare and report).
+MEASURED = ("ok", "convention")
 ROUTE_ORDER = {"forward": 0, "tangent": 1, "gradient": 2}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
-STATUSES = ("ok", "no_rule", "not_differentiable", "error")
+from .rows import MEASURED, STATUSES
 
 
 def _num(v):
@@ -35,7 +35,7 @@ def status_counts(rows) -> dict:
 
 
 def coverage(rows) -> dict:
-    """{(family, format): (ok rows, rows)}."""
+    """{(family, format): (measured rows: ok or convention, rows)}."""
     from roundoff_coverage import routes
     fam = {}
     out = defaultdict(lambda: [0, 0])
@@ -46,14 +46,14 @@ def coverage(rows) -> dict:
             except Exception:                                  # noqa: BLE001
                 fam[r["op"]] = "?"
         cell = out[(fam[r["op"]], r["format"])]
-        cell[0] += r["status"] == "ok"
+        cell[0] += r["status"] in MEASURED
         cell[1] += 1
     return dict(out)
 
 
 def worst(rows, n=10):
-    """The n ok rows with the largest finite-or-infinite max |ulp error|."""
-    scored = [(_num(r.get("max_ulp")), r) for r in rows if r["status"] == "ok"]
+    """The n measured rows with the largest finite-or-infinite max |ulp error|."""
+    scored = [(_num(r.get("max_ulp")), r) for r in rows if r["status"] in MEASURED]
     scored = [(v, r) for v, r in scored if v is not None and not math.isnan(v)]
     scored.sort(key=lambda vr: (-vr[0], vr[1]["op"], vr[1]["instance"], vr[1]["route"],
                                 str(vr[1]["port"]), vr[1]["format"]))

@@ -285,8 +285,8 @@ IMPOSSIBLE = [
     ({"histogram": [1, -1]},
      "histogram must be a list of non-negative integer counts (got [1, -1])"),
     ({"exhaustive": "yes"}, "exhaustive must be true or false (got 'yes')"),
-    ({"status": "okay"}, "status must be one of ok, no_rule, not_differentiable, error "
-                         "(got 'okay')"),
+    ({"status": "okay"}, "status must be one of ok, convention, no_rule, not_differentiable, "
+                         "error (got 'okay')"),
 ]
 
 

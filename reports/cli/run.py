@@ -37,9 +37,10 @@ def add(sub, shared):
     p.add_argument("--policies", metavar="LIST", help="accumulation policy presets (default: "
                    "strict)")
     p.add_argument("--implementations", metavar="LIST",
-                   help="emulated, native and/or cuda (the operators' CUDA kernels on a GPU, "
-                        "or in numba's simulator under NUMBA_ENABLE_CUDASIM=1; default: "
-                        "emulated)")
+                   help="emulated, native, cuda (the operators' CUDA kernels on a GPU, "
+                        "or in numba's simulator under NUMBA_ENABLE_CUDASIM=1), torch and/or "
+                        "torch_compile (PyTorch's kernels, eager and compiled; the [torch] "
+                        "extra); default: emulated")
     p.add_argument("--samples", metavar="N", type=int,
                    help="sampler draws per sample kind and task (default: 3)")
     p.add_argument("--seed", metavar="N", type=int, help="seed of every random stream (default 0)")

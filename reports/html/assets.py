@@ -43,6 +43,7 @@ div.row:target { outline: 3px solid #31688e; }
 section.fmt:target h3 { background: #fde725; }
 span.status { font-size: 12px; border: 1px solid #999; padding: 0 4px; border-radius: 3px; }
 span.status.error { background: #b2182b; color: #fff; }
+span.status.convention { background: #fee08b; }
 ul.evidence { font-size: 12px; color: #444; }
 """
 

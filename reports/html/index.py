@@ -175,9 +175,11 @@ def missing(report: model.Report) -> str:
     groups = model.missing(report)
     parts = ['<section id="missing"><h2>What is missing</h2>']
     titles = {"error": "Failed (error, with its reason)",
+              "convention": "Measured against the implementation's own convention (where "
+                            "it differs from the rule's)",
               "no_rule": "Without a rule (the capability needed)",
               "not_differentiable": "Not differentiable"}
-    for status in ("error", "no_rule", "not_differentiable"):
+    for status in ("error", "convention", "no_rule", "not_differentiable"):
         items = groups[status]
         n = sum(g[4] for g in items)
         rows = [[f'<a href="{esc(op_href(op))}">{esc(op)}</a>', esc(route), esc(why),
@@ -193,13 +195,13 @@ def missing(report: model.Report) -> str:
 def _cell(rows):
     """(state, value) of the heat map cell of one operator, route and format."""
     statuses = {r.status for r in rows}
-    measured = [r for r in rows if r.status == "ok" and r.max_ulp is not None]
+    measured = [r for r in rows if r.status in model.MEASURED and r.max_ulp is not None]
     if "error" in statuses:
         return "error", None
     if measured:
         vals = [math.inf if math.isnan(r.max_ulp) else r.max_ulp for r in measured]
         return "measured", max(vals)
-    ok = [r for r in rows if r.status == "ok"]
+    ok = [r for r in rows if r.status in model.MEASURED]
     if ok:
         return ("mismatch" if any((r.mismatches or 0) > 0 for r in ok) else "exact"), None
     return ("no_rule" if "no_rule" in statuses else "not_differentiable"), None

@@ -17,7 +17,7 @@ from roundoff_coverage.reports import operators, results, rows
 
 # The row's fields as reports/rows.py declares them: the key's text fields (the port may be
 # any JSON value and is read as text), numbers, counts and precisions.
-STATUSES = rows.STATUSES
+STATUSES, MEASURED = rows.STATUSES, rows.MEASURED
 TEXT_FIELDS = tuple(f for f in rows.KEY_FIELDS if f not in ("attrs", "port"))
 FLOAT_FIELDS = rows.FLOAT_FIELDS
 INT_FIELDS = rows.COUNT_FIELDS + tuple(f.name for f in rows.FIELDS if f.kind == rows.BITS)
@@ -230,7 +230,7 @@ def coverage(report: Report) -> list[tuple]:
     counts = {}
     for r in report.rows:
         c = counts.setdefault((r.family, r.format), [0, 0, 0, 0, 0])
-        if r.status == "ok":
+        if r.status in MEASURED:
             c[0] += 1
             if r.bound is not None or r.interval_bound is not None:
                 c[1] += 1
@@ -244,7 +244,8 @@ def coverage(report: Report) -> list[tuple]:
 
 def missing(report: Report) -> dict:
     """What the run could not measure, grouped: {status: [(op, route, reason or need,
-    [formats], rows)]}, for no_rule, not_differentiable and error rows."""
+    [formats], rows)]}, for no_rule, not_differentiable and error rows, and for convention
+    rows (measured, against the implementation's own convention: the reason says where)."""
     groups: dict = {}
     for r in report.rows:
         if r.status == "ok":
@@ -256,7 +257,7 @@ def missing(report: Report) -> dict:
         if r.format not in g[0]:
             g[0].append(r.format)
         g[1] += 1
-    out = {s: [] for s in ("error", "no_rule", "not_differentiable")}
+    out = {s: [] for s in ("error", "convention", "no_rule", "not_differentiable")}
     for (status, op, route, why), (fmts, n) in groups.items():
         out[status].append((op, route, why, fmts, n))
     return out

@@ -88,7 +88,7 @@ def _heading(r) -> str:
 def _row(report, r) -> str:
     head = (f'<h4>{esc(_heading(r))} <span class="status {esc(r.status)}">{esc(r.status)}'
             f"</span></h4>")
-    if r.status != "ok":
+    if r.status not in model.MEASURED:
         why = esc(r.reason or "no reason given")
         need = f" (needs capability <code>{esc(r.need)}</code>)" if r.need else ""
         cls = "error" if r.status == "error" else "missing"
@@ -110,6 +110,8 @@ def _row(report, r) -> str:
                ("IEEE flags raised", ", ".join(r.flags) if r.flags else
                 ("none" if r.flags == [] else "not recorded")),
                ("reference precision", bits(r.ref_prec))]
+    if r.status == "convention":
+        metrics.insert(0, ("convention", r.reason or "no reason given"))
     if r.mismatches is not None:
         metrics.insert(1, ("mismatches (exact comparison)", count(r.mismatches, "sample")))
     if r.contract is not None:

@@ -1,0 +1,501 @@
+"""The ``torch`` and ``torch_compile`` implementations of the coverage run: PyTorch's own
+kernels (issue 23), measured against exact values like any implementation
+(reports/implementations.py, the seam; kernels/torch_calls.py, the table of calls).
+
+``Torch`` evaluates a task's routes with the operator's torch call (kernels.torch_calls) in
+the format's dtype -- bfloat16, float16 (binary16), float32, float64; the float8 dtypes only
+for the conversions (cast, bitcast), torch having no float8 arithmetic -- on the drawn
+inputs, which are format values and so exact in the dtype:
+
+- forward: the call; gradient: ``torch.autograd.grad`` of the value outputs with the draw's
+  cotangents; tangent: forward-mode AD, ``torch.func.jvp`` with the draw's tangents.
+- What torch cannot measure is a ``no_rule`` row with the reason, never an error: torch not
+  installed, no counterpart (at these attributes), a dtype torch lacks (for the format, or
+  for this operator: a probe call on zeros), a mode other than nearest_even, a call without
+  forward-mode AD (the table's ``no_jvp``).
+- ``numbers`` is numerics.native of the format (outputs are read into float64 exactly);
+  ``model_task`` is None: torch follows its own kernels (accumulation types, orders), so no
+  bound of the emulated model applies; ``policy_labels`` gives the one label ``torch``.
+- ``annotate`` writes ``device`` (``cpu``, or ``cuda:<name>`` where torch sees a GPU) into
+  each row and applies the table's conventions: a row whose draws meet one (torch's
+  convention differs from the rule's: the gradient of max at a NaN, of max pooling at a
+  tie...) gets the status ``convention``, the difference in ``reason``, and its metrics
+  measured against the exact value of torch's own convention (the rule's exact value
+  elsewhere: the reference rerun at the row's ``ref_prec``).
+
+``TorchCompile`` (``torch_compile``) runs the same calls through ``torch.compile`` (Inductor),
+compiled per task (operator instance and dtype: a fresh function, Dynamo's caches reset
+first, so instances never share a compiled graph) and reused for every draw -- frozen scalars
+(an epsilon, a slope) enter as numbers that Dynamo makes symbolic after one recompilation, so
+a task compiles at most twice; gradients go through the compiled graph's AOTAutograd
+backward.  On the CPU Inductor writes C++ and needs a
+C++ compiler (g++, or $CXX): without one every route is a ``no_rule`` row saying so; any other
+compile failure is an ``error`` row with torch's message on one line, never a crash.
+Forward-mode AD does not run through compiled graphs (torch.func.jvp of a compiled function
+runs it eagerly: Dynamo captures no graph under the transform): tangents are ``no_rule``
+rows there.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import shutil
+
+import numpy as np
+
+from roundoff_coverage import formats, numerics
+
+from . import rows as R
+from .draws import run_routes
+from .implementations import Implementation
+from .measuring import measure_port, worst_case
+from .task import one_line, route_ports
+
+INSTALL = "torch is not installed (pip install roundoff-coverage[torch])"
+POLICY_LABEL = "torch"
+# torch's floating dtypes by catalog format name; float8 types serve conversions only.
+DTYPES = {"bfloat16": "bfloat16", "binary16": "float16", "binary32": "float32",
+          "binary64": "float64"}
+FLOAT8 = {"float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+          "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
+# The row fields a measurement fills (reset before a convention's measurement).
+_METRICS = ("samples", "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp",
+            "max_rel", "exceptional", "unmeasured", "mismatches", "histogram", "by_magnitude",
+            "worst")
+# Messages of torch calls that a dtype is not supported (the zero probe).
+_UNSUPPORTED = ("not implemented for", "Unsupported dtype", "Expected both inputs to be Half",
+                "doesn't support tensors of type")
+
+
+@functools.lru_cache(maxsize=1)
+def _torch():
+    """The torch module, or None when torch is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def torch_version() -> str | None:
+    """torch's version where installed (the results' meta records it)."""
+    t = _torch()
+    return None if t is None else str(t.__version__)
+
+
+def _catalog_name(fmt):
+    return next((n for n, f in formats.CATALOG.items() if f == fmt), None)
+
+
+def _device(t):
+    """(torch device, the rows' label): the first GPU where torch sees one, else the CPU."""
+    if t.cuda.is_available():
+        return "cuda", f"cuda:{t.cuda.get_device_name(0)}"
+    return "cpu", "cpu"
+
+
+class Torch(Implementation):
+    """The operator's torch call in the format's dtype (module docstring)."""
+
+    name = "torch"
+    compiled = False
+
+    @classmethod
+    def policy_labels(cls, policies) -> tuple:
+        # torch follows its own accumulation types and orders whatever policy is asked for:
+        # one task, labelled as such.
+        return (POLICY_LABEL,)
+
+    def __init__(self, task, o, fmt):
+        super().__init__(task, o, fmt)
+        from roundoff_coverage.kernels import torch_calls
+        self.table = torch_calls
+        self.t, self.problem, self.call, self.dtype = _torch(), None, None, None
+        self.device, self.device_label = "cpu", "cpu"
+        self.out, self.draws, self._fn, self.left_out = {}, None, None, None
+        if self.t is None:
+            self.problem = ("no_rule", INSTALL, "torch")
+            return
+        if task.mode != "nearest_even":
+            self.problem = ("no_rule", f"torch rounds to nearest even only (mode {task.mode})",
+                            f"mode {task.mode}")
+            return
+        self.call = torch_calls.of_op(o)
+        if self.call is None:
+            self.problem = ("no_rule", f"torch: {torch_calls.missing(o)}", "torch counterpart")
+            return
+        name = _catalog_name(fmt)
+        conversion = o.name in torch_calls.CONVERSIONS
+        if name in DTYPES or (conversion and name in FLOAT8):
+            self.dtype = getattr(self.t, (DTYPES | FLOAT8)[name])
+        elif name in FLOAT8:
+            self.problem = ("no_rule", f"torch has {name} for conversions only (no float8 "
+                                       f"arithmetic)", f"torch {name}")
+            return
+        else:
+            self.problem = ("no_rule", f"torch has no dtype for {fmt.label}",
+                            f"torch {fmt.label}")
+            return
+        try:
+            self.numbers = numerics.native(name)
+        except (TypeError, ValueError, LookupError) as exc:
+            self.problem = ("no_rule", f"torch: no numpy dtype reads {fmt.label} "
+                                       f"({one_line(exc)})", None)
+            return
+        self.device, self.device_label = _device(self.t)
+
+    # ----- what it cannot measure ----------------------------------------------------------
+    def problems(self, pending):
+        if self.problem is not None:
+            return dict.fromkeys(pending, self.problem)
+        reason = self.o.no_rule_reason()
+        if reason:
+            return dict.fromkeys(pending, ("no_rule", reason, self.o.need))
+        probe = self._probe()
+        if probe:
+            return dict.fromkeys(pending, ("no_rule", f"torch: {probe}",
+                                           f"torch {self.dtype}"))
+        out = {}
+        for r in pending:
+            if r == "tangent" and self.call.no_jvp:
+                out[r] = ("no_rule", f"torch: {self.call.no_jvp}", "torch forward AD")
+        return out
+
+    def _probe(self) -> str | None:
+        """torch's message where the call does not exist for these dtypes (a call on zeros
+        of the port shapes), else None (any other failure is left to the evaluation)."""
+        zeros = [np.zeros(p.array_shape, dtype=_zero_dtype(p)) for p in self.o.inputs]
+        try:
+            with self.t.no_grad():
+                self._base(self.o)(*self._tensors(self.o, zeros))
+        except Exception as exc:                              # noqa: BLE001 (a probe)
+            text = one_line(exc)
+            if any(s in text for s in _UNSUPPORTED):
+                return text
+        return None
+
+    # ----- evaluation ------------------------------------------------------------------------
+    def select(self, d):
+        """The draws torch accepts (the table's ``rejects``: binary_cross_entropy refuses
+        targets outside [0, 1]); the rows say how many were left out and why."""
+        self.left_out = None
+        rejects = self.call.rejects if self.call is not None else None
+        if rejects is None:
+            return d
+        why = [rejects(d.op.attrs, xs) for xs in d.inputs]
+        keep = [k for k, w in enumerate(why) if w is None]
+        if len(keep) == len(why):
+            return d
+        reason = next(w for w in why if w is not None)
+        self.left_out = f"{len(why) - len(keep)} of {len(why)} draws left out: {reason}"
+        return d.subset(keep) if keep else d
+
+    def _base(self, o):
+        """The call on tensors in port order (the format's dtype passed to conversions)."""
+        t, fn, a = self.t, self.call.fn, o.attrs
+        if o.name in self.table.CONVERSIONS:
+            dtype = self.dtype
+            return lambda *xs: _tuple(fn(t, a, *xs, d=dtype))
+        return lambda *xs: _tuple(fn(t, a, *xs))
+
+    def _function(self, o):
+        """The function evaluated for draws of instance ``o`` (built once per task)."""
+        if self._fn is None or self._fn[0] != o:
+            self._fn = (o, self._base(o))
+        return self._fn[1]
+
+    def _tensors(self, o, xs):
+        return [_tensor(self.t, x, p, self.dtype, self.device) for x, p in zip(xs, o.inputs)]
+
+    def evaluate(self, d, wanted):
+        """{route: per-draw outputs (float64 at value ports), or the exception}."""
+        self.draws = d
+        if self.left_out is not None and d.inputs and self.call.rejects(d.op.attrs,
+                                                                        d.inputs[0]):
+            exc = RuntimeError(f"torch refuses every draw: {self.left_out}")
+            self.out = dict.fromkeys(wanted, exc)
+            return self.out
+        fn = self._function(d.op)
+        out = {r: [] for r in wanted}
+        for xs, ts, cs in zip(d.inputs, d.tangents, d.cotangents):
+            todo = [r for r in wanted if not isinstance(out[r], Exception)]
+            try:
+                got = self._draw(fn, d.op, xs, ts, cs, todo)
+            except Exception as exc:                          # noqa: BLE001 (the forward)
+                out = {r: _failure(self, exc) for r in wanted}
+                break
+            for r in todo:
+                if isinstance(got[r], Exception):
+                    out[r] = _failure(self, got[r])
+                else:
+                    out[r].append(got[r])
+        self.out = out
+        return out
+
+    def _draw(self, fn, o, xs, ts, cs, wanted):
+        """One draw's routes from one forward call (the gradient's graph recorded on it)."""
+        ins = self._tensors(o, xs)
+        vals = [i for i, p in enumerate(o.inputs) if p.differentiable]
+        if "gradient" in wanted:
+            for i in vals:
+                ins[i].requires_grad_(True)
+        ys = fn(*ins)
+        _check_outputs(o, ys)
+        got = {}
+        if "forward" in wanted:
+            got["forward"] = tuple(_numpy(y, p) for y, p in zip(ys, o.outputs))
+        if "gradient" in wanted:
+            try:
+                got["gradient"] = self._gradient(o, ins, ys, vals, cs)
+            except Exception as exc:                          # noqa: BLE001 (the route's)
+                got["gradient"] = exc
+        if "tangent" in wanted:
+            try:
+                got["tangent"] = self._tangent(fn, o, ins, vals, ts)
+            except Exception as exc:                          # noqa: BLE001 (the route's)
+                got["tangent"] = exc
+        return got
+
+    def _gradient(self, o, ins, ys, vals, cs):
+        t = self.t
+        outs, cots = [], []
+        for y, p, c in zip(ys, o.outputs, cs):
+            if p.differentiable and y.requires_grad:
+                outs.append(y)
+                cots.append(_tensor(t, c, p, self.dtype, self.device))
+        grads = t.autograd.grad(outs, [ins[i] for i in vals], cots, allow_unused=True) \
+            if outs else [None] * len(vals)
+        by_input = dict(zip(vals, grads))
+        res = []
+        for i, p in enumerate(o.inputs):
+            if i not in by_input:
+                res.append(None)
+            elif by_input[i] is None:
+                res.append(np.zeros(p.array_shape))
+            else:
+                res.append(_numpy(by_input[i], p))
+        return tuple(res)
+
+    def _tangent(self, fn, o, ins, vals, ts):
+        t = self.t
+        fixed = [x.detach() for x in ins]
+        value_out = [j for j, p in enumerate(o.outputs) if p.differentiable]
+
+        def f(*primals):
+            args = list(fixed)
+            for i, v in zip(vals, primals):
+                args[i] = v
+            ys = fn(*args)
+            return tuple(ys[j] for j in value_out)
+        tangents = tuple(_tensor(t, ts[i], o.inputs[i], self.dtype, self.device) for i in vals)
+        _, touts = t.func.jvp(f, tuple(fixed[i] for i in vals), tangents)
+        res = [None] * len(o.outputs)
+        for j, tv in zip(value_out, touts):
+            res[j] = np.zeros(o.outputs[j].array_shape) if tv is None \
+                else _numpy(tv, o.outputs[j])
+        return tuple(res)
+
+    def model_task(self, route):
+        return None
+
+    # ----- rows ------------------------------------------------------------------------------
+    def annotate(self, route, rows):
+        for row in rows:
+            row["device"] = self.device_label
+        conventions = [c for c in self.call.conventions if c.route == route] \
+            if self.call is not None else []
+        if conventions and self.draws is not None and not isinstance(self.out.get(route),
+                                                                      Exception):
+            _apply_conventions(self, route, rows, conventions)
+        if self.left_out is not None:
+            for row in rows:
+                if row["status"] in R.MEASURED:
+                    row["reason"] = "; ".join(filter(None, (row["reason"], self.left_out)))
+
+
+class TorchCompile(Torch):
+    """The same calls through ``torch.compile`` (module docstring)."""
+
+    name = "torch_compile"
+    compiled = True
+
+    def problems(self, pending):
+        out = super().problems(pending)
+        if self.problem is None and not self.o.no_rule_reason() and self.device == "cpu":
+            cxx = os.environ.get("CXX", "g++")
+            if shutil.which(cxx) is None:
+                reason = (f"torch.compile on the CPU needs a C++ compiler (Inductor writes "
+                          f"C++): {cxx} not found (install g++ or set CXX)")
+                return dict.fromkeys(pending, ("no_rule", reason, "C++ compiler"))
+        for r in pending:
+            if r == "tangent" and r not in out:
+                out[r] = ("no_rule", "torch.compile: torch.func.jvp runs a compiled "
+                                     "function eagerly (Dynamo captures no graph under the "
+                                     "forward-mode transform): no compiled tangent to "
+                                     "measure", "torch forward AD")
+        return out
+
+    def _function(self, o):
+        if self._fn is None or self._fn[0] != o:
+            import torch._dynamo
+            # A fresh compilation per task: cached graphs of other instances (the same
+            # lambda at other attributes) must not count against Dynamo's recompile limit,
+            # past which it would silently run the eager call.
+            torch._dynamo.reset()
+            self._fn = (o, self.t.compile(self._base(o)))
+        return self._fn[1]
+
+    def _tensors(self, o, xs):
+        # Frozen rank-0 scalars (an epsilon, a slope) go in as Python numbers: Dynamo makes
+        # them symbolic inputs after the first recompilation (automatic dynamic), where a
+        # tensor read with ``.item()`` would break the graph and specialize on every value.
+        return [float(np.asarray(x, np.float64)) if p.kind == "frozen" and p.shape == ()
+                else _tensor(self.t, x, p, self.dtype, self.device)
+                for x, p in zip(xs, o.inputs)]
+
+
+def _failure(impl, exc):
+    """The exception a route's rows report: compile failures on one line, named."""
+    if getattr(impl, "compiled", False) and type(exc).__module__.startswith("torch._"):
+        return RuntimeError(f"torch.compile: {one_line(exc)}")
+    return exc
+
+
+# ----- tensors in, arrays out ------------------------------------------------------------------
+
+def _tuple(ys):
+    return tuple(ys) if isinstance(ys, (tuple, list)) else (ys,)
+
+
+def _zero_dtype(p):
+    if p.kind == "bool":
+        return bool
+    if p.kind == "integer":
+        return np.dtype(f"{'int' if p.signed else 'uint'}{p.width}")
+    return np.int64 if p.kind == "index" else np.float64
+
+
+def _tensor(t, x, p, dtype, device):
+    """An input (or tangent, cotangent) at port ``p`` as a tensor: scalars in ``dtype``
+    (format values: exact), indices int64, Booleans, words in their own dtype."""
+    if p.scalar:
+        a = np.array(x, dtype=np.float64)
+        return t.from_numpy(a).to(device=device, dtype=dtype)
+    a = np.array(x)
+    if p.kind == "index":
+        a = a.astype(np.int64)
+    return t.from_numpy(a).to(device=device)
+
+
+def _numpy(y, p):
+    """An output tensor at port ``p`` as numpy: float64 at scalar ports (exact: every torch
+    floating dtype widens exactly), the element type elsewhere."""
+    y = y.detach().cpu()
+    if p.scalar:
+        return y.double().numpy().reshape(p.array_shape)
+    a = y.numpy()
+    if p.kind == "index":
+        a = a.astype(np.int64)
+    return a.reshape(p.array_shape)
+
+
+def _check_outputs(o, ys):
+    if len(ys) != len(o.outputs):
+        raise RuntimeError(f"torch call of {o.name} returned {len(ys)} outputs, the ports say "
+                           f"{len(o.outputs)}")
+    for y, name, p in zip(ys, o.output_names, o.outputs):
+        if tuple(y.shape) != tuple(p.array_shape):
+            raise RuntimeError(f"torch call of {o.name} returned shape {list(y.shape)} at "
+                               f"{name} (the port says {list(p.array_shape)})")
+
+
+# ----- conventions -------------------------------------------------------------------------------
+
+def _apply_conventions(impl, route, rows, conventions):
+    """Rows of ports where a draw meets a convention: status ``convention``, the reasons, the
+    metrics against torch's convention there and the rule's exact value elsewhere."""
+    d, o, t = impl.draws, impl.draws.op, impl.t
+    side = o.input_names if route == "gradient" else o.output_names
+    per_draw, reasons, unmeasured = [], {}, set()
+    for k, xs in enumerate(d.inputs):
+        vs = d.cotangents[k] if route == "gradient" else \
+            d.tangents[k] if route == "tangent" else None
+        merged = [None] * len(side)
+        for c in conventions:
+            got = c.exact(t, o.attrs, xs, vs)
+            if got is None:
+                continue
+            for j, arr in enumerate(got):
+                if isinstance(arr, str):                     # DIFFERS: no exact value
+                    reasons.setdefault(side[j], []).append(c.reason)
+                    unmeasured.add(side[j])
+                    continue
+                if arr is None or not any(v is not None for v in np.asarray(arr).reshape(-1)):
+                    continue
+                reasons.setdefault(side[j], []).append(c.reason)
+                merged[j] = arr if merged[j] is None else np.where(
+                    np.equal(arr, None), merged[j], arr)
+        per_draw.append(merged)
+    hit = [row for row in rows if row["port"] in reasons]
+    for row in [r for r in hit if r["port"] in unmeasured]:
+        row["status"] = "convention"
+        row["reason"] = "; ".join(dict.fromkeys(reasons[row["port"]])) + \
+            " (torch's exact value is not computed there: measured against the rule's)"
+    hit = [row for row in hit if row["port"] not in unmeasured]
+    if not hit:
+        return
+    prec = max(int(row["ref_prec"] or impl.fmt.precision + 64) for row in hit)
+    ref = run_routes(o.rule(numerics.reference(prec)), d, [route])[route]
+    if isinstance(ref, Exception):
+        for row in hit:
+            row["status"] = "convention"
+            row["reason"] = "; ".join(dict.fromkeys(reasons[row["port"]])) + \
+                f" (not remeasured: reference: {one_line(ref)})"
+        return
+    ports = {name: (i, p) for i, name, p in route_ports(o, route)}
+    fresh = R.empty()
+    for row in hit:
+        i, port = ports[row["port"]]
+        j = side.index(row["port"])
+        comp, exact, where = [], [], []
+        for k, ys in enumerate(impl.out[route]):
+            c = np.asarray(ys[i], dtype=np.float64).reshape(-1)
+            e = np.asarray(ref[k][i], dtype=object).reshape(-1).copy()
+            rep = per_draw[k][j]
+            if rep is not None:
+                for n, v in enumerate(np.asarray(rep, dtype=object).reshape(-1)):
+                    if v is not None:
+                        e[n] = _mpf(v)
+            comp.append(c)
+            exact.append(e)
+            where += [(k, n) for n in range(c.size)]
+        comp, exact = np.concatenate(comp), np.concatenate(exact)
+        for f in _METRICS:
+            row[f] = fresh[f]
+        ulp = measure_port(row, comp, exact, impl.fmt, None)
+        if ulp is not None:
+            size = int(np.prod(port.shape, dtype=np.int64)) if port.shape else 1
+            row["worst"] = worst_case(d, ulp, where, comp, exact, route, impl.fmt, size)
+        row["status"] = "convention"
+        row["reason"] = "; ".join(dict.fromkeys(reasons[row["port"]])) + \
+            " (measured against torch's convention there)"
+
+
+def _mpf(v):
+    """A convention's exact value (a Fraction, a float for inf and NaN, an mpmath number) as
+    an mpmath number: dyadic Fractions exactly, others rounded at 256 bits (as far beyond
+    the format as the reference's working precision)."""
+    import mpmath
+    from mpmath import libmp
+    if hasattr(v, "_mpf_"):
+        return mpmath.mpf(v._mpf_)
+    if isinstance(v, float) and not math.isfinite(v):
+        return mpmath.mpf(v)
+    from fractions import Fraction
+    q = Fraction(v)
+    den = q.denominator
+    if den & (den - 1) == 0:
+        return mpmath.mpf(libmp.from_man_exp(q.numerator, -(den.bit_length() - 1)))
+    return mpmath.mpf(libmp.from_rational(q.numerator, den, 256, libmp.round_nearest))
