@@ -3,7 +3,8 @@ called (reports/measure.py measures it).
 
 ``target(spec, fmt) -> Target``: a numpy ufunc (``numpy.exp``), a C function in a shared
 library (``libm:expf``, ``/path/libfoo.so:f``), an importable callable
-(``package.module:function``, numba-compiled or plain Python), a torch operator
+(``package.module:function`` or ``path/file.py:function``, numba-compiled or plain Python;
+``importable``, which reports/quantizers.py shares), a torch operator
 (``torch.exp``) when torch is installed, or a Python callable given directly.  A Target's
 ``call(xs)`` takes float64 arrays of values of the format, one per argument, and returns the
 outputs as float64; its ``reference`` is the numerics.screen function it is compared with
@@ -84,20 +85,65 @@ def target(spec, fmt, reference: str | None = None, arity: int | None = None) ->
         return _torch(spec, fmt, reference, arity)
     if ":" in spec:
         lib, name = spec.rsplit(":", 1)
-        if not name:
-            raise MeasureError(f"{spec}: no function name after ':'")
-        module = None if _library_path(lib) else _import(lib)
-        if module is not None:
-            fn = module
-            for part in name.split("."):
-                fn = getattr(fn, part, None)
-            if not callable(fn):
-                raise MeasureError(f"{spec}: {lib} has no callable {name}")
+        fn = importable(spec)
+        if fn is not None:
             kind = _numba(fn, fmt) if hasattr(fn, "py_func") else _python(fn, fmt)
             return _finish(spec, name, kind, reference, arity, _arity_of(fn))
         return _c_function(spec, lib, name, fmt, reference, arity)
     raise MeasureError(f"unknown target {spec!r}: use numpy.NAME, LIBRARY:FUNCTION (libm:expf),"
                        f" package.module:function or torch.NAME")
+
+
+def importable(spec: str):
+    """The Python callable ``spec`` names: ``package.module:function`` or
+    ``path/to/file.py:function`` (``function`` may be dotted: ``module:Class.method``); None
+    when the part before the colon is neither a module nor a ``.py`` file (a shared library:
+    ``libm``, ``./libf.so``).  MeasureError when it names one that cannot be imported or has
+    no such callable.  measure (``target``) and the quantizer measurement
+    (reports/quantizers.py) resolve their targets here."""
+    if ":" not in spec:
+        raise MeasureError(f"{spec}: give module:function or file.py:function")
+    lib, name = spec.rsplit(":", 1)
+    if not name:
+        raise MeasureError(f"{spec}: no function name after ':'")
+    if lib.endswith(".py"):
+        module = _import_file(lib)
+    elif _library_path(lib):
+        return None
+    else:
+        module = _import(lib)
+        if module is None:
+            return None
+    fn = module
+    for part in name.split("."):
+        fn = getattr(fn, part, None)
+    if not callable(fn):
+        raise MeasureError(f"{spec}: {lib} has no callable {name}")
+    return fn
+
+
+def _import_file(path: str):
+    """The module of the Python file ``path``, run once per process (its folder goes on
+    sys.path, as for a script, so it can import its neighbours)."""
+    import importlib.util
+    full = os.path.abspath(path)
+    if not os.path.isfile(full):
+        raise MeasureError(f"{path}: no such Python file")
+    key = "_roundoff_coverage_target_" + re.sub(r"\W", "_", full)
+    if key in sys.modules:
+        return sys.modules[key]
+    folder = os.path.dirname(full)
+    if not any(os.path.abspath(p or ".") == folder for p in sys.path):
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(key, full)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:                                  # noqa: BLE001 (user code)
+        del sys.modules[key]
+        raise MeasureError(f"importing {path} failed: {executors.one_line(exc)}") from None
+    return module
 
 
 def _library_path(lib: str) -> bool:
