@@ -4,7 +4,8 @@ custom-operation programs compiled to CUDA.
 Public names:
 
 - ``of_op(op) -> Kernel | None`` (op a routes Op or an operator name), ``names()``;
-- ``Kernel`` (name, kind, ``contract``, ``routes``, ``claim(route, fmt, mode)``) and
+- ``Kernel`` (name, kind, ``contract``, ``routes``, ``claim(route, fmt, mode)``, its test
+  instances ``tests``: kernels.base.Instance) and
   ``Contract`` (reduction ``order``, ``fma``, ``ftz``, ``policy``, claimed maximum ulp error
   and agreement with numerics.emulated per route, format and mode: kernels.contract);
 - ``device() -> "cuda:<name>" | "simulator"`` (KernelError, one line, where neither runs);

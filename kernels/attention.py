@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .base import Kernel
+from .base import FEW, Instance, Kernel
 from .contract import TRACED, Contract
 from .products import make_matmul
 from .rows import make_softmax
@@ -145,9 +145,24 @@ def launch_multihead(o, xs, cotangents, route, ctx):
     return tuple(_join(gr.reshape(a.shape)) for gr, a in zip(grads, (qh, kh, vh))) + (None,)
 
 
+# Test instances (kernels.base.Instance): the defaults in every sample kind, a batched or
+# single-head layout, and every empty extent.
+def _empty(label, **attrs):
+    """An empty extent: empty outputs, or the empty sum +0 where a contraction is empty
+    (numerics.emulated's reductions refuse empty operands: the cases run, and
+    tests/test_kernels_attention_empty.py checks their values against a model of its own)."""
+    return Instance(attrs, label, formats=FEW, kinds=("ordinary",), emulated=False)
+
+
 KERNELS = (
     Kernel("attentionFromScores", "attention", Contract(TRACED, TRACED, None),
-           launch_from_scores),
+           launch_from_scores,
+           tests=(Instance({}), Instance("batch2", kinds=("ordinary",)),
+                  _empty("queries0", queries=0), _empty("value_dim0", value_dim=0),
+                  _empty("batch2x0", batch=(2, 0)))),
     Kernel("multiheadAttention", "attention", Contract(TRACED, TRACED, None),
-           launch_multihead),
+           launch_multihead,
+           tests=(Instance({}), Instance("heads1-dim2", kinds=("ordinary",)),
+                  _empty("queries0", queries=0), _empty("head_dim0", head_dim=0),
+                  _empty("value_head_dim0", value_head_dim=0), _empty("batch0", batch=(0,)))),
 )

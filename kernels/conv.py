@@ -47,7 +47,7 @@ from numba import cuda
 from roundoff_coverage.routes.families.conv_pool import inverse, windows
 from roundoff_coverage.routes.families.pool import pool_divisors, pool_extents
 
-from .base import Kernel, flat
+from .base import FEW, Instance, Kernel, fixed, flat, special_values
 from .contract import TRACED, Contract
 
 
@@ -541,17 +541,66 @@ def _conv_sized(size):
                      padding=(1,))
 
 
+def _few(routes=None, **attrs):
+    """A further instance (strides, padding, dilation and groups together; 2-D windows) in
+    fewer formats."""
+    return Instance(attrs, formats=FEW, routes=routes)
+
+
+def _specials(attrs, routes=None):
+    """Special values where the samplers have none: padding zeros times infinities, -0
+    shares and cotangents, NaN maxima shared among NaN entries (``attrs``: a mapping or an
+    example's label)."""
+    return Instance(attrs, formats=("binary32", "bfloat16"), kinds=("specials",),
+                    routes=routes, inputs=special_values)
+
+
+_GRADIENT = ("gradient",)
+_OVERLAPPING = {"shape": (2, 6), "kernel": (3,), "stride": (1,), "padding": (1,)}
+
 KERNELS = (
     # The gradients: dot products (input and weight) and sums (bias).
     Kernel("conv", "window", Contract(TRACED, TRACED, None), launch_conv,
-           sized=lambda size: _conv_sized(size)),
-    Kernel("convTranspose", "window", Contract(TRACED, TRACED, None), launch_conv_transpose),
+           sized=lambda size: _conv_sized(size),
+           tests=(Instance(),
+                  _few(shape=(1, 2, 3, 3), out_channels=2, kernel=(2, 2), stride=(2, 1),
+                       padding=(1, 1), dilation=(1, 2), groups=2),
+                  _few(shape=(2, 2, 3), out_channels=1, kernel=(3,), stride=(2,), padding=(2,),
+                       dilation=(1,), groups=1),
+                  _few(_GRADIENT, shape=(1, 4, 3), out_channels=2, kernel=(1,), groups=2),
+                  _specials("strided"), _specials("2d-groups"))),
+    Kernel("convTranspose", "window", Contract(TRACED, TRACED, None), launch_conv_transpose,
+           tests=(Instance(),
+                  _few(shape=(1, 1, 3), out_channels=2, kernel=(2,), stride=(3,), padding=(1,),
+                       dilation=(2,), output_padding=(2,), groups=1),
+                  _few(shape=(2, 2, 2, 1), out_channels=2, kernel=(2, 3), stride=(1, 2),
+                       padding=(1, 1), dilation=(1, 1), output_padding=(0, 1), groups=1),
+                  _specials("strided"), _specials("2d-groups"))),
     # max pooling is exact, average pooling a sum and a division: one contract for both; the
     # gradient recomputes the maximum, counts ties (a sum), divides and sums the shares.
-    Kernel("pool", "window", Contract(TRACED, TRACED, None), launch_pool),
+    # Tests: 2-D max with padding, dilation and ceil mode; average in every mode; windows
+    # overlapping; a window maximum tied within and across windows, -0 and +0 tied.
+    Kernel("pool", "window", Contract(TRACED, TRACED, None), launch_pool,
+           tests=(Instance(),
+                  _few(shape=(1, 4, 5), kernel=(3, 2), stride=(2, 2), padding=(1, 1),
+                       dilation=(1, 2), ceil_mode=True),
+                  _few(mode="average", shape=(2, 4, 4), kernel=(3, 2), stride=(2, 1),
+                       padding=(1, 1), dilation=(1, 1), ceil_mode=True, count_include_pad=True),
+                  _few(mode="average", shape=(1, 1, 5, 3), kernel=(2, 3), stride=(3, 1),
+                       padding=(1, 1), dilation=(1, 1), count_include_pad=False),
+                  _few(_GRADIENT, **_OVERLAPPING),
+                  _specials(_OVERLAPPING, _GRADIENT), _specials("average", _GRADIENT),
+                  Instance({"shape": (1, 2, 5), "kernel": (3,), "stride": (1,),
+                            "padding": (1,)}, formats=("bfloat16", "float8_e4m3fn"),
+                           kinds=("ties",), routes=_GRADIENT,
+                           inputs=fixed(np.array([[[1.0, 1.0, 0.5, 1.0, 1.0],
+                                                   [0.0, -0.0, 0.0, -1.0, -0.0]]]))))),
     # smoothMaxPool's gradient recomputes m and the sum (no log), the weights e / s, their
     # products with the cotangent and the sums of the windows' terms per entry.
     Kernel("smoothMaxPool", "window",
            Contract(TRACED, TRACED, None),
-           launch_smooth),
+           launch_smooth,
+           tests=(Instance(), _few(shape=(2, 5), kernel=(3,), stride=(2,)),
+                  _few(shape=(1, 4, 3), kernel=(2, 3), stride=(2, 1)),
+                  _few(_GRADIENT, shape=(1, 4, 3), kernel=(2, 3), stride=(1, 1)))),
 )

@@ -44,7 +44,7 @@ from numba import cuda
 
 from roundoff_coverage.routes.families.random import GOLDEN, MIX1, MIX2
 
-from .base import Kernel, flat
+from .base import DIRECTED, FEW32, Instance, Kernel, flat
 from .contract import TRACED, Contract
 
 _GOLDEN, _MIX1, _MIX2 = np.uint64(GOLDEN), np.uint64(MIX1), np.uint64(MIX2)
@@ -190,18 +190,50 @@ def launch_topk(o, xs, cotangents, route, ctx):
 
 
 _f = frozenset
+# Test instances (kernels.base.Instance): each operator at its defaults in every format and
+# sample kind; other shapes, k and keys (both ends of the key range); the directed modes
+# (FEW32: binary32 and the emulated flavour).
+_KEY_MAX = 2 ** 64 - 1
+
+
+def _directed(attrs):
+    return Instance(attrs, formats=FEW32, kinds=("ordinary",), routes=("forward",),
+                    modes=DIRECTED)
+
+
+def _keyed(kinds):
+    return tuple(Instance({"shape": (2, 4), "key": key}, f"2x4-key{name}", kinds=kinds)
+                 for key, name in ((7, "7"), (_KEY_MAX, "max")))
+
+
 KERNELS = (
     # Two roundings per kept entry (1 - p, the quotient); the gradient is the same map.
     Kernel("dropout", "mask",
            Contract(TRACED, TRACED, None),
-           launch_dropout),
+           launch_dropout,
+           tests=(Instance({}), Instance({"shape": (2, 3)}, formats=FEW32, kinds=("special",)),
+                  _directed({}))),
     # Comparisons only: exact (0 or 1) in every format and mode.
-    Kernel("topKMask", "mask", Contract(TRACED, None, None), launch_topk),
+    Kernel("topKMask", "mask", Contract(TRACED, None, None), launch_topk,
+           tests=(Instance({}),
+                  Instance({"shape": (2, 5), "axis": 1, "k": 2}, formats=FEW32,
+                           kinds=("edges", "special")),
+                  Instance({"shape": (4, 3), "axis": 0, "k": 3}, formats=FEW32,
+                           kinds=("special",)),
+                  Instance({"shape": (3,), "k": 0}, "3-k0", formats=("bfloat16",),
+                           kinds=("ordinary",)),
+                  Instance({"shape": (3,), "k": 3}, "3-k3", formats=("bfloat16",),
+                           kinds=("special",)),
+                  _directed({"shape": (5,), "k": 2}))),
     # The draw's one rounding decides the comparison: the 0/1 result is not within any ulp
     # of the exact rule's (single=False), but bitwise equal to the emulated one.
     Kernel("bernoulliMask", "draw", Contract(_f({"multiply"}), None, False),
-           launch_bernoulli),
+           launch_bernoulli,
+           tests=(Instance({}),) + _keyed(("ordinary", "edges"))
+           + (_directed({"shape": (6,), "key": _KEY_MAX}),)),
     # One rounding of an exact dyadic: 0.5 ulp in round to nearest even.
     Kernel("randUniform", "draw", Contract(_f({"multiply"}), None, True),
-           launch_rand_uniform),
+           launch_rand_uniform,
+           tests=(Instance({}),) + _keyed(("ordinary",))
+           + (_directed({"shape": (6,), "key": _KEY_MAX}),)),
 )

@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple
 
 from roundoff_coverage.routes.families.activation import _GELU_C, _RSQRT2, _RSQRT2PI, _SQRT_2_OVER_PI
 
-from .base import Kernel, flat
+from .base import DIRECTED, Instance, Kernel, flat
 from .contract import TRACED, Contract
 
 
@@ -32,6 +32,18 @@ class Entry(NamedTuple):
     forward: Callable                 # factory(P, dev) -> device function
     gradient: Callable | None         # factory(P, dev) -> tuple of device functions
     accepts: Callable = lambda attrs: True   # the attributes this kernel implements
+    tests: tuple = ()                 # test instances besides _VECTOR (kernels.base.Instance)
+
+
+# Test instances: every entry on a vector of 10 in every format, kind and route; the
+# directed modes (the emulated flavour in every mode) for one entry of each kind of body;
+# a vector of 3 for the entries whose operator names other modules' kernels reuse as compile
+# keys (the simulator tests run these first, so the keys must not collide).
+_VECTOR = Instance({"shape": (10,)})
+_DIRECTED = Instance({"shape": (10,)}, formats=("bfloat16", "binary16", "float8_e4m3fn"),
+                     kinds=("ordinary",), routes=("forward",), modes=DIRECTED)
+_SHORT = Instance({"shape": (3,)}, formats=("bfloat16",), kinds=("ordinary",),
+                  routes=("forward",))
 
 
 # ----- arithmetic ------------------------------------------------------------------------------
@@ -413,30 +425,35 @@ def _gelu_grad(P, dev):
 _SCALAR = lambda a: a.get("element", "scalar") == "scalar"       # noqa: E731
 
 ELEMENTWISE = {
-    "add": Entry(2, (), _add, _add_grad, _SCALAR),
+    "add": Entry(2, (), _add, _add_grad, _SCALAR, tests=(_DIRECTED, _SHORT)),
     "sub": Entry(2, (), _sub, _sub_grad, _SCALAR),
-    "mul": Entry(2, (), _mul, _mul_grad, _SCALAR),
-    "div": Entry(2, (), _div, _div_grad, lambda a: a.rounding_mode == "none" and _SCALAR(a)),
+    "mul": Entry(2, (), _mul, _mul_grad, _SCALAR, tests=(_DIRECTED, _SHORT)),
+    "div": Entry(2, (), _div, _div_grad, lambda a: a.rounding_mode == "none" and _SCALAR(a),
+                 tests=(_DIRECTED,)),
     "neg": Entry(1, (), _neg, _neg_grad, _SCALAR),
     "abs": Entry(1, (), _abs, _abs_grad),
-    "sqrt": Entry(1, (), _sqrt, _sqrt_grad),
+    "sqrt": Entry(1, (), _sqrt, _sqrt_grad, tests=(
+        _DIRECTED, Instance({"shape": (10,), "mode": "clampNegative"}, "clampNegative",
+                            kinds=("special",)))),
     "reciprocal": Entry(1, (), _reciprocal, _reciprocal_grad),
-    "scale": Entry(1, ("factor",), _scale, _scale_grad),
+    "scale": Entry(1, ("factor",), _scale, _scale_grad, tests=(_SHORT,)),
     "safeLog": Entry(1, ("eps",), _safe_log, _safe_log_grad),
-    "exp": Entry(1, (), _unary("exp"), _exp_grad),
+    "exp": Entry(1, (), _unary("exp"), _exp_grad, tests=(_DIRECTED,)),
     "log": Entry(1, (), _unary("log"), _log_grad),
-    "sin": Entry(1, (), _unary("sin"), _sin_grad),
+    "sin": Entry(1, (), _unary("sin"), _sin_grad, tests=(_DIRECTED,)),
     "cos": Entry(1, (), _unary("cos"), _cos_grad),
     "max": Entry(2, (), _max, _max_grad, _SCALAR),
     "min": Entry(2, (), _min, _min_grad, _SCALAR),
     "clamp": Entry(1, ("lo", "hi"), _clamp, _clamp_grad),
-    "relu": Entry(1, (), _relu, _relu_grad),
-    "sigmoid": Entry(1, (), _sigmoid, _sigmoid_grad),
+    "relu": Entry(1, (), _relu, _relu_grad, tests=(_DIRECTED,)),
+    "sigmoid": Entry(1, (), _sigmoid, _sigmoid_grad, tests=(_DIRECTED,)),
     "silu": Entry(1, (), _silu, _silu_grad),
     "tanh": Entry(1, (), _unary("tanh"), _tanh_grad),
     # Both approximations in one entry: the traced primitives are their union.
-    "gelu": Entry(1, (), _gelu, _gelu_grad),
-    "softplus": Entry(1, ("beta", "threshold"), _softplus, _softplus_grad),
+    "gelu": Entry(1, (), _gelu, _gelu_grad, tests=(
+        Instance({"shape": (6,)}), Instance({"shape": (6,), "approximate": "tanh"}, "6-tanh"))),
+    "softplus": Entry(1, ("beta", "threshold"), _softplus, _softplus_grad,
+                      tests=(Instance({"shape": (6,)}),)),
 }
 
 
@@ -519,5 +536,5 @@ def launch(o, xs, cotangents, route, ctx):
 KERNELS = tuple(
     Kernel(name, "elementwise",
            Contract(TRACED, TRACED if e.gradient is not None else None, single=None),
-           launch, e.accepts)
+           launch, e.accepts, tests=(_VECTOR,) + e.tests)
     for name, e in ELEMENTWISE.items())

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .base import Kernel, flat
+from .base import DIRECTED, FEW32, Instance, Kernel, flat
 from .contract import TRACED, Contract
 from .errors import KernelError
 
@@ -320,18 +320,46 @@ def launch_distill(o, xs, cotangents, route, ctx):
     return _unrows(gx, moved, ax), None, None
 
 
+# Test instances (kernels.base.Instance): each loss at its defaults in every format and
+# sample kind, the other reductions and ranks in fewer formats (FEW32: binary32 as well as the
+# emulated flavour), the directed modes.
+_DIRECTED = Instance({}, formats=FEW32, kinds=("ordinary",), routes=("forward",), modes=DIRECTED)
+_POINTWISE = (Instance({}),
+              Instance({"shape": (5,), "reduction": "sum"}, "sum-5", formats=FEW32,
+                       kinds=("ordinary", "special")),
+              Instance({"shape": (2, 3), "reduction": "none"}, "none-2x3", formats=FEW32,
+                       kinds=("ordinary", "edges")))
+_ROWS = (Instance({}),
+         Instance({"shape": (4,), "reduction": "sum"}, "sum-4", formats=FEW32,
+                  kinds=("ordinary", "edges")),
+         Instance({"shape": (2, 3, 2), "reduction": "none"}, "none-2x3x2", formats=FEW32,
+                  kinds=("ordinary", "special")),
+         Instance({"shape": (3, 2), "reduction": "mean"}, "mean-3x2", formats=FEW32,
+                  kinds=("edges",)),
+         Instance({"shape": (3,), "reduction": "none"}, "none-3", formats=("bfloat16",),
+                  kinds=("ordinary",)))
+
+
+def _bad_target(o, rng, fmt):
+    # A class index outside [0, C): the kernel refuses it.
+    return np.zeros(o.inputs[0].shape), np.array([0, 3])
+
+
 KERNELS = (
     Kernel("mseLoss", "loss",
            Contract(TRACED, TRACED, None),
-           launch_pointwise),
+           launch_pointwise, tests=_POINTWISE + (_DIRECTED,)),
     Kernel("huberLoss", "loss",
            Contract(TRACED, TRACED, None),
-           launch_pointwise),
+           launch_pointwise, tests=_POINTWISE),
     Kernel("crossEntropy", "loss",
            Contract(TRACED, TRACED, None),
-           launch_cross_entropy),
+           launch_cross_entropy,
+           tests=_ROWS + (_DIRECTED, Instance({}, formats=("bfloat16",), kinds=("bad-target",),
+                                              routes=("forward",), inputs=_bad_target,
+                                              refuses="kernels: crossEntropy: target indices "
+                                                      "must lie in [0, 3)"))),
     Kernel("distill", "loss",
            Contract(TRACED, TRACED, None),
-           launch_distill),
+           launch_distill, tests=_ROWS),
 )
-

@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .base import Kernel, flat
+from .base import DIRECTED, Instance, Kernel, flat
 from .contract import TRACED, Contract
 
 # Fold codes of the ``fold`` kernel.
@@ -252,16 +252,54 @@ _SCALAR = lambda a: a.get("element", "scalar") == "scalar"            # noqa: E7
 _EXACT = Contract(TRACED, TRACED, single=None)
 _ADJOINT_SUM = Contract(TRACED, TRACED, single=None)
 
+# Test instances (kernels.base.Instance): the defaults and the common layouts in every format;
+# the exact routes in the directed modes too, where they agree bit for bit.
+def _tests(*attrs, directed=None):
+    """An instance per mapping or example label of ``attrs``, in every format; ``directed``:
+    the default instance's route ("forward" on special samples in bfloat16 and float8,
+    "gradient" on ordinary ones in binary16) in the directed modes."""
+    out = tuple(Instance(a) for a in ({},) + attrs)
+    if directed == "forward":
+        out += (Instance({}, formats=("bfloat16", "float8_e4m3fn"), kinds=("special",),
+                         routes=("forward",), modes=DIRECTED),)
+    elif directed == "gradient":
+        out += (Instance({}, formats=("binary16",), kinds=("ordinary",), routes=("gradient",),
+                         modes=DIRECTED),)
+    return out
+
+
+def _scatter_tests():
+    """replace, max and min at the default and a 3-D layout; a batched scatter."""
+    out = ()
+    for mode in ("replace", "max", "min"):
+        out += (Instance({"mode": mode}, mode),
+                Instance({"mode": mode, "shape": (2, 3, 2), "axes": (1,), "index_shape": (3,)},
+                         f"{mode}-2x3x2"))
+    return out + (Instance("batch"),
+                  Instance({"mode": "max"}, formats=("bfloat16", "float8_e4m3fn"),
+                           kinds=("special",), routes=("forward",), modes=DIRECTED))
+
+
 KERNELS = (
-    Kernel("gather", "movement", _ADJOINT_SUM, launch_gather, _SCALAR),
+    Kernel("gather", "movement", _ADJOINT_SUM, launch_gather, _SCALAR,
+           tests=_tests("batch", {"shape": (2, 3, 2), "axes": (2,), "index_shape": (2, 2)},
+                        directed="forward")),
     # replace, max and min: every output is x's entry or an update (exact folds).
     Kernel("scatter", "movement", Contract(TRACED, None, None),
-           launch_scatter, lambda a: _SCALAR(a) and a.mode in _SCATTER_CODE),
-    Kernel("indexAt", "movement", _EXACT, launch_index_at),
-    Kernel("slice", "movement", _EXACT, launch_slice, _SCALAR),
-    Kernel("reshape", "movement", _EXACT, launch_reshape, _SCALAR),
-    Kernel("permute", "movement", _EXACT, launch_permute, _SCALAR),
-    Kernel("broadcast", "movement", _ADJOINT_SUM, launch_broadcast, _SCALAR),
-    Kernel("cat", "movement", _EXACT, launch_cat, _SCALAR),
-    Kernel("detach", "movement", _EXACT, launch_detach),
+           launch_scatter, lambda a: _SCALAR(a) and a.mode in _SCATTER_CODE,
+           tests=_scatter_tests()),
+    Kernel("indexAt", "movement", _EXACT, launch_index_at,
+           tests=_tests("2x3-axis1", directed="gradient")),
+    Kernel("slice", "movement", _EXACT, launch_slice, _SCALAR,
+           tests=_tests("2x3-axis1", {"shape": (3, 4), "axis": 1, "start": 1, "stop": 4,
+                                      "step": 2}, directed="forward")),
+    Kernel("reshape", "movement", _EXACT, launch_reshape, _SCALAR,
+           tests=_tests("flatten", directed="gradient")),
+    Kernel("permute", "movement", _EXACT, launch_permute, _SCALAR,
+           tests=_tests("rank3", directed="forward")),
+    Kernel("broadcast", "movement", _ADJOINT_SUM, launch_broadcast, _SCALAR,
+           tests=_tests("lead", {"shape": (2, 1), "to": (2, 2, 3)})),
+    Kernel("cat", "movement", _EXACT, launch_cat, _SCALAR,
+           tests=_tests("2x3-axis1", directed="forward")),
+    Kernel("detach", "movement", _EXACT, launch_detach, tests=_tests("2x3")),
 )

@@ -40,7 +40,7 @@ from numba import cuda
 
 from roundoff_coverage.routes.families.reduction import from_last, to_last
 
-from .base import Kernel, flat
+from .base import Instance, Kernel, flat
 from .contract import TRACED, Contract
 
 
@@ -255,11 +255,20 @@ def _op(name, **attrs):
     return routes.op(name, **attrs)
 
 
+# Test instances (kernels.base.Instance): the defaults and other layouts of each operator.
+_ORDINARY = ("ordinary",)
+
 KERNELS = (
     Kernel("layerNorm", "norm", Contract(TRACED, TRACED, None), launch_batch,
-           sized=lambda size: _op("layerNorm", shape=(max(1, size // 64), 64))),
+           sized=lambda size: _op("layerNorm", shape=(max(1, size // 64), 64)),
+           tests=(Instance({}, kinds=("ordinary", "edges")), Instance("row", kinds=_ORDINARY),
+                  Instance({"shape": (2, 2, 2)}, kinds=_ORDINARY))),
     Kernel("batchNorm", "norm", Contract(TRACED, TRACED, None), launch_batch,
-           sized=lambda size: _op("batchNorm", shape=(64, max(1, size // 64)))),
+           sized=lambda size: _op("batchNorm", shape=(64, max(1, size // 64))),
+           tests=(Instance({}, kinds=("ordinary", "edges")),
+                  Instance("spatial", kinds=_ORDINARY))),
     Kernel("batchNormRunning", "norm", Contract(TRACED, TRACED, None), launch_running,
-           sized=lambda size: _op("batchNormRunning", shape=(max(1, size // 64), 64), axis=1)),
+           sized=lambda size: _op("batchNormRunning", shape=(max(1, size // 64), 64), axis=1),
+           tests=(Instance({}, kinds=_ORDINARY), Instance("axis0", kinds=_ORDINARY),
+                  Instance({"shape": (3,), "axis": 0}, kinds=_ORDINARY))),
 )

@@ -37,7 +37,7 @@ from numba import cuda
 
 from roundoff_coverage.routes.families.reduction import to_last
 
-from .base import Kernel, flat
+from .base import FEW, Instance, Kernel, flat, special_values
 from .contract import TRACED, Contract
 from .rows import by_scalar, make_reduce, reduce_code
 
@@ -206,9 +206,58 @@ def _linear_sized(size):
     return routes.op("linear", batch=(max(1, size // 64),), in_features=64, out_features=64)
 
 
-KERNELS = tuple(Kernel(name, "matmul", Contract(TRACED, TRACED, None), launch,
-                       sized=lambda size, name=name: _square(name, size))
-                for name in ("matmul", "scaledMatmul")) + (
+def _few(**attrs):
+    """A further instance (geometry edges, broadcasting, empty extents) in fewer formats."""
+    return Instance(attrs, formats=FEW)
+
+
+def _specials(**attrs):
+    """Special values where the samplers have none: NaN and infinities through the dot
+    products, signed zero sums."""
+    return Instance(attrs, formats=("binary32", "bfloat16"), kinds=("specials",),
+                    inputs=special_values)
+
+
+def _negative_scale_empty(o, rng, fmt):
+    # 0 * scale of an empty product is -0 under a negative scale.
+    return np.zeros(o.inputs[0].shape), np.zeros(o.inputs[1].shape), np.asarray(-0.75)
+
+
+def _negative_scale(o, rng, fmt):
+    # g * scale flips the signs of the cotangent's products.
+    return o.samples(rng, fmt, "ordinary")[:2] + (np.asarray(-1.25),)
+
+
+# Test instances (kernels.base.Instance): every example of each product in every format, a
+# plain and a broadcast batched product, stretched and added batch axes (sums in the
+# gradient), empty extents, and special values.
+_PRODUCT = (Instance({"x_shape": (2, 3), "y_shape": (3, 4)}, kinds=("ordinary",)),
+            Instance({"x_shape": (2, 1, 2, 3), "y_shape": (3, 3, 2)}, kinds=("ordinary",)),
+            Instance())
+
+KERNELS = (
+    Kernel("matmul", "matmul", Contract(TRACED, TRACED, None), launch,
+           sized=lambda size: _square("matmul", size),
+           tests=_PRODUCT + (
+               _few(x_shape=(1, 2, 3), y_shape=(2, 3, 2)), _few(x_shape=(3, 2, 2), y_shape=(2, 1)),
+               _few(x_shape=(2, 3), y_shape=(3, 0)), _few(x_shape=(0, 3), y_shape=(3, 2)),
+               _specials(x_shape=(2, 3), y_shape=(3, 2)))),
+    Kernel("scaledMatmul", "matmul", Contract(TRACED, TRACED, None), launch,
+           sized=lambda size: _square("scaledMatmul", size),
+           tests=_PRODUCT + (
+               _few(x_shape=(2, 0), y_shape=(0, 2)), _few(x_shape=(2, 2, 3), y_shape=(1, 3, 1)),
+               _specials(x_shape=(1, 3), y_shape=(3, 2)),
+               Instance({"x_shape": (2, 0), "y_shape": (0, 2)}, formats=("bfloat16",),
+                        kinds=("negative-scale",), routes=("forward",),
+                        inputs=_negative_scale_empty),
+               Instance({}, formats=("bfloat16",), kinds=("negative-scale",),
+                        routes=("gradient",), inputs=_negative_scale))),
     Kernel("linear", "matmul", Contract(TRACED, TRACED, None), launch_linear,
-           sized=_linear_sized),
+           sized=_linear_sized,
+           tests=(Instance(), _few(batch=(0,)),
+                  # The rule cannot pull back through out_features = 0
+                  # (np.reshape(g, (-1, 0))): the forward route only.
+                  Instance({"batch": (3,), "in_features": 1, "out_features": 0}, formats=FEW,
+                           routes=("forward",)),
+                  _few(batch=(1, 2), in_features=4, out_features=1), _specials())),
 )

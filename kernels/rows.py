@@ -38,7 +38,7 @@ from numba import cuda
 
 from roundoff_coverage.routes.families.reduction import from_last, kept_shape, spread, to_last
 
-from .base import Kernel, flat
+from .base import FEW, Instance, Kernel, fixed, flat, special_values
 from .contract import TRACED, Contract
 
 REDUCE_OPS = ("sum", "prod", "max", "min")
@@ -312,22 +312,80 @@ def _op(name, **attrs):
     return routes.op(name, **attrs)
 
 
+def _reduce(label, formats=FEW, **attrs):
+    """A further reduce instance, its gradient in every sample kind of ``formats``."""
+    return Instance(attrs, label, formats=formats, routes=("gradient",))
+
+
+# Test instances (kernels.base.Instance).  reduce: each operation over rows in both routes;
+# the examples and further layouts (keepdim, every axis, a single entry, empty rows) in the
+# gradient; specials where the samplers have none (-0 shares, NaN maxima shared among NaN
+# entries); ties: 18 equal entries (a count of 18 is 16 in float8_e4m3fn, 17 rounds to 16),
+# -0 and +0 tied in a minimum, zeros in a product.
+_REDUCE_TESTS = tuple(
+    Instance({"shape": (3, 4), "op": r, "axes": (1,)}, f"{r}-3x4", kinds=("ordinary", "special"))
+    for r in ("sum", "prod", "max", "min")) + (
+    Instance({"shape": (2, 3, 2), "axes": (0, 2), "keepdim": True}, "sum-2x3x2-keepdim",
+             kinds=("ordinary",)),
+    Instance(routes=("gradient",)),
+    *(Instance({"shape": (3, 4), "op": r, "axes": (1,)}, f"{r}-3x4", formats=FEW,
+               kinds=("edges",), routes=("gradient",)) for r in ("sum", "prod", "max")),
+    _reduce("prod-2x3x2-keepdim", shape=(2, 3, 2), op="prod", axes=(0, 2), keepdim=True),
+    _reduce("min-2x3x2-axes21", shape=(2, 3, 2), op="min", axes=(2, 1)),
+    _reduce("sum-2x3x2-all", shape=(2, 3, 2), op="sum", axes=(0, 1, 2)),
+    _reduce("prod-3x1", shape=(3, 1), op="prod", axes=(1,)),          # no other entry: 1
+    _reduce("sum-2x0", shape=(2, 0), op="sum", axes=(1,)),            # empty
+    _reduce("prod-0x3", shape=(0, 3), op="prod", axes=(1,)),
+    Instance({"shape": (3, 4), "op": "prod", "axes": (1,)}, "prod-3x4",
+             formats=("binary32", "bfloat16"), kinds=("specials",), routes=("gradient",),
+             inputs=special_values),
+    Instance({"shape": (4, 3), "op": "max", "axes": (0,)}, "max-4x3-axis0",
+             formats=("binary32", "bfloat16"), kinds=("specials",), routes=("gradient",),
+             inputs=special_values),
+    *(Instance(attrs, label, formats=("bfloat16", "float8_e4m3fn"), kinds=("ties",),
+               routes=("gradient",), inputs=fixed(x))
+      for label, attrs, x in (
+          ("max-2x18", {"shape": (2, 18), "op": "max", "axes": (1,)},
+           np.concatenate([np.zeros((1, 18)), np.full((1, 18), -1.5)])),
+          ("min-2x3", {"shape": (2, 3), "op": "min", "axes": (1,)},
+           np.array([[0.0, -0.0, 1.0], [2.0, 2.0, 2.0]])),
+          ("prod-1x3", {"shape": (1, 3), "op": "prod", "axes": (1,)},
+           np.array([[0.0, 0.0, -2.0]])))),
+)
+
+
+# softmax and logSoftmax: rows along the last and the first axis, and one more layout each.
+_ROWS = (Instance({"shape": (3, 5), "axis": 1}, kinds=("ordinary", "edges", "special")),
+         Instance({"shape": (4, 2), "axis": 0}, kinds=("ordinary",)))
+
+
 KERNELS = (
     # reduce: sum and prod in sequential order (many roundings), max and min exact.  The
     # gradient: sum's spread (no arithmetic), prod's products of the other entries times the
     # cotangent, max/min's recomputed extreme, tie count (a sum) and share (a division).
     Kernel("reduce", "reduce",
            Contract(TRACED, TRACED, None),
-           launch_reduce, sized=lambda size: _op("reduce", shape=(_rows(size), 64), axes=(1,))),
+           launch_reduce, sized=lambda size: _op("reduce", shape=(_rows(size), 64), axes=(1,)),
+           tests=_REDUCE_TESTS),
     # mean: a sequential sum, then one division by the rounded count; its gradient is one
-    # division per element.
+    # division per element.  Outside nearest even its contract claims no agreement, but the
+    # kernel runs in every deterministic mode.
     Kernel("mean", "reduce", Contract(TRACED, TRACED, None),
-           launch_mean, sized=lambda size: _op("mean", shape=(_rows(size), 64), axes=(1,))),
+           launch_mean, sized=lambda size: _op("mean", shape=(_rows(size), 64), axes=(1,)),
+           tests=(Instance({"shape": (3, 4), "axes": (1,)}, kinds=("ordinary", "special")),
+                  Instance({"shape": (2, 3, 2), "axes": (0, 2), "keepdim": True},
+                           kinds=("ordinary",)),
+                  Instance({"shape": (2, 3), "axes": (1,)}, formats=("bfloat16",),
+                           kinds=("ordinary",), routes=("forward",),
+                           modes=("toward_zero", "upward")))),
     # The gradients recompute the forward value (the same row code) before the pullback.
     Kernel("softmax", "softmax",
            Contract(TRACED, TRACED, None), launch_softmax,
-           sized=lambda size: _op("softmax", shape=(_rows(size), 64), axis=1)),
+           sized=lambda size: _op("softmax", shape=(_rows(size), 64), axis=1),
+           tests=_ROWS + (Instance({"shape": (2, 3), "axis": 0}, "2x3-axis0",
+                                   kinds=("ordinary", "special")),)),
     Kernel("logSoftmax", "softmax",
            Contract(TRACED, TRACED, None), launch_softmax,
-           sized=lambda size: _op("logSoftmax", shape=(_rows(size), 64), axis=1)),
+           sized=lambda size: _op("logSoftmax", shape=(_rows(size), 64), axis=1),
+           tests=_ROWS + (Instance({"shape": (3, 2), "axis": 1}, kinds=("ordinary", "edges")),)),
 )

@@ -44,7 +44,7 @@ from numba import cuda
 from roundoff_coverage import formats
 from roundoff_coverage.routes.families.spectral import PI
 
-from .base import Kernel
+from .base import FEW, Instance, Kernel
 from .contract import TRACED, Contract
 
 # Bits of a twiddle entry's code (host integers): quadrant (2 bits), reflection, a = 0,
@@ -334,10 +334,25 @@ def launch_scan(o, xs, cotangents, route, ctx):
     return (y,)
 
 
+def _few(routes=None, **attrs):
+    """A further instance (odd, even and degenerate lengths, other axes) in fewer formats."""
+    return Instance(attrs, formats=FEW, routes=routes)
+
+
+_GRADIENT = ("gradient",)
+
 KERNELS = (
     # The gradients are the transposed DFT matrices' products (irfft's divided by n) and
     # the scan's reverse recurrence: the forward routes' primitives.
-    Kernel("rfft", "dft", Contract(TRACED, TRACED, None), launch_rfft),
-    Kernel("irfft", "dft", Contract(TRACED, TRACED, None), launch_irfft),
-    Kernel("selectiveScan", "scan", Contract(TRACED, TRACED, None), launch_scan),
+    Kernel("rfft", "dft", Contract(TRACED, TRACED, None), launch_rfft,
+           tests=(Instance(), _few(shape=(5,)), _few(shape=(8, 2), axis=0), _few(shape=(1,)),
+                  _few(shape=(2, 6), axis=1), _few(_GRADIENT, shape=(4, 2), axis=0))),
+    Kernel("irfft", "dft", Contract(TRACED, TRACED, None), launch_irfft,
+           tests=(Instance(), _few(shape=(1,), length=1), _few(shape=(5,), length=8),
+                  _few(shape=(4, 2), axis=0, length=7), _few(shape=(2,), length=2),
+                  _few(_GRADIENT, shape=(3, 2), axis=0, length=5))),
+    Kernel("selectiveScan", "scan", Contract(TRACED, TRACED, None), launch_scan,
+           tests=(Instance(), _few(length=4, channels=3, state=3),
+                  _few(_GRADIENT, length=1, channels=2, state=2),
+                  _few(_GRADIENT, length=3, channels=1, state=3))),
 )

@@ -206,3 +206,12 @@ def scratch():
     """The temporary operator SCRATCH, declared for one test."""
     with scratch_operator():
         yield
+
+
+@pytest.fixture(scope="session")
+def simulated(tmp_path_factory):
+    """(every case the kernel table declares, {case id: result}): one run of numba's CUDA
+    simulator for the whole session, whichever kernel test asks first
+    (tests/kernel_harness.py)."""
+    from kernel_harness import table_cases, table_results
+    return table_cases(), table_results(tmp_path_factory)

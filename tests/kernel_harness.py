@@ -1,12 +1,17 @@
-"""The harness every kernel test file uses: cases (one route of one operator instance in one
-format and mode on sampled inputs), one simulator subprocess that runs a list of cases, and
-the check of a case against its kernel's contract.
+"""The harness every kernel test file uses: the cases the kernel table declares (one route of
+one operator instance in one format and mode on sampled inputs, built from each kernel's
+``Kernel.tests``), the simulator run of all of them, and the check of a case against its
+kernel's contract.
 
-``simulate(cases, folder)`` runs every case with NUMBA_ENABLE_CUDASIM=1 (it must be set before
-numba is imported, hence the subprocess) and returns {case id: result}; ``check(case, result)``
-asserts what the contract claims: bit for bit with ``o.rule(numerics.emulated(fmt, mode))``
-where it claims ``bitwise`` agreement (``screened``: except where an exact transcendental value
-lies within the margin of a rounding boundary, detected with the reference), and within the
+``table_specs()`` lists every case the table declares without its inputs (cheap: the test ids,
+at collection); ``table_cases()`` the same cases with their inputs, each drawn from a
+generator seeded by the case's id (a case's inputs do not depend on which other cases
+exist).  The fixture ``simulated`` (tests/conftest.py) is (the cases, {case id: result})
+from ``table_results``, run once per test session whichever test asks first.  ``simulate(cases, folder, batches)`` runs cases in subprocesses with
+NUMBA_ENABLE_CUDASIM=1 (it must be set before numba is imported); ``check(case, result)`` asserts
+what the contract claims: bit for bit with ``o.rule(numerics.emulated(fmt, mode))`` where it
+claims ``bitwise`` agreement (``screened``: except where an exact transcendental value lies
+within the margin of a rounding boundary, detected with the reference), and within the
 claimed ulps of ``o.rule(numerics.reference(200))`` where it claims a bound.  It returns
 whether the case was compared bit for bit.
 """
@@ -14,7 +19,7 @@ whether the case was compared bit for bit.
 from __future__ import annotations
 
 import base64
-import itertools
+import hashlib
 import json
 import os
 import subprocess
@@ -29,48 +34,118 @@ from roundoff_coverage import formats
 from roundoff_coverage import kernels
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
+from roundoff_coverage.kernels.base import DIRECTED, FORMATS  # noqa: F401 (the tests')
 from roundoff_coverage.kernels.contract import TRANSCENDENTAL
+from roundoff_coverage.kernels.table import TABLE
 from roundoff_coverage.numerics import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
-FEW = ("binary64", "bfloat16", "float8_e4m3fn")
-DIRECTED = ("toward_zero", "upward", "nearest_away", "odd")
-SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.5, 0.5])
-_ids = itertools.count()
 
 
-def op(name, **attrs):
-    """routes.op, checked."""
-    o = routes.op(name, **attrs)
-    o.check()
-    return o
+# ----- the cases the kernel table declares ---------------------------------------------------
+def _shape_label(o):
+    """The first output's shape, ``2x4`` (``scalar`` at rank 0)."""
+    return "x".join(map(str, o.outputs[0].shape)) or "scalar"
 
 
-def examples(name):
-    """The operator's example instances."""
-    return [op(name, **attrs) for attrs in routes.op(name).decl.examples.values()]
+def _operators(k, inst):
+    """(label or None, op) of each operator instance ``inst`` (a kernels.base.Instance of
+    kernel ``k``) names: every example the kernel serves, one example, or the attributes."""
+    decl = routes.op(k.name).decl
+    if inst.attrs is None:
+        found = [(label or "default", routes.op(k.name, **attrs))
+                 for label, attrs in decl.examples.items()]
+        return [(label, o) for label, o in found if kernels.of_op(o) is k]
+    if isinstance(inst.attrs, str):
+        if inst.attrs not in decl.examples:
+            raise ValueError(f"{k.name}: no example {inst.attrs!r} (examples: "
+                             f"{', '.join(map(repr, decl.examples))})")
+        return [(inst.label or inst.attrs or "default",
+                 routes.op(k.name, **decl.examples[inst.attrs]))]
+    return [(inst.label or None, routes.op(k.name, **inst.attrs))]
 
 
-def special_inputs(o, rng):
-    """Inputs drawn from signed zeros, infinities, NaN and a few finite values at every value
-    port (other ports from the operator's own ordinary sampler)."""
-    base = o.samples(rng, formats.get("binary32"), "ordinary")
-    return tuple(SPECIALS[rng.integers(0, len(SPECIALS), np.shape(x))].reshape(np.shape(x))
-                 if p.kind == "value" else x for x, p in zip(base, o.inputs))
+def _kernel_specs(k):
+    """The cases kernel ``k`` declares, without inputs.  An instance without a label takes
+    the label an earlier one gave the same operator instance, else ``default`` (the
+    operator's defaults) or its first output's shape.  ValueError where a declaration names
+    an instance the kernel does not serve, a route it lacks or a kind the operator does not
+    sample, or where one label names two instances."""
+    out, named = [], {}
+    for inst in k.tests:
+        for label, o in _operators(k, inst):
+            o.check()
+            if kernels.of_op(o) is not k:
+                raise ValueError(f"{k.name}: the kernel does not serve test instance {o.attrs}")
+            if label is None:
+                label = next((n for n, p in named.items() if p == o), None) or \
+                    ("default" if o == routes.op(k.name) else _shape_label(o))
+            if named.setdefault(label, o) != o:
+                raise ValueError(f"{k.name}: test label {label!r} names two instances")
+            kinds = inst.kinds or tuple(o.decl.samples)
+            unknown = [kd for kd in kinds if kd not in o.decl.samples]
+            if inst.inputs is None and unknown:
+                raise ValueError(f"{k.name}: {label}: the operator samples no {unknown[0]} "
+                                 f"inputs (kinds: {', '.join(o.decl.samples)})")
+            rts = inst.routes or k.routes
+            if not set(rts) <= set(k.routes):
+                raise ValueError(f"{k.name}: {label}: routes {rts} (the kernel's: {k.routes})")
+            out += [{"id": "-".join((k.name, label, route, fmt, mode, kind)), "op": o,
+                     "fmt": fmt, "mode": mode, "route": route, "kind": kind, "instance": inst}
+                    for fmt in inst.formats for kind in kinds for route in rts
+                    for mode in inst.modes]
+    return out
 
 
-def case(o, fmt, mode, route, kind, rng, inputs=None):
-    """One case: ``inputs`` (one array per input port) or the operator's samples of ``kind``;
-    random cotangents of the format for the gradient route."""
-    xs = o.samples(rng, formats.get(fmt), kind) if inputs is None else tuple(inputs)
+_MEMO = {}
+
+
+def table_specs() -> tuple:
+    """Every case the kernel table declares, without inputs, in table order: dicts with the
+    test ``id`` (``<op>-<label>-<route>-<format>-<mode>-<kind>``), ``op``, ``fmt``,
+    ``mode``, ``route``, ``kind`` and the declaring ``instance`` (kernels.base.Instance)."""
+    if "specs" not in _MEMO:
+        specs = [s for k in TABLE.values() for s in _kernel_specs(k)]
+        seen = {}
+        for s in specs:
+            if seen.setdefault(s["id"], s) is not s:
+                raise ValueError(f"two test cases have the id {s['id']}")
+        _MEMO["specs"] = tuple(specs)
+    return _MEMO["specs"]
+
+
+def _rng(case_id):
+    """A generator seeded by the case id (stable whatever else the table declares)."""
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(case_id.encode()).digest()[:8],
+                                                "little"))
+
+
+def _draw(s):
+    """The spec ``s`` with its inputs ``xs`` (the operator's samples of the kind, or the
+    instance's ``inputs``) and, on the gradient route, random cotangents ``cots`` of the
+    format (None at outputs without one)."""
+    o, fmt, rng, inputs = s["op"], formats.get(s["fmt"]), _rng(s["id"]), s["instance"].inputs
+    xs = tuple(o.samples(rng, fmt, s["kind"]) if inputs is None else inputs(o, rng, fmt))
     cots = None
-    if route == "gradient":
+    if s["route"] == "gradient":
         cots = tuple(formats.round_to(rng.uniform(-2, 2, p.shape), fmt).reshape(p.shape)
                      if p.differentiable else None for p in o.outputs)
-    shape = "x".join(map(str, o.outputs[0].shape)) if o.outputs else "-"
-    return {"id": f"{o.name}-{shape}-{route}-{fmt}-{mode}-{kind}-{next(_ids)}",
-            "op": o, "fmt": fmt, "mode": mode, "route": route, "xs": xs, "cots": cots}
+    return dict(s, xs=xs, cots=cots)
+
+
+def table_cases() -> tuple:
+    """``table_specs()`` with their inputs (``xs``) and cotangents (``cots``, ``_draw``)."""
+    if "cases" not in _MEMO:
+        _MEMO["cases"] = tuple(_draw(s) for s in table_specs())
+    return _MEMO["cases"]
+
+
+def table_results(folder_factory) -> dict:
+    """{case id: result} of every table case from the simulator (one subprocess per CPU, at
+    most 4), run once per pytest process (``folder_factory``: pytest's tmp_path_factory)."""
+    if "results" not in _MEMO:
+        _MEMO["results"] = simulate(table_cases(), folder_factory.mktemp("kernels"), _batches())
+    return _MEMO["results"]
 
 
 def _pack(a):
@@ -111,34 +186,50 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def simulate(cases, folder):
-    """{case id: {"device", "outputs"} or {"error"}} from one simulator subprocess."""
-    wire = [{"id": c["id"], "op": routes.encode(c["op"]), "fmt": c["fmt"], "mode": c["mode"],
-             "route": c["route"], "xs": [_pack(x) for x in c["xs"]],
-             "cots": None if c["cots"] is None else [_pack(g) for g in c["cots"]]}
-            for c in cases]
-    path = os.path.join(str(folder), "cases.json")
-    with open(path, "w") as f:
-        json.dump(wire, f)
+def simulate(cases, folder, batches=1):
+    """{case id: {"device", "outputs"} or {"error"}} from ``batches`` simulator subprocesses
+    run side by side (case i in batch i mod ``batches``: each batch keeps the cases' order,
+    so every batch runs the kernels in table order), each given 1800 s."""
+    procs = []
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     start = time.time()
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT, path], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"simulator: {len(cases)} cases in {time.time() - start:.1f} s "
-          f"({doc['seconds']:.1f} s of kernels)")
-    return doc["results"]
+    for b in range(batches):
+        part = cases[b::batches]
+        if not part:
+            continue
+        wire = [{"id": c["id"], "op": routes.encode(c["op"]), "fmt": c["fmt"],
+                 "mode": c["mode"], "route": c["route"], "xs": [_pack(x) for x in c["xs"]],
+                 "cots": None if c["cots"] is None else [_pack(g) for g in c["cots"]]}
+                for c in part]
+        path = os.path.join(str(folder), f"cases{b}.json")
+        with open(path, "w") as f:
+            json.dump(wire, f)
+        procs.append(subprocess.Popen([sys.executable, "-c", _SCRIPT, path], text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      env=env, cwd=ROOT))
+    results, seconds = {}, 0.0
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=max(1.0, 1800 - (time.time() - start)))
+            assert proc.returncode == 0, err[-3000:]
+            doc = json.loads(out.strip().splitlines()[-1])
+            results.update(doc["results"])
+            seconds += doc["seconds"]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    print(f"simulator: {len(cases)} cases in {len(procs)} processes, {time.time() - start:.1f} s "
+          f"({seconds:.1f} s of kernels)")
+    return results
 
 
-def simulated_fixture(make_cases, folder):
-    """A test file's module-scoped fixture ``simulated``: (the case list ``make_cases()``
-    builds, {case id: result} from one simulator subprocess run in a fresh ``folder``)."""
-    @pytest.fixture(scope="module", name="simulated")
-    def fixture(tmp_path_factory):
-        cases = make_cases()
-        return cases, simulate(cases, tmp_path_factory.mktemp(folder))
-    return fixture
+def _batches():
+    """Simulator processes for the table's cases: one per CPU this process may use, at most
+    4 (each spends about 3 s importing numba)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(4, cpus or 1))
 
 
 def flipped(result, nonzero=False):
@@ -179,7 +270,6 @@ PTX_PRELUDE = textwrap.dedent("""
 def ptx(script, *args):
     """{name: PTX} that PTX_PRELUDE + ``script`` prints as JSON on its last line (the GPU
     build, compiled by NVVM without a GPU); the test is skipped where NVVM is missing."""
-    import pytest
     probe = python("from numba.cuda.cudadrv import nvvm; print(nvvm.is_available())")
     if probe.stdout.strip().splitlines()[-1:] != ["True"]:
         pytest.skip("NVVM (libnvvm, from the CUDA toolkit) is not installed here")
@@ -204,13 +294,6 @@ def flavour_ptx(script):
                 out[flav + "-" + name] = cuda.compile_ptx(make(P).py_func, sig, cc=(9, 0))[0]
         print(json.dumps(out))
     '''))
-
-
-def route_cases(instances, fmts, rng, mode="nearest_even"):
-    """A case for every (op, kinds) of ``instances``, format of ``fmts``, sample kind of
-    ``kinds`` and route of the op's kernel."""
-    return [case(o, fmt, mode, route, kind, rng) for o, kinds in instances
-            for fmt in fmts for kind in kinds for route in kernels.of_op(o).routes]
 
 
 class _Screen:
@@ -249,10 +332,35 @@ def same(a, b):
     return (a.view(np.int64) == b.view(np.int64)) | (np.isnan(a) & np.isnan(b))
 
 
+def check_ports(c, got):
+    """Assert the case ran and returned one array per port of its route (the outputs, or on
+    the gradient route the inputs, None exactly at those without a gradient), each of the
+    port's shape."""
+    assert "error" not in got, f"{c['id']}: {got.get('error')}"
+    assert got["device"] == "simulator"
+    outs = [unpack(g) for g in got["outputs"]]
+    gradient = c["route"] == "gradient"
+    ports = c["op"].inputs if gradient else c["op"].outputs
+    assert len(outs) == len(ports), c["id"]
+    for out, p in zip(outs, ports):
+        assert (out is None) == (gradient and not p.differentiable), c["id"]
+        assert out is None or out.shape == tuple(p.shape), (c["id"], out.shape, p.shape)
+
+
 def check(c, got):
     """Assert the case's result meets its kernel's contract; whether it was compared bit
-    for bit."""
-    assert "error" not in got, f"{c['id']}: {got.get('error')}"
+    for bit.  A case whose instance ``refuses`` its inputs must give that one-line error; a
+    case numerics.emulated cannot evaluate (``emulated`` False) is checked for its ports
+    only (its values: tests/test_kernels_attention_empty.py)."""
+    inst = c.get("instance")
+    if inst is not None and inst.refuses:
+        err = got.get("error", "")
+        assert err.startswith(f"KernelError: {inst.refuses}") and "\n" not in err, \
+            f"{c['id']}: expected the one-line error {inst.refuses!r}, got {err or got!r}"
+        return False
+    check_ports(c, got)
+    if inst is not None and not inst.emulated:
+        return False
     k = kernels.of_op(c["op"])
     claim = k.claim(c["route"], c["fmt"], c["mode"])
     fmt = formats.get(c["fmt"])
@@ -260,7 +368,6 @@ def check(c, got):
     screen = _Screen(xp, fmt, c["mode"], claim.margin) if claim.agreement == "screened" else None
     emu = evaluate(c, xp)
     outs = [unpack(g) for g in got["outputs"]]
-    assert got["device"] == "simulator"
     assert len(outs) == len(emu)
     compare = claim.agreement == "bitwise" or (claim.agreement == "screened"
                                                and not screen.ambiguous)

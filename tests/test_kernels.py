@@ -1,7 +1,6 @@
-"""Kernels of the elementwise, row (reduce, softmax) and product (matmul) modules in numba's
-CUDA simulator against numerics.emulated and the exact reference, on tiny inputs
-(tests/kernel_harness.py: one simulator subprocess, each case checked against its kernel's
-contract); and the table, contracts, device selection and gpu_check's command line.
+"""The kernel table, contracts, device selection and gpu_check's command line; the check of
+the simulator cases (tests/test_kernels_contracts.py runs every case the table declares)
+can fail; the GPU build of the elementwise, matmul and reduce kernels (PTX).
 """
 
 from __future__ import annotations
@@ -12,66 +11,14 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 from roundoff_coverage import kernels
 from roundoff_coverage import routes
 from roundoff_coverage.routes.vocabulary import VOCABULARY
-from roundoff_coverage.kernels import elementwise, gpu_check
-from kernel_harness import (DIRECTED, FORMATS, ROOT, case as _case, check as _check, flipped,
-                            ptx as compile_ptx, python, route_cases, simulated_fixture)
-
-
-def _instances():
-    """(op, kinds) of the elementwise, reduce, softmax and matmul kernels at tiny sizes (the
-    other kernels have test files of their own)."""
-    out = []
-    names = [k.name for k in elementwise.KERNELS] + ["reduce", "softmax", "logSoftmax",
-                                                     "matmul", "scaledMatmul"]
-    for name in names:
-        if name == "reduce":
-            out += [(routes.op("reduce", shape=(3, 4), op=r, axes=(1,)), ("ordinary", "special"))
-                    for r in ("sum", "prod", "max", "min")]
-            out.append((routes.op("reduce", shape=(2, 3, 2), axes=(0, 2), keepdim=True),
-                        ("ordinary",)))
-        elif name in ("softmax", "logSoftmax"):
-            out += [(routes.op(name, shape=(3, 5), axis=1), ("ordinary", "edges", "special")),
-                    (routes.op(name, shape=(4, 2), axis=0), ("ordinary",))]
-        elif name in ("matmul", "scaledMatmul"):
-            out += [(routes.op(name, x_shape=(2, 3), y_shape=(3, 4)), ("ordinary",)),
-                    (routes.op(name, x_shape=(2, 1, 2, 3), y_shape=(3, 3, 2)), ("ordinary",))]
-        else:
-            o = routes.op(name, shape=(10,))
-            out.append((o, tuple(k for k in ("ordinary", "edges", "special")
-                                 if k in o.decl.samples)))
-    out.append((routes.op("sqrt", shape=(10,), mode="clampNegative"), ("special",)))
-    return out
-
-
-def _cases():
-    rng = np.random.default_rng(2024)
-    cases = route_cases(_instances(), FORMATS, rng)
-    for name in ("add", "mul", "div", "sqrt", "exp", "sin", "relu", "sigmoid"):
-        o = routes.op(name, shape=(10,))
-        for fmt in ("bfloat16", "binary16", "float8_e4m3fn"):
-            for mode in DIRECTED:
-                cases.append(_case(o, fmt, mode, "forward", "ordinary", rng))
-    return cases
-
-
-simulated = simulated_fixture(_cases, "kernels")
-
-
-def test_every_kernel_meets_its_contract_in_the_simulator(simulated):
-    """Every case: bitwise (or screened) agreement with numerics.emulated and the ulp claim
-    against the exact reference, as the kernel's contract states."""
-    cases, results = simulated
-    compared = 0
-    for c in cases:
-        compared += _check(c, results[c["id"]])
-    # Nearly every case is compared bit for bit (the screen excludes almost nothing).
-    assert compared >= 0.8 * len(cases)
+from roundoff_coverage.kernels import gpu_check
+from kernel_harness import (FORMATS, ROOT, check as _check, flipped, ptx as compile_ptx,
+                            python)
 
 
 def test_check_fails_on_a_wrong_bit(simulated):

@@ -1,8 +1,8 @@
 """Kernels of the data movement module (gather, scatter, indexAt, slice, reshape, permute,
-broadcast, cat, detach) and the gelu and softplus elementwise kernels, in numba's CUDA
-simulator against numerics.emulated and the exact reference on tiny inputs
-(tests/kernel_harness.py: one simulator subprocess, each case checked against its kernel's
-contract); the attributes the kernels refuse; gelu's literals rounded on the device.
+broadcast, cat, detach) and the gelu and softplus elementwise kernels: properties of their
+simulator cases beyond the contract (tests/test_kernels_contracts.py checks every case); the
+attributes the kernels refuse; the contracts; gelu's literals rounded on the device; gather
+and scatter over two axes through their launchers; the GPU build (PTX).
 """
 
 from __future__ import annotations
@@ -17,67 +17,8 @@ from roundoff_coverage import kernels
 from roundoff_coverage import routes
 from roundoff_coverage.kernels import elementwise, movement
 from roundoff_coverage.kernels.contract import flavour
-from kernel_harness import (DIRECTED, FORMATS, case as _case, check as _check, flipped,
-                            ptx as compile_ptx, python, simulated_fixture, unpack)
-
-KINDS = ("ordinary", "edges", "special")
-
-
-def _instances():
-    """Tiny instances of every movement kernel (default attributes and the common ones),
-    gelu at both approximations and softplus."""
-    op = routes.op
-    out = [op("gather"), op("gather", shape=(2, 3), axes=(1,), batch=1, index_shape=(2,)),
-           op("gather", shape=(2, 3, 2), axes=(2,), index_shape=(2, 2))]
-    for mode in ("replace", "max", "min"):
-        out += [op("scatter", mode=mode),
-                op("scatter", mode=mode, shape=(2, 3, 2), axes=(1,), index_shape=(3,))]
-    out.append(op("scatter", shape=(2, 3), axes=(1,), batch=1, index_shape=(2,)))
-    out += [op("indexAt"), op("indexAt", shape=(2, 3), axis=1),
-            op("slice"), op("slice", shape=(2, 3), axis=1, start=0, stop=3, step=1),
-            op("slice", shape=(3, 4), axis=1, start=1, stop=4, step=2),
-            op("reshape"), op("reshape", shape=(2, 1, 2), to=(4,)),
-            op("permute"), op("permute", shape=(2, 3, 2), perm=(2, 0, 1)),
-            op("broadcast"), op("broadcast", shape=(2,), to=(3, 2)),
-            op("broadcast", shape=(2, 1), to=(2, 2, 3)),
-            op("cat"), op("cat", shape=(2, 3), axis=1, sizes=(1, 0, 2)),
-            op("detach"), op("detach", shape=(2, 3)),
-            op("gelu", shape=(6,)), op("gelu", shape=(6,), approximate="tanh"),
-            op("softplus", shape=(6,))]
-    return out
-
-
-def _cases():
-    rng = np.random.default_rng(7)
-    cases = []
-    for o in _instances():
-        k = kernels.of_op(o)
-        for fmt in FORMATS:
-            for kind in (kd for kd in KINDS if kd in o.decl.samples):
-                for route in k.routes:
-                    cases.append(_case(o, fmt, "nearest_even", route, kind, rng))
-    # Directed modes: the exact routes agree bit for bit in every mode.
-    for o in (routes.op("gather"), routes.op("scatter", mode="max"), routes.op("cat"),
-              routes.op("permute"), routes.op("slice")):
-        for fmt in ("bfloat16", "float8_e4m3fn"):
-            for mode in DIRECTED:
-                cases.append(_case(o, fmt, mode, "forward", "special", rng))
-    for o in (routes.op("reshape"), routes.op("indexAt")):
-        for mode in DIRECTED:
-            cases.append(_case(o, "binary16", mode, "gradient", "ordinary", rng))
-    return cases
-
-
-simulated = simulated_fixture(_cases, "movement")
-
-
-def test_every_kernel_meets_its_contract_in_the_simulator(simulated):
-    cases, results = simulated
-    compared = sum(_check(c, results[c["id"]]) for c in cases)
-    # Movement is compared bit for bit always; gelu and softplus unless screened out.
-    assert compared >= 0.9 * len(cases)
-    names = {c["op"].name for c in cases}
-    assert {k.name for k in movement.KERNELS} | {"gelu", "softplus"} <= names
+from kernel_harness import (check as _check, flipped, ptx as compile_ptx, python,
+                            unpack)
 
 
 def test_fills_and_signed_zeros_move_unchanged(simulated):
