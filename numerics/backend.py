@@ -144,7 +144,7 @@ class Backend:
         """Combine x along its last axis with bk's primitive ``op`` in the policy's order."""
         f = getattr(bk, op)
         order = self.policy.order if self.policy is not None else "sequential"
-        k = block_size(order)
+        k = block_size(order, x.shape[-1])
         if order == "pairwise":
             # Level by level: adjacent pairs (0,1), (2,3), ...; an odd last element moves up
             # unchanged.  Depth ceil(log2 n), the exponent of the pairwise bound.
@@ -207,11 +207,13 @@ class Backend:
 
     def _contract(self, a, b):
         acc = self.accumulator()
+        if self.policy is not None and getattr(self.policy, "hardware", False):
+            return self._hardware_contract(a, b, acc)
         a, b = acc.to_storage(a, self), acc.to_storage(b, self)
         fused = self.policy is not None and self.policy.fma
         order = self.policy.order if self.policy is not None else "sequential"
         if fused:            # Policy refuses fma with the pairwise order
-            k = block_size(order) or a.shape[-1]
+            k = block_size(order, a.shape[-1]) or a.shape[-1]
             chunks = []
             for i in range(0, a.shape[-1], k):
                 run = acc.multiply(a[..., i], b[..., i])
@@ -222,6 +224,59 @@ class Backend:
         else:
             total = self._fold("add", acc.multiply(a, b), acc)
         return self.to_storage(total, acc)
+
+    # ----- how accelerators accumulate (Policy.promote, Policy.fixed_point) -------------------
+    def sibling(self, fmt) -> "Backend":
+        """A backend of this kind in format ``fmt`` under the same mode (strict policy): the
+        narrow accumulator of two-level accumulation."""
+        raise NotImplementedError(f"{self.name}: no backend of another format")
+
+    def _hardware_contract(self, a, b, acc):
+        p = self.policy
+        if p.inner is not None:
+            # Two-level: runs of ``promote`` products accumulated in the narrow format (each
+            # product rounded into it, then added: FMA when the policy fuses), each run's sum
+            # rounded into the accumulator and added to the running total there.
+            inner = self.sibling(p.inner)
+            x, y = inner.to_storage(a, self), inner.to_storage(b, self)
+            total = None
+            for i in range(0, a.shape[-1], p.promote):
+                run = inner.multiply(x[..., i], y[..., i])
+                for j in range(i + 1, min(i + p.promote, a.shape[-1])):
+                    run = inner.fma(x[..., j], y[..., j], run) if p.fma else \
+                        inner.add(run, inner.multiply(x[..., j], y[..., j]))
+                run = acc.to_storage(run, inner)
+                total = run if total is None else acc.add(total, run)
+            if total is None:
+                total = acc.to_storage(self.multiply(a[..., :0].sum(-1), b[..., :0].sum(-1)),
+                                       self)
+            return self.to_storage(total, acc)
+        return self.to_storage(self._fixed_point_dot(a, b, acc), acc)
+
+    def _fixed_point_dot(self, a, b, acc):
+        """Policy.fixed_point on float64 values: the products exact in binary64 (storage
+        precision p with 2p <= 53), each block's terms (the running sum and ``block``
+        products) truncated toward zero to multiples of 2**(e - B), e the largest exponent
+        among them, summed (exact: fewer than 4097 terms of at most B + 1 bits) and rounded
+        once into the accumulator."""
+        p = self.policy
+        if 2 * self.fmt.precision > 53 or not self.fmt.fits_binary64:
+            raise ValueError(f"{self.name}: fixed_point needs products exact in binary64 "
+                             f"(storage precision at most 26 bits; got {self.fmt.label})")
+        x = np.asarray(self.to_float64(a), dtype=np.float64)
+        y = np.asarray(self.to_float64(b), dtype=np.float64)
+        x, y = np.broadcast_arrays(x, y)
+        with np.errstate(invalid="ignore", over="ignore"):
+            prods = x * y
+        total = np.zeros(prods.shape[:-1])
+        for i in range(0, prods.shape[-1], p.block):
+            terms = np.concatenate([total[..., None], prods[..., i:i + p.block]], axis=-1)
+            total = acc.to_storage_exact(_aligned_sum(terms, p.fixed_point))
+        return total
+
+    def to_storage_exact(self, v):
+        """float64 values (exact reals) rounded once into this backend's format."""
+        raise NotImplementedError(f"{self.name}: no rounding of exact binary64 values")
 
     # ----- casts ---------------------------------------------------------------------------
     def cast(self, a, fmt, mode=None, with_flags=False):
@@ -263,3 +318,24 @@ for _n in COMPARISONS:
     setattr(Backend, _n, _comparison(_n))
 for _n in PREDICATES:
     setattr(Backend, _n, _predicate(_n))
+
+
+def _aligned_sum(terms, bits):
+    """Sum along the last axis of float64 ``terms`` after truncating each toward zero to a
+    multiple of 2**(e - bits), e = floor(log2) of the largest |term| of its row: the exact
+    sum of the truncated terms (every one an integer multiple of that quantum of magnitude
+    below 2**(bits + 1), so binary64 adds them exactly in any order).  Rows holding an inf or
+    NaN give their IEEE sum; zeros add as IEEE adds them (an exact zero sum is +0 under rounding to
+    nearest, IEEE 754 6.3: the running sum starts at +0)."""
+    big = np.max(np.abs(terms), axis=-1)
+    finite = np.isfinite(big)
+    safe = np.where(finite & (big > 0), big, 1.0)
+    e = np.frexp(safe)[1] - 1
+    # The quantum 2**(e - bits) may be below binary64's least subnormal: then every term
+    # (a multiple of 2**-1074) is already a multiple of it and truncation keeps it.
+    q = np.ldexp(1.0, np.maximum(e - bits, -1074))[..., None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        kept = np.trunc(terms / q) * q
+        out = np.sum(kept, axis=-1)
+        raw = np.sum(terms, axis=-1)
+    return np.where(finite, out, raw)

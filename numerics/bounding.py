@@ -513,6 +513,9 @@ class BoundingBackend(Backend):
             self._acc = BoundingBackend(acc, self.mode, None, _state=self._state)
         return self._acc
 
+    def sibling(self, fmt):
+        return BoundingBackend(fmt, self.mode, None, _state=self._state)
+
     def to_storage(self, a, source):
         if source is self or source.fmt == self.fmt:
             return a

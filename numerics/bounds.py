@@ -100,7 +100,7 @@ def sum_depth(n: int, order: str = "sequential") -> int:
     """The most roundings one term of an n-term sum meets in ``order`` (see module doc)."""
     if n < 1:
         raise ValueError(f"sum_depth: n must be >= 1 (got {n})")
-    k = block_size(order)
+    k = block_size(order, n)
     if order == "sequential":
         return n - 1
     if order == "pairwise":
@@ -257,6 +257,69 @@ def matmul_bound(abs_a, abs_b, fmt, mode: str = "nearest_even", order: str = "se
                          f"(got {abs_a.shape} and {abs_b.shape})")
     return dot_bound(abs_matmul_upper(abs_a, abs_b), abs_a.shape[-1], fmt, mode, order, fma,
                      accumulate)
+
+
+def promote_dot_bound(abs_dot, n: int, fmt, mode: str, inner, promote: int,
+                      accumulate="binary32", abs_result=None) -> np.ndarray:
+    """Bound on |computed - exact| of a length-n dot product under two-level accumulation
+    (numerics.policy.Policy.promote): runs of K = ``promote`` products summed in ``inner``,
+    each run converted into ``accumulate`` and added there in sequence.  A run of at most K
+    terms meets at most k_I roundings in the inner format (K with the products rounded into
+    it, K - 1 when they are exact there; an FMA chain meets no more), its conversion one
+    more unless ``accumulate`` contains ``inner``, and the R = ceil(n/K) runs R - 1 additions
+    in the accumulator (Blanchard, Higham, Mary 2020's blocked summation with a different
+    format per level):
+        E_A <= [gamma_kI(u_I) + gamma_kO(u_A) (1 + gamma_kI(u_I))] sum|x_i y_i|
+               + n eta_I (1 + gamma_kI(u_I)) (1 + gamma_kO(u_A)),   kO = R - 1 (+1),
+    the eta term only where products may underflow in ``inner``; then the final rounding into
+    storage (``dot_bound``'s)."""
+    n = _check_n(n, "promote_dot_bound")
+    storage, inn = _formats(fmt, inner, "promote_dot_bound")
+    acc = formats.get(accumulate)
+    k = min(_check_n(promote, "promote_dot_bound (promote)"), n)
+    u_i, u_a = unit_roundoff(inn, mode), unit_roundoff(acc, mode)
+    k_in = k if 2 * storage.precision > inn.precision else k - 1
+    k_out = -(-n // k) - 1 + (0 if _contains(acc, inn) else 1)
+    g_in, g_out = gamma(k_in, u_i), gamma(k_out, u_a)
+    coef = g_in + g_out * (1 + g_in)
+    tiny = 2 * storage.qmin < inn.qmin
+    const = n * eta(inn, mode) * (1 + g_in) * (1 + g_out) if tiny else Fraction(0)
+    us, es = _final(storage, acc, mode)
+    return _with_final(coef, const, abs_dot, abs_result, us, es, "promote_dot_bound: abs_dot")
+
+
+def fixed_point_dot_bound(block_abs, block: int, fmt, mode: str, bits: int,
+                          accumulate="binary32", abs_result=None) -> np.ndarray:
+    """Bound on |computed - exact| of a dot product under fixed-point alignment
+    (numerics.policy.Policy.fixed_point): ``block_abs[..., j]`` an upper bound of sum|x_i y_i|
+    over block j (at most ``block`` products).  Block j truncates its m + 1 <= K + 1 terms
+    (the running sum s^_(j-1) and its products) to multiples of q_j = 2**(e_j - B), 2**e_j <=
+    M_j = max(|s^_(j-1)|, max|p_i|), each by less than q_j <= 2**-B M_j, and rounds the sum
+    t_j into the accumulator: s^_j = t_j (1 + d) + e, |d| <= u_A, |e| <= eta_A.  With A_j the
+    absolute sums so far and E_j the error after block j, M_j <= A_j + E_(j-1) and
+        E_j <= E_(j-1) + D_j + u_A (A_j + E_(j-1) + D_j) + eta_A,
+        D_j = (K + 1) 2**-B (A_j + E_(j-1)),
+    evaluated in binary64 with every step rounded up (nextafter); then the final rounding
+    into storage."""
+    storage = formats.get(fmt)
+    acc = formats.get(accumulate)
+    a = np.asarray(block_abs, dtype=np.float64)
+    u_a, eta_a = float(unit_roundoff(acc, mode)), float(eta(acc, mode))
+    us, es = (float(v) for v in _final(storage, acc, mode))
+    c = float(block + 1) * 2.0 ** -bits                    # exact: a power of two times K+1
+    def up(v):
+        return np.nextafter(v, np.inf)
+
+    big_a = np.zeros(a.shape[:-1])
+    err = np.zeros(a.shape[:-1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        for j in range(a.shape[-1]):
+            big_a = up(big_a + a[..., j])
+            t = up(big_a + err)
+            d = up(c * t)
+            err = up(up(err + d) + up(up(u_a * up(t + d)) + eta_a))
+        r = big_a if abs_result is None else np.asarray(abs_result, dtype=np.float64)
+        return up(err + up(up(us * up(r + err)) + es))
 
 
 def elementwise_bound(exact_abs, fmt, mode: str = "nearest_even") -> np.ndarray:

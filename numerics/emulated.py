@@ -171,6 +171,12 @@ class EmulatedBackend(Backend):
             self._acc._sticky = self._sticky
         return self._acc
 
+    def sibling(self, fmt):
+        return EmulatedBackend(fmt, self.mode, None, self.seed)
+
+    def to_storage_exact(self, v):
+        return self.cast(np.asarray(v, dtype=np.float64), self.fmt)
+
     def to_storage(self, a, source):
         if source is self or (source.fmt == self.fmt):
             return a

@@ -51,7 +51,7 @@ class OrderPolicy:
     accumulate = None
 
     def __post_init__(self):
-        block_size(self.order)          # validates the order's spelling
+        block_size(self.order, 1)       # validates the order's spelling
 
     @property
     def label(self) -> str:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from roundoff_coverage import formats
 
-ORDERS = ("sequential", "pairwise", "blocked:K")
-_BLOCKED = re.compile(r"^blocked:(\d+)$")
+ORDERS = ("sequential", "pairwise", "blocked:K", "split:S")
+_BLOCKED = re.compile(r"^(blocked|split):(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,22 @@ class Policy:
     compute: format elementwise primitives round into before storing (None: storage).
     accumulate: format of the running sums of reductions, dot and matmul (None: storage);
     a reduction's result is rounded once more into storage.
-    order: ``sequential``, ``pairwise`` or ``blocked:K``.
-    fma: products in dot/matmul are fused with the accumulation (one rounding per term)."""
+    order: ``sequential``, ``pairwise``, ``blocked:K`` or ``split:S`` (split-k: the n terms
+    in S contiguous chunks of ceil(n/S), each summed sequentially, then the chunk sums).
+    fma: products in dot/matmul are fused with the accumulation (one rounding per term).
+
+    How accelerators accumulate dot products and matmul (sequential order only):
+    inner, promote: two-level accumulation -- runs of ``promote`` products accumulated in
+    the narrow format ``inner``, each run then added into the ``accumulate`` format
+    (CUTLASS's two-level accumulation for FP8 on Hopper; DeepGEMM promotes every 128
+    along k: DeepSeek-V3 technical report, 2024, sec. 3.3.2).
+    fixed_point, block: each block of ``block`` products, together with the running sum,
+    aligned to the largest exponent among them, every term truncated (toward zero) to
+    ``fixed_point`` fraction bits below it, the truncated terms summed exactly and rounded
+    once into ``accumulate`` (the DeepSeek-V3 report measures FP8 tensor cores keeping about
+    14 bits this way; the alignment-and-truncation model of NVIDIA tensor cores: Fasi,
+    Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021).
+    """
 
     storage: formats.BinaryFormat
     compute: formats.BinaryFormat | None = None
@@ -33,6 +47,10 @@ class Policy:
     order: str = "sequential"
     fma: bool = False
     name: str | None = None
+    inner: formats.BinaryFormat | None = None
+    promote: int | None = None
+    fixed_point: int | None = None
+    block: int = 32
 
     def __post_init__(self):
         object.__setattr__(self, "storage", formats.get(self.storage))
@@ -40,10 +58,35 @@ class Policy:
             value = getattr(self, key)
             object.__setattr__(self, key, formats.get(value) if value is not None
                                else self.storage)
-        block_size(self.order)      # validates
+        block_size(self.order, 1)      # validates
         if self.fma and self.order == "pairwise":
             raise ValueError("policy: fma fuses a product into a running sum; the pairwise "
                              "order has none (use sequential or blocked:K)")
+        if (self.inner is None) != (self.promote is None):
+            raise ValueError("policy: two-level accumulation needs both inner (the narrow "
+                             "format) and promote (products per run)")
+        if self.inner is not None:
+            object.__setattr__(self, "inner", formats.get(self.inner))
+            _positive(self.promote, "promote (products per run)")
+        if self.fixed_point is not None:
+            _positive(self.fixed_point, "fixed_point (fraction bits)")
+            _positive(self.block, "block (products per alignment)")
+            if self.fixed_point > 40 or self.block > 4096:
+                raise ValueError(f"policy: fixed_point keeps at most 40 bits over blocks of "
+                                 f"at most 4096 products, so that a block's sum is exact in "
+                                 f"binary64 (got {self.fixed_point} bits, {self.block})")
+            if self.inner is not None or self.fma:
+                raise ValueError("policy: fixed_point alignment is its own accumulation: "
+                                 "not with fma or two-level (inner, promote)")
+        if (self.inner is not None or self.fixed_point is not None) and \
+                self.order != "sequential":
+            raise ValueError(f"policy: hardware accumulation (promote, fixed_point) runs in "
+                             f"sequential order (got {self.order})")
+
+    @property
+    def hardware(self) -> bool:
+        """Whether products accumulate as an accelerator does (promote or fixed_point)."""
+        return self.inner is not None or self.fixed_point is not None
 
     @property
     def label(self) -> str:
@@ -60,18 +103,27 @@ class Policy:
         return ",".join(parts)
 
 
-def block_size(order: str) -> int | None:
-    """K of ``blocked:K``; None for sequential and pairwise; ValueError for anything else."""
+def block_size(order: str, n: int) -> int | None:
+    """K of ``blocked:K``, ceil(n/S) of ``split:S`` for n terms; None for sequential and
+    pairwise; ValueError for anything else."""
     if order in ("sequential", "pairwise"):
         return None
     m = _BLOCKED.match(order)
-    if not m or int(m.group(1)) < 1:
-        raise ValueError(f"reduction order must be sequential, pairwise or blocked:K with K >= 1 "
-                         f"(got {order!r})")
-    return int(m.group(1))
+    if not m or int(m.group(2)) < 1:
+        raise ValueError(f"reduction order must be sequential, pairwise, blocked:K or split:S "
+                         f"with K, S >= 1 (got {order!r})")
+    k = int(m.group(2))
+    return k if m.group(1) == "blocked" else max(1, -(-int(n) // k))
+
+
+def _positive(v, what):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"policy: {what} must be a positive integer (got {v!r})")
 
 
 PRESETS = ("strict", "fp32_accumulate", "fp32_accumulate_fma", "pairwise", "blocked32")
+# Policies with parameters, NAME:ARG[:ARG]: how accelerators accumulate (see Policy).
+PARAMETRIZED = ("fixed_point:B[:K]", "promote:K[:FORMAT]", "acc:FORMAT", "split_k:S", "tree")
 
 
 def preset(name: str, storage) -> Policy:
@@ -79,8 +131,15 @@ def preset(name: str, storage) -> Policy:
 
     strict: everything in the storage format, sequential order, no FMA.
     fp32_accumulate: low-precision storage, binary32 accumulation (tensor cores).
-    fp32_accumulate_fma: the same with fused multiply-adds.
+    fp32_accumulate_fma: the same with fused multiply-adds (an FMA chain).
     pairwise / blocked32: storage-format accumulation in pairwise / blocks-of-32 order.
+    fixed_point:B[:K]: blocks of K (32) products aligned and truncated to B bits, summed
+    exactly, rounded into binary32 (Policy.fixed_point).
+    promote:K[:FORMAT]: runs of K products in FORMAT (e8m13, "fp22"), each added into a
+    binary32 accumulator (Policy.promote).
+    acc:FORMAT: accumulation in FORMAT (a narrow accumulator: acc:e8m13).
+    split_k:S: binary32 accumulation in S contiguous chunks, then their sums (split-k).
+    tree: binary32 accumulation in pairwise order (a reduction tree).
     """
     storage = formats.get(storage)
     if name == "strict":
@@ -93,7 +152,42 @@ def preset(name: str, storage) -> Policy:
         return Policy(storage, order="pairwise", name="pairwise")
     if name == "blocked32":
         return Policy(storage, order="blocked:32", name="blocked32")
-    raise ValueError(f"unknown policy {name!r}; presets are {', '.join(PRESETS)}")
+    if name == "tree":
+        return Policy(storage, accumulate="binary32", order="pairwise", name="tree")
+    head, _, rest = name.partition(":")
+    args = rest.split(":") if rest else []
+    try:
+        if head == "fixed_point" and 1 <= len(args) <= 2:
+            return Policy(storage, accumulate="binary32", fixed_point=_int(args[0]),
+                          block=_int(args[1]) if len(args) == 2 else 32, name=name)
+        if head == "promote" and 1 <= len(args) <= 2:
+            return Policy(storage, accumulate="binary32", promote=_int(args[0]),
+                          inner=args[1] if len(args) == 2 else "e8m13", name=name)
+        if head == "acc" and len(args) == 1:
+            return Policy(storage, accumulate=args[0], name=name)
+        if head == "split_k" and len(args) == 1:
+            return Policy(storage, accumulate="binary32", order=f"split:{_int(args[0])}",
+                          name=name)
+    except (ValueError, KeyError) as exc:
+        raise ValueError(f"policy {name!r}: {str(exc).splitlines()[0]}") from None
+    raise ValueError(f"unknown policy {name!r}; presets are {', '.join(PRESETS)}, and "
+                     f"{', '.join(PARAMETRIZED)}")
+
+
+def _int(text):
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an integer") from None
+
+
+def is_name(name: str) -> bool:
+    """Whether ``name`` names a policy preset() makes (for any storage format)."""
+    try:
+        preset(name, "bfloat16")
+    except ValueError:
+        return False
+    return True
 
 
 def for_backend(policy, fmt, who: str) -> Policy:

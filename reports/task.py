@@ -54,7 +54,7 @@ class Task:
     def __post_init__(self):
         if self.fmt is None:
             object.__setattr__(self, "fmt", formats.get(self.format))
-        if self.accumulation is None and self.policy in numerics.PRESETS:
+        if self.accumulation is None and numerics.policy.is_name(self.policy):
             object.__setattr__(self, "accumulation",
                                numerics.policy.preset(self.policy, self.fmt))
 

@@ -23,6 +23,8 @@ gamma_k = k u / (1 - k u)):
 - matmul: per output entry a dot product of length k in the policy's order
   (bounds.matmul_bound: gamma_(k+1)(u_A) sum|x_i y_i| plus the products' underflow n eta_A
   (1 + gamma_k), plus the final rounding into storage).
+- under the accelerator policies (numerics.policy: promote, fixed_point) the dot products'
+  bounds are bounds.promote_dot_bound and bounds.fixed_point_dot_bound.
 - linear = fl(x W^T + b): the dot products' bound E, then one addition of two format values
   (exact below the normal range, so no eta): E + u (|x||W|^T + |b| + E).
 
@@ -124,6 +126,16 @@ def _dot_bound(abs_x, abs_y, fmt, mode, policy):
     if plain is None:
         return None
     order, acc, fma = plain
+    k = abs_x.shape[-1]
+    if policy.inner is not None:                 # two-level accumulation
+        return bounds.promote_dot_bound(bounds.abs_matmul_upper(abs_x, abs_y), k, fmt, mode,
+                                        policy.inner, policy.promote, policy.accumulate)
+    if policy.fixed_point is not None:           # fixed-point alignment per block
+        blocks = np.stack([bounds.abs_matmul_upper(abs_x[..., i:i + policy.block],
+                                                   abs_y[..., i:i + policy.block, :])
+                           for i in range(0, k, policy.block)], axis=-1)
+        return bounds.fixed_point_dot_bound(blocks, policy.block, fmt, mode,
+                                            policy.fixed_point, policy.accumulate)
     return bounds.matmul_bound(abs_x, abs_y, fmt, mode, order, fma, acc)
 
 

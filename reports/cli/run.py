@@ -16,7 +16,7 @@ from .report import check_report_dir, write_report
 
 RUN_LISTS = ("ops", "families", "formats", "modes", "routes", "policies", "implementations")
 RUN_KEYS = RUN_LISTS + ("samples", "seed", "exhaustive", "jobs", "out", "csv", "gate",
-                        "executor", "scheduler")
+                        "executor", "scheduler", "whole_range")
 
 
 def add(sub, shared):
@@ -58,6 +58,11 @@ def add(sub, shared):
                    help="a TOML file with any of these options (keys: "
                         + ", ".join(RUN_KEYS) + "); the command line wins")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    p.add_argument("--whole-range", action="store_true", default=None,
+                   help="the summary ranks the worst routes by their errors over the whole "
+                        "range (every draw: edges, special values, magnitudes too) and says "
+                        "what overflowed or underflowed inside; by default it ranks them on "
+                        "the ordinary domain (draws of sample kind ordinary)")
     p.add_argument("--gate", metavar="BASELINE", type=path_arg,
                    help="then gate the new results against the baseline results file "
                         "BASELINE (as 'gate --baseline BASELINE OUT' does, default "
@@ -91,8 +96,8 @@ def read_config(path) -> dict:
         elif key in ("samples", "seed", "jobs"):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise UsageError(f"config file {path}: {key} must be an integer")
-        elif key == "exhaustive" and not isinstance(value, bool):
-            raise UsageError(f"config file {path}: exhaustive must be true or false")
+        elif key in ("exhaustive", "whole_range") and not isinstance(value, bool):
+            raise UsageError(f"config file {path}: {key} must be true or false")
         elif key in ("out", "csv", "gate") and (not isinstance(value, str)
                                                 or not value.strip()):
             raise UsageError(f"config file {path}: {key} must be a path (got {value!r})")
@@ -140,7 +145,7 @@ def _selection(args, user):
         ops=ops, formats=tuple(fmts),
         modes=name_list(args.modes, "rounding mode", formats.MODES, ("nearest_even",), "--modes"),
         routes=name_list(args.routes, "route", evaluate.ROUTES, evaluate.ROUTES, "--routes"),
-        policies=name_list(args.policies, "policy", numerics.PRESETS, ("strict",), "--policies"),
+        policies=_policies(args.policies),
         implementations=name_list(args.implementations, "implementation",
                                   runner.IMPLEMENTATIONS, ("emulated",), "--implementations"),
         draws=samples, seed=seed,
@@ -181,7 +186,8 @@ def cmd_run(args) -> int:
               f"kept in {runner.checkpoint_path(out)}; rerun with --resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     if not args.quiet:
-        print(summary.text(outcome.rows, outcome.phases, outcome.wall))
+        print(summary.text(outcome.rows, outcome.phases, outcome.wall,
+                           "whole" if args.whole_range else "ordinary"))
         note = f" ({outcome.resumed} resumed from the checkpoint)" if outcome.resumed else ""
         print(f"peak memory of a worker: {outcome.peak_kib / 2**20:.2f} GiB")
         print(f"{outcome.total} tasks, {len(outcome.rows)} rows{note}: {out}"
@@ -227,3 +233,32 @@ def _cuda_device() -> str:
         return kernels.device()
     except kernels.KernelError as exc:
         raise UsageError(f"--implementations cuda: {exc}") from None
+
+
+class _PolicyNames:
+    """The policy names preset() takes: the presets and the parametrized ones (numerics.policy:
+    fixed_point:14, promote:128...); listed for close matches as the presets and templates."""
+
+    def __contains__(self, name):
+        from roundoff_coverage.numerics import policy
+        return policy.is_name(name)
+
+    def __iter__(self):
+        from roundoff_coverage.numerics import policy
+        return iter(policy.PRESETS + policy.PARAMETRIZED)
+
+
+def _policies(text):
+    """--policies: the names checked; a parametrized name with a bad parameter says why."""
+    names = name_list(text, "policy", _PolicyNames(), ("strict",), "--policies") \
+        if text is None or all(":" not in n for n in text.split(",")) else \
+        tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    from roundoff_coverage.numerics import policy
+    for n in names:
+        try:
+            policy.preset(n, "bfloat16")
+        except ValueError as exc:
+            raise UsageError(f"--policies: {exc}") from None
+    if not names:
+        raise UsageError("--policies: give at least one policy")
+    return names
