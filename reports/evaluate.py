@@ -32,7 +32,7 @@ from roundoff_coverage import numerics
 from . import implementations
 from .draws import Draws, draw, run_routes, sample_kinds
 from .measuring import (REPRO_MAX_ELEMENTS, Bounds, _apriori, _bound, _concat, by_magnitude,
-                        interval_bounds, measure_port, worst_case)
+                        interval_bounds, measure_port, per_sample, worst_case)
 from .task import (BATCH_FAMILIES, EXHAUSTIVE_FAMILIES, EXHAUSTIVE_MAX_BITS, ROUTES, Task,
                    attrs_text, base_row, batchable, exhaustible, jsonable, one_line, rng_for,
                    route_ports, status_rows)
@@ -43,8 +43,8 @@ __all__ = ["evaluate", "PHASES", "REF_EXTRA", "MAX_REF_PREC", "Task", "ROUTES",
            "BATCH_FAMILIES", "EXHAUSTIVE_FAMILIES", "EXHAUSTIVE_MAX_BITS", "attrs_text",
            "jsonable", "rng_for", "one_line", "route_ports", "base_row", "status_rows",
            "batchable", "exhaustible", "Draws", "draw", "sample_kinds", "run_routes",
-           "REPRO_MAX_ELEMENTS", "Bounds", "measure_port", "by_magnitude", "worst_case",
-           "interval_bounds"]
+           "REPRO_MAX_ELEMENTS", "Bounds", "measure_port", "per_sample", "by_magnitude",
+           "worst_case", "interval_bounds"]
 
 # The reference starts at the format's precision + REF_EXTRA bits and doubles until settled
 # (numerics.settle), at most MAX_REF_PREC bits.
@@ -192,7 +192,8 @@ def _rows(task, d, fmt, backend, route, got, ref, prec, bounds):
         row["exhaustive"] = d.kinds == ["exhaustive"]
         comp, where = _concat(got, i, fmt, backend, port.scalar)
         exact, _ = _concat(ref, i, fmt, None)
-        ulp = measure_port(row, comp, exact, fmt, bounds.ulps, *bounds.port(j))
+        ulp = measure_port(row, comp, exact, fmt, bounds.ulps, *bounds.port(j),
+                           *per_sample(d, where))
         if ulp is not None:
             size = int(np.prod(port.shape, dtype=np.int64)) if port.shape else 1
             row["worst"] = worst_case(d, ulp, where, comp, exact, route, fmt, size)

@@ -467,6 +467,7 @@ def row(m: Measurement, t: Target, tally: Tally) -> dict:
     worst, exact = settle(m, t, tally)
     max_ulp = abs(worst["ulp"]) if worst else None
     extremes = max(abs(tally.min), abs(tally.max)) if tally.measured else None
+    lo, hi = _signed_extrema(tally, worst)
     return empty_row(
         op=m.target, instance="measure", attrs={"reference": m.reference}, route="forward",
         port="out", format=m.format, mode="nearest_even", policy="-",
@@ -476,8 +477,7 @@ def row(m: Measurement, t: Target, tally: Tally) -> dict:
         exhaustive=m.exhaustive, samples=tally.n, max_ulp=max_ulp,
         p99_ulp=tally.p99(max_ulp if max_ulp is not None else extremes),
         mean_ulp=tally.mean,
-        min_signed_ulp=tally.min if tally.measured else None,
-        max_signed_ulp=tally.max if tally.measured else None,
+        min_signed_ulp=lo, max_signed_ulp=hi,
         max_rel=tally.max_rel,
         exceptional={c: int(k) for c, k in zip(metrics.CLASSES, tally.counts)
                      if c != "ok" and k},
@@ -485,13 +485,43 @@ def row(m: Measurement, t: Target, tally: Tally) -> dict:
         incorrectly_rounded=tally.not_cr, resolved_exactly=tally.resolved)
 
 
+def _signed_extrema(tally: Tally, worst) -> tuple:
+    """(min, max) signed error: the screen's extremes (within 2**(p-40) ulp), except that
+    the one on the side of the largest |error| is that error, resolved exactly, and neither
+    reaches past it (so |min|, |max| <= max_ulp, as in the coverage run's rows)."""
+    if not tally.measured:
+        return None, None
+    lo, hi = tally.min, tally.max
+    if worst is not None:
+        top = abs(worst["ulp"])
+        lo, hi = max(lo, -top), min(hi, top)
+        if worst["ulp"] > 0:
+            hi = worst["ulp"]
+        elif worst["ulp"] < 0:
+            lo = worst["ulp"]
+    return min(lo, hi), max(lo, hi)
+
+
+def rate(n: int, seconds: float) -> str:
+    """``n`` inputs in ``seconds`` as a rate with an SI prefix (k, M, G inputs/s), 3
+    significant digits; a scan too short to time says so."""
+    if seconds <= 0 or n <= 0:
+        return "rate not measured"
+    r = n / seconds
+    for scale, prefix in ((1e9, "G "), (1e6, "M "), (1e3, "k "), (1.0, "")):
+        if r >= scale:
+            return f"{r / scale:.3g} {prefix}inputs/s"
+    return f"{r:.3g} inputs/s"
+
+
 def text(o: MeasureOutcome) -> str:
     """The terminal summary of a measurement."""
     r = o.row
     w = r["worst"]
+    wall = f"{o.wall:.1f}" if o.wall >= 10 else f"{o.wall:.3g}"
     lines = [f"{r['op']} in {r['format']} against {r['attrs']['reference']} correctly rounded: "
              f"{r['samples']} inputs ({'all' if r['exhaustive'] else 'random'}), "
-             f"{o.wall:.1f} s ({r['samples'] / max(o.wall, 1e-9) / 1e6:.1f} M inputs/s)"]
+             f"{wall} s ({rate(r['samples'], o.wall)})"]
     if w is None:
         lines.append("no measurable error (every output NaN or exceptional)")
     else:

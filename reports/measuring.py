@@ -6,6 +6,13 @@ has an exponent no rational can hold; the clamped value rounds alike, measures a
 and within 2**-64 ulp below; non-scalar outputs -- index, Boolean, integer -- compared
 exactly, ``mismatches``); ``worst_case`` the reproducer of the largest error.
 
+Given the sample kind of each element (``per_sample``), a row also gets its statistics per
+kind (``by_kind``), so reports can show the ordinary domain apart from the edges, special
+values and magnitudes; and for unary elementwise operators, each sample's error against its
+input (``by_input``) and the range of inputs where the route overflowed or underflowed
+inside (``inside``).  Every set of samples gets ``statistics``: ulps, bits of error
+(reports/rows.py) and ``buckets``.
+
 Bounds, for the emulated model: every sample's error against (a) the operator's roundoff
 certificate -- a fixed number of ulps, or an a priori formula of the inputs (routes.apriori)
 under the task's declared policy: ``bound`` (the largest, in ulps), ``bound_ratio`` (the
@@ -25,6 +32,7 @@ from roundoff_coverage import formats, numerics, routes
 from roundoff_coverage.numerics import metrics
 from roundoff_coverage.numerics.metrics import clamp_exact
 
+from . import rows
 from .draws import run_routes
 from .task import route_ports
 
@@ -108,27 +116,45 @@ def _is_objects(a):
     return np.asarray(a).dtype == object
 
 
-def measure_port(row, comp, exact, fmt, bound, apriori=None, interval=None):
+# The fields measure_port fills (a remeasured row resets them first: reports/torch_impl.py).
+METRIC_FIELDS = ("samples", "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp",
+                 "max_signed_ulp", "max_bits", "mean_bits", "max_rel", "exceptional",
+                 "unmeasured", "mismatches", "histogram", "by_magnitude", "buckets", "by_kind",
+                 "inside", "by_input", "worst")
+
+
+def measure_port(row, comp, exact, fmt, bound, apriori=None, interval=None, kinds=None,
+                 inputs=None):
     """Fill ``row``'s metrics from computed values and exact values of one port; returns the
     ulp errors (None for non-scalar ports).  ``bound``: a fixed bound in ulps; ``apriori``,
-    ``interval``: absolute bounds per element (routes.apriori, numerics.bounding)."""
+    ``interval``: absolute bounds per element (routes.apriori, numerics.bounding);
+    ``kinds``, ``inputs``: the sample kind of each element and a unary elementwise
+    operator's (input name, input values), as ``per_sample`` gives them, or None."""
     row["samples"] = int(comp.size)
     if comp.dtype != object and comp.dtype.kind in "biu" or not _scalar_exact(exact):
         # Exact comparison; Python ints (object arrays) so uint64 and int64 compare exactly.
         same = np.asarray(comp).astype(object) == np.asarray(exact).astype(object)
         row["mismatches"] = int(comp.size - np.count_nonzero(same))
         return None
-    exact = _exact_values(comp, clamp_exact(exact, fmt), fmt)
+    clamped = clamp_exact(exact, fmt)
+    exact = _exact_values(comp, clamped, fmt)
     m = metrics.measure(comp, exact, fmt)
+    m = m._replace(ulp=_exact_zeros(m.ulp, comp, clamped, exact, fmt))
     stats = metrics.summary(m.ulp)
-    row.update(max_ulp=stats["max"], p99_ulp=stats["p99"], mean_ulp=stats["mean"],
-               min_signed_ulp=stats["min_signed"], max_signed_ulp=stats["max_signed"],
-               unmeasured=stats["nan_count"], histogram=stats["histogram"]["counts"])
+    bits = error_bits(m, fmt)
+    row.update({k: v for k, v in statistics(m.ulp, bits, m.codes, stats).items()
+                if k != "samples"})
+    row.update(min_signed_ulp=stats["min_signed"], max_signed_ulp=stats["max_signed"],
+               histogram=stats["histogram"]["counts"])
     rel = np.abs(m.rel[~np.isnan(m.rel)])
     row["max_rel"] = float(rel.max()) if rel.size else None
-    row["exceptional"] = {k: n for k, n in metrics.summarize_classes(m.codes).items()
-                          if k != "ok" and n}
     row["by_magnitude"] = by_magnitude(m.ulp, exact, fmt)
+    if kinds is not None:
+        row["by_kind"] = {k: statistics(m.ulp[kinds == k], None if bits is None else
+                                        bits[kinds == k], m.codes[kinds == k])
+                          for k in dict.fromkeys(kinds.tolist())}
+    row["inside"] = inside(m.ulp, m.codes, kinds, inputs)
+    row["by_input"] = by_input(m.ulp, kinds, inputs)
     if apriori is not None:
         _check(row, "", apriori, m, exact, fmt)
     elif bound is not None:
@@ -142,6 +168,124 @@ def measure_port(row, comp, exact, fmt, bound, apriori=None, interval=None):
         _check(row, "interval_", interval, m, exact, fmt)
         row["violations"] = (row["violations"] or 0) + row.pop("interval_violations")
     return m.ulp
+
+
+# ----- statistics of a set of samples ----------------------------------------------------------
+
+def error_bits(m, fmt):
+    """Bits of error of each sample (reports/rows.py: log2(1 + |ord(computed) -
+    ord(RN(exact))|), numerics.metrics.error_bits) capped at the format's width; NaN where
+    the error is not a number; None for formats beyond binary64 (no ordinals).  For formats
+    of at most 26 bits RN rounds the exact value's binary64 stand-in (_exact_values), which
+    can only pick the other neighbour for exact values within 2**-53 relative of a
+    midpoint."""
+    if m.bits is None:
+        return None
+    return np.minimum(np.asarray(m.bits, dtype=np.float64).reshape(-1), float(fmt.bits))
+
+
+def buckets(ulp) -> list:
+    """Counts of samples by |error| (rows.BUCKET_LABELS): exactly 0, then in (0, 0.5],
+    (0.5, 1], (1, 2], (2, 4], (4, 16], (16, 256], above 256 ulp, and NaN errors last."""
+    a = np.abs(np.asarray(ulp, dtype=np.float64).reshape(-1))
+    nan = np.isnan(a)
+    a = a[~nan]
+    upper = np.array(rows.BUCKET_EDGES[1:])
+    # searchsorted "left": edges[i-1] < a <= edges[i]; past the last edge: "> 256".
+    inner = np.bincount(np.searchsorted(upper, a[a > 0], side="left"),
+                        minlength=upper.size + 1)
+    return [int((a == 0).sum())] + [int(n) for n in inner] + [int(nan.sum())]
+
+
+def statistics(ulp, bits, codes, summary=None) -> dict:
+    """rows.KIND_STATS of one set of samples: their count, max, p99 and mean |error| in ulp
+    (numerics.metrics.summary, or ``summary`` of these errors when given), max and mean bits
+    of error (None without measurable errors or ordinals), NaN errors, exceptional outcomes
+    by class and ``buckets``."""
+    s = metrics.summary(ulp) if summary is None else summary
+    b = np.zeros(0) if bits is None else bits[~np.isnan(bits)]
+    return {"samples": int(np.asarray(ulp).size), "max_ulp": s["max"], "p99_ulp": s["p99"],
+            "mean_ulp": s["mean"], "max_bits": float(b.max()) if b.size else None,
+            "mean_bits": float(b.mean()) if b.size else None, "unmeasured": s["nan_count"],
+            "exceptional": {k: n for k, n in metrics.summarize_classes(codes).items()
+                            if k != "ok" and n},
+            "buckets": buckets(ulp)}
+
+
+# Exceptional outcomes by what went wrong inside a route (numerics.metrics.CLASSES).
+INSIDE = (("overflow", ("overflow_to_inf", "overflow_to_nan", "overflow_to_max")),
+          ("underflow", ("underflow_to_zero",)), ("nan", ("nan_from_finite",)))
+
+
+def inside(ulp, codes, kinds, inputs) -> dict:
+    """{what: {"samples", "kinds": {kind: samples}, and for a unary elementwise operator
+    "input", "min_abs_input", "max_abs_input"}} of the exceptional outcomes (INSIDE) whose
+    error is >= 1 ulp or NaN: not even a faithful rounding of the exact value, so the
+    overflow, underflow or NaN happened inside the route (exp's gradient overflowing where
+    exp(x) * cotangent is finite), not in the rounding of a result beyond the range."""
+    a = np.abs(np.asarray(ulp, dtype=np.float64).reshape(-1))
+    codes = np.asarray(codes).reshape(-1)
+    out = {}
+    for what, classes in INSIDE:
+        hit = np.isin(codes, [metrics.CLASSES.index(c) for c in classes]) & ~(a < 1)
+        if not hit.any():
+            continue
+        entry = {"samples": int(hit.sum())}
+        if kinds is not None:
+            entry["kinds"] = {k: int((kinds[hit] == k).sum())
+                              for k in dict.fromkeys(kinds[hit].tolist())}
+        if inputs is not None:
+            ax = np.abs(inputs[1][hit])
+            ax = ax[~np.isnan(ax)]
+            if ax.size:
+                entry.update(input=inputs[0], min_abs_input=float(ax.min()),
+                             max_abs_input=float(ax.max()))
+        out[what] = entry
+    return out
+
+
+def by_input(ulp, kinds, inputs) -> dict | None:
+    """{"input": name, "kinds": [kind names], "points": [[x, ulp error, kind index], ...]}
+    of a unary elementwise operator (None for others): every sample with a measurable
+    error and a number as input, by increasing x; beyond rows.POINTS_MAX samples (an
+    enumerated format), the inputs in increasing order are cut into POINTS_MAX runs and
+    the largest |error| of each run is kept."""
+    if inputs is None:
+        return None
+    name, x = inputs
+    err = np.asarray(ulp, dtype=np.float64).reshape(-1)
+    keep = np.flatnonzero(~np.isnan(err) & ~np.isnan(x))
+    keep = keep[np.argsort(x[keep], kind="stable")]
+    if keep.size > rows.POINTS_MAX:
+        keep = np.array([run[int(np.argmax(np.abs(err[run])))]
+                         for run in np.array_split(keep, rows.POINTS_MAX)])
+    names = list(dict.fromkeys(kinds.tolist())) if kinds is not None else []
+    index = {k: i for i, k in enumerate(names)}
+    return {"input": name, "kinds": names,
+            "points": [[float(x[i]), float(err[i]),
+                        index[kinds[i]] if kinds is not None else 0] for i in keep]}
+
+
+def per_sample(d, where):
+    """(kinds, inputs) of the measured elements ``where`` ([(draw, element)], as _concat
+    lists them): the sample kind of each (an object array), and for a unary elementwise
+    operator -- one value input whose element i goes with element i of the port -- (the
+    input's name, its float64 value at each element); inputs None for other operators."""
+    draw = np.fromiter((k for k, _ in where), dtype=np.int64, count=len(where))
+    elem = np.fromiter((j for _, j in where), dtype=np.int64, count=len(where))
+    kinds = np.asarray(d.kinds, dtype=object)[draw] if len(where) else np.zeros(0, object)
+    values = [i for i, p in enumerate(d.op.inputs) if p.differentiable]
+    if not d.elementwise or len(values) != 1 or not len(where):
+        return kinds, None
+    i = values[0]
+    x = np.empty(len(where))
+    for k in np.unique(draw):
+        xs = np.asarray(d.inputs[k][i])
+        sel = draw == k
+        if xs.dtype.kind != "f" or xs.size != sel.sum():
+            return kinds, None                        # not one input element per element
+        x[sel] = np.asarray(xs, dtype=np.float64).reshape(-1)[elem[sel]]
+    return kinds, (d.op.input_names[i], x)
 
 
 def _check(row, prefix, b, m, exact, fmt):
@@ -229,6 +373,28 @@ def _exact_values(comp, exact, fmt):
     if zero.any():
         out[zero] = np.copysign(0.0, np.where(np.isnan(comp[zero]), 1.0, comp[zero]))
     return out
+
+
+def _exact_zeros(ulp, comp, exact, standin, fmt):
+    """``ulp`` with its zeros made exact: where the binary64 stand-in of _exact_values hit
+    the computed value but is not the exact value itself (exp(2**-126) is 1 + 2**-126), the
+    error is recomputed from the exact value (a few elements, the rational path), so an
+    error of 0 ulp (``buckets``) means computed = exact."""
+    if standin is exact:
+        return ulp
+    flat = np.asarray(exact, dtype=object).reshape(-1)
+    moved = []
+    for i in np.flatnonzero(np.asarray(ulp).reshape(-1) == 0):
+        m = getattr(flat[i], "_mpf_", None)
+        # (sign, man, exp, bits): a binary64 holds it exactly when its significand has at
+        # most 53 bits and it is not below the normal range; zero, inf, NaN have man 0.
+        if m is not None and m[1] and (m[3] > 53 or m[2] + m[3] - 1 < -1022):
+            moved.append(i)
+    if not moved:
+        return ulp
+    out = np.array(ulp, dtype=np.float64, copy=True).reshape(-1)
+    out[moved] = metrics.ulp_error(np.asarray(comp).reshape(-1)[moved], flat[moved], fmt)
+    return out.reshape(np.shape(ulp))
 
 
 def _scalar_exact(exact) -> bool:

@@ -20,12 +20,15 @@ class ReproduceError(ValueError):
 
 
 def reproduce(results, row) -> dict:
-    """The worst case of ``row`` (a row dict or pandas Series of the results ``results``, a
-    path or a loaded JSON document): {"op": routes Op, "format": BinaryFormat, "route",
-    "inputs", "tangents", "cotangents": {port name: float64 array or words}, "worst": the
-    row's reproducer}.  Tangents and cotangents are present for their routes only."""
+    """The worst case of ``row`` (a row dict of the results ``results``, or a row of its
+    ``reports.load`` frame; ``results`` a path or a loaded JSON document): {"op": routes Op,
+    "format": BinaryFormat, "route", "inputs", "tangents", "cotangents": {port name: float64
+    array or words}, "worst": the row's reproducer}.  Tangents and cotangents are present
+    for their routes only."""
     doc = results if isinstance(results, dict) else _read(results)
     row = dict(row)
+    if "attrs" not in row and "attributes" in row:       # a row of reports.load's frame
+        row["attrs"] = row["attributes"]
     worst = row.get("worst")
     if not isinstance(worst, dict) or "draw" not in worst:
         raise ReproduceError(f"row {row.get('op')}/{row.get('route')} has no worst case to "

@@ -7,7 +7,8 @@ floats as Python's shortest round-trip repr, non-finite floats as the strings ``
 depends on time, worker order or --jobs, so the same command and seed give the same bytes.
 ``write(path, doc, csv=None)`` writes atomically (a temporary file in the same folder, then
 os.replace).  ``load(path) -> pandas.DataFrame`` (one row per measured route, the columns of
-ROW_FIELDS; floats back to float); ``to_csv(frame, path)`` with nested fields as JSON text.
+ROW_FIELDS with ``attrs`` named ``attributes`` (FRAME_NAMES); floats back to float);
+``to_csv(frame, path)`` with nested fields as JSON text.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def document(records, selection) -> dict:
         "selection": selection.describe(),
         "machine": {"system": platform.system(), "machine": platform.machine()},
         "histogram_edges_ulp": list(HIST_EDGES),
+        "bucket_edges_ulp": list(rows.BUCKET_EDGES),
         "reference": getattr(selection, "reference_text", COVERAGE_REFERENCE),
         "units": {f.name: f.unit or "1" for f in rows.FIELDS
                   if f.unit or f.kind in (rows.RATIO, rows.REL)}}),
@@ -269,7 +271,63 @@ def field_problems(row) -> list:
         out.append(("min_signed_ulp", f"min_signed_ulp {_shown(row['min_signed_ulp'])} exceeds "
                                       f"max_signed_ulp {_shown(row['max_signed_ulp'])}: it "
                                       f"must be <= max_signed_ulp"))
+    if values.get("mean_bits", 0.0) > values.get("max_bits", math.inf):
+        out.append(("mean_bits", f"mean_bits {_shown(row['mean_bits'])} exceeds max_bits "
+                                 f"{_shown(row['max_bits'])}: it must be <= max_bits"))
+    return out + _kind_field_problems(row)
+
+
+def _kind_field_problems(row) -> list:
+    """field_problems of ``buckets``, ``by_kind``, ``inside`` and ``by_input`` (absent from
+    files written before them: None passes)."""
+    out = []
+    problem = _buckets_problem(row.get("buckets"), row.get("samples"))
+    if problem:
+        out.append(("buckets", f"buckets {problem}"))
+    v = row.get("by_kind")
+    if v is not None:
+        problem = "must map sample kinds to objects" if not isinstance(v, dict) else next(
+            (f"[{k!r}] {p}" for k, stats in v.items()
+             for p in [_kind_problem(stats)] if p), None)
+        if problem:
+            out.append(("by_kind", f"by_kind {problem}"))
+    for name in ("inside", "by_input"):
+        v = row.get(name)
+        if v is not None and not isinstance(v, dict):
+            out.append((name, f"{name} must be an object or null (got {_shown(v)})"))
     return out
+
+
+def _buckets_problem(v, samples) -> str | None:
+    """What is wrong with a ``buckets`` list (rows.BUCKET_LABELS), or None: one count per
+    bucket, adding up to ``samples`` when that is a count."""
+    if v is None:
+        return None
+    n = len(rows.BUCKET_LABELS)
+    if not (isinstance(v, list) and len(v) == n and all(_count(c) for c in v)):
+        return f"must be a list of {n} non-negative integer counts (got {_shown(v)})"
+    if _count(samples) and sum(v) != samples:
+        return f"add up to {sum(v)}, not to the {samples} samples"
+    return None
+
+
+def _kind_problem(stats) -> str | None:
+    """What is wrong with one sample kind's statistics (rows.KIND_STATS), or None."""
+    if not isinstance(stats, dict):
+        return f"must be an object of statistics (got {_shown(stats)})"
+    for name in ("samples", "unmeasured"):
+        if stats.get(name) is not None and not _count(stats[name]):
+            return f"{name} must be a non-negative integer (got {_shown(stats[name])})"
+    for name in ("max_ulp", "p99_ulp", "mean_ulp", "max_bits", "mean_bits"):
+        v = stats.get(name)
+        f = None if v is None else _float(v)
+        if v is not None and (f is None or math.isnan(f) or f < 0):
+            return f"{name} must be a number >= 0, inf or null (got {_shown(v)})"
+    exc = stats.get("exceptional")
+    if exc is not None and not (isinstance(exc, dict) and all(_count(n) for n in exc.values())):
+        return f"exceptional must map outcome classes to counts (got {_shown(exc)})"
+    problem = _buckets_problem(stats.get("buckets"), stats.get("samples"))
+    return f"buckets {problem}" if problem else None
 
 
 def check(doc, path, role="results file", strict=True) -> dict:
@@ -309,11 +367,20 @@ def check(doc, path, role="results file", strict=True) -> dict:
     return doc
 
 
+# The DataFrame's names of row fields that pandas shadows: ``Series.attrs`` and
+# ``DataFrame.attrs`` are pandas' own metadata, so a row's ``row.attrs`` could never be the
+# operator's attributes.  The frame (and its CSV export) calls that column ``attributes``.
+FRAME_NAMES = {"attrs": "attributes"}
+FRAME_COLUMNS = tuple(FRAME_NAMES.get(f, f) for f in ROW_FIELDS)
+
+
 def frame(doc):
-    """A tidy DataFrame of a results document: one row per (route, port) measured."""
+    """A tidy DataFrame of a results document: one row per (route, port) measured; the
+    columns FRAME_COLUMNS (the row fields, ``attrs`` as ``attributes``), the file's meta in
+    ``df.attrs["meta"]``."""
     import pandas as pd
-    rows = [{f: r.get(f) for f in ROW_FIELDS} for r in doc["rows"]]
-    df = pd.DataFrame(rows, columns=list(ROW_FIELDS))
+    records = [{FRAME_NAMES.get(f, f): r.get(f) for f in ROW_FIELDS} for r in doc["rows"]]
+    df = pd.DataFrame(records, columns=list(FRAME_COLUMNS))
     for f in FLOAT_FIELDS:
         df[f] = pd.to_numeric(df[f].map(_number), errors="coerce").astype("float64")
     for f in ("samples", "unmeasured"):
@@ -334,15 +401,18 @@ def _number(v):
 
 
 def load(path):
-    """``reports.load``: the results file at ``path`` as a pandas DataFrame (ROW_FIELDS
-    columns; ``df.attrs["meta"]`` holds the meta object)."""
+    """``reports.load``: the results file at ``path`` as a pandas DataFrame (FRAME_COLUMNS:
+    the row fields, the operator's attributes as ``attributes``, so ``row.attributes``
+    reaches them on a row; ``df.attrs["meta"]`` holds the meta object)."""
     return frame(read(path))
 
 
 def to_csv(df, path) -> None:
-    """CSV export: nested fields (attrs, exceptional, histogram, worst) as JSON text."""
+    """CSV export of a ``frame``: its columns, nested fields (attributes, exceptional,
+    histogram, by_kind, worst...) as JSON text."""
     out = df.copy()
     for f in NESTED_FIELDS:
+        f = FRAME_NAMES.get(f, f)
         out[f] = out[f].map(lambda v: json.dumps(v, sort_keys=True) if v is not None else "")
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".csv", dir=folder)

@@ -9,7 +9,15 @@ report refuse two rows of one key); ``sort_key(row)`` the order rows are written
 Kinds: ``key`` (text, part of the key), ``text``, ``bool``, ``count`` (a non-negative
 integer), ``ulp`` (a non-negative number of ulps or inf), ``signed`` (signed ulps),
 ``ratio`` (a non-negative ratio), ``rel`` (a non-negative relative error), ``bits`` (a
-positive precision), ``nested`` (JSON data: an object or a list).
+positive precision), ``error_bits`` (bits of error: a number in [0, the format's width]),
+``nested`` (JSON data: an object or a list).
+
+Bits of error (Herbie's measure, numerics.metrics.error_bits): log2(1 + |ord(computed) -
+ord(RN(exact))|), where ord numbers the format's values consecutively (both zeros are 0,
++-inf one past +-max_finite) and RN(exact) is the exact value rounded to nearest-even into
+the format; capped at the format's width.  0 bits: the correctly rounded result; 1 bit: its
+neighbour; the width: every bit wrong.  So an error of 1e44 ulp reads as about 30 of
+binary32's 32 bits, and errors compare across formats.
 """
 
 from __future__ import annotations
@@ -17,8 +25,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-KEY, TEXT, BOOL, COUNT, ULP, SIGNED, RATIO, REL, BITS, NESTED = (
-    "key", "text", "bool", "count", "ulp", "signed", "ratio", "rel", "bits", "nested")
+KEY, TEXT, BOOL, COUNT, ULP, SIGNED, RATIO, REL, BITS, ERROR_BITS, NESTED = (
+    "key", "text", "bool", "count", "ulp", "signed", "ratio", "rel", "bits", "error_bits",
+    "nested")
+
+# ``buckets``: counts of samples by |error| as hardware vendors' accuracy reports give them:
+# exactly 0, (0, 0.5], (0.5, 1], (1, 2], (2, 4], (4, 16], (16, 256], above 256 ulp, then
+# the samples whose error is not a number (``unmeasured``); they add up to ``samples``.
+BUCKET_EDGES = (0.0, 0.5, 1.0, 2.0, 4.0, 16.0, 256.0)
+BUCKET_LABELS = ("0", "<= 0.5", "<= 1", "<= 2", "<= 4", "<= 16", "<= 256", "> 256",
+                 "unmeasurable")
+# ``by_kind``: {sample kind: these statistics over the draws of that kind}, with the units
+# and meanings of the row fields of the same names.  The kinds are routes.registry's
+# (ordinary, edges, special, magnitudes), or ``exhaustive`` for enumerated inputs.
+KIND_STATS = ("samples", "max_ulp", "p99_ulp", "mean_ulp", "max_bits", "mean_bits",
+              "unmeasured", "exceptional", "buckets")
+# ``by_input``: at most this many points per row.
+POINTS_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -57,8 +80,12 @@ FIELDS = (
     Field("max_ulp", ULP, "ulp", "the largest |error|"),
     Field("p99_ulp", ULP, "ulp", "the 99th percentile of |error|"),
     Field("mean_ulp", ULP, "ulp", "the mean |error|"),
+    # measure: the signed extremum on the side of the largest |error| is that error,
+    # resolved exactly; the other is the screen's, within 2**(p-40) ulp (reports/measure.py).
     Field("min_signed_ulp", SIGNED, "ulp", "the smallest signed error"),
     Field("max_signed_ulp", SIGNED, "ulp", "the largest signed error"),
+    Field("max_bits", ERROR_BITS, "bits", "the largest bits of error (module docstring)"),
+    Field("mean_bits", ERROR_BITS, "bits", "the mean bits of error"),
     Field("max_rel", REL, doc="the largest relative error"),
     Field("bound", ULP, "ulp", "the a priori (certificate) bound, largest over the samples"),
     Field("bound_ratio", RATIO, doc="the largest measured / a priori bound"),
@@ -73,6 +100,15 @@ FIELDS = (
     Field("mismatches", COUNT, doc="elements that differ at non-value ports"),
     Field("histogram", NESTED, doc="counts of |error| by binade (numerics.metrics)"),
     Field("by_magnitude", NESTED, doc="the largest |error| by binade of the exact value"),
+    Field("buckets", NESTED, doc="counts of samples by |error| in ulp (BUCKET_LABELS)"),
+    Field("by_kind", NESTED, doc="the statistics of each sample kind (KIND_STATS)"),
+    Field("inside", NESTED, doc="exceptional outcomes that are not even a faithful rounding "
+          "of the exact value (|error| >= 1 ulp or NaN: an overflow, underflow or NaN inside "
+          "the route), by what (overflow, underflow, nan): samples, their kinds and, for a "
+          "unary elementwise operator, the range of |input| where they happened"),
+    Field("by_input", NESTED, doc="a unary elementwise operator's error at each sample "
+          "against its input: input name, kinds, [[input, ulp error, kind index], ...] "
+          "(at most POINTS_MAX points: beyond, the largest error of each run of inputs)"),
     Field("ref_prec", BITS, "bits", "the reference's working precision"),
     Field("worst", NESTED, doc="the worst input: bit patterns, computed and exact values"),
     Field("incorrectly_rounded", COUNT, doc="results not correctly rounded (measure)"),
@@ -93,9 +129,9 @@ FIELDS = (
 BY_NAME = {f.name: f for f in FIELDS}
 ROW_FIELDS = tuple(f.name for f in FIELDS)
 KEY_FIELDS = tuple(f.name for f in FIELDS if f.kind == KEY)
-NONNEGATIVE_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, RATIO, REL))
+NONNEGATIVE_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, RATIO, REL, ERROR_BITS))
 SIGNED_FIELDS = tuple(f.name for f in FIELDS if f.kind == SIGNED)
-FLOAT_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, SIGNED, RATIO, REL))
+FLOAT_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, SIGNED, RATIO, REL, ERROR_BITS))
 COUNT_FIELDS = tuple(f.name for f in FIELDS if f.kind == COUNT)
 NESTED_FIELDS = ("attrs",) + tuple(f.name for f in FIELDS if f.kind == NESTED)
 # ``convention``: measured, where the implementation's convention differs from the rule's

@@ -50,7 +50,7 @@ from roundoff_coverage import formats, numerics
 from . import rows as R
 from .draws import run_routes
 from .implementations import Implementation
-from .measuring import measure_port, worst_case
+from .measuring import METRIC_FIELDS, measure_port, per_sample, worst_case
 from .task import one_line, route_ports
 
 INSTALL = "torch is not installed (pip install roundoff-coverage[torch])"
@@ -61,9 +61,7 @@ DTYPES = {"bfloat16": "bfloat16", "binary16": "float16", "binary32": "float32",
 FLOAT8 = {"float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
           "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
 # The row fields a measurement fills (reset before a convention's measurement).
-_METRICS = ("samples", "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp", "max_signed_ulp",
-            "max_rel", "exceptional", "unmeasured", "mismatches", "histogram", "by_magnitude",
-            "worst")
+_METRICS = METRIC_FIELDS                 # reset before a row is measured again
 # Messages of torch calls that a dtype is not supported (the zero probe).
 _UNSUPPORTED = ("not implemented for", "Unsupported dtype", "Expected both inputs to be Half",
                 "doesn't support tensors of type")
@@ -474,7 +472,8 @@ def _apply_conventions(impl, route, rows, conventions):
         comp, exact = np.concatenate(comp), np.concatenate(exact)
         for f in _METRICS:
             row[f] = fresh[f]
-        ulp = measure_port(row, comp, exact, impl.fmt, None)
+        ulp = measure_port(row, comp, exact, impl.fmt, None, None, None,
+                           *per_sample(d, where))
         if ulp is not None:
             size = int(np.prod(port.shape, dtype=np.int64)) if port.shape else 1
             row["worst"] = worst_case(d, ulp, where, comp, exact, route, impl.fmt, size)

@@ -259,11 +259,26 @@ def browser():
         yield b
 
 
-def _values(doc, key, descending):
-    """The row values of ``key`` as the table sorts them: numbers first, in order."""
-    nums = [model.number(r.get(key)) for r in doc["rows"]]
+def _values(doc, key, descending, view="whole"):
+    """The row values of ``key`` as the table sorts them in ``view``: numbers first, in
+    order; on the ordinary domain, those of the rows' ``by_kind["ordinary"]``."""
+    if view == "ordinary":
+        nums = [model.number(((r.get("by_kind") or {}).get("ordinary") or {}).get(key))
+                for r in doc["rows"]]
+    else:
+        nums = [model.number(r.get(key)) for r in doc["rows"]]
     nums = [v for v in nums if v is not None and not math.isnan(v)]
     return sorted(nums, reverse=descending)
+
+
+_VISIBLE = ("[...document.querySelectorAll('{}')].filter(e => e.getClientRects().length)"
+            ".map(e => e.textContent)")
+_FILLS = ("[...document.querySelectorAll('svg.heatmap a rect')].map(r => [r.getAttribute("
+          "'fill'), r.getAttribute('data-ordinary'), r.getAttribute('data-whole')])")
+
+
+def _switch(browser, view):
+    browser.evaluate(f"document.querySelector('input[name=view][value={view}]').click()")
 
 
 def test_report_in_chromium(browser, report_dir, run_file, tmp_path):
@@ -279,6 +294,18 @@ def test_report_in_chromium(browser, report_dir, run_file, tmp_path):
     assert browser.evaluate("document.getElementById('table-count').textContent") == \
         f"{len(doc['rows'])} of {len(doc['rows'])} rows"
 
+    # The page opens on the ordinary domain and says so; the heat map's cells are filled
+    # with their ordinary-domain colours.
+    assert browser.evaluate("document.body.dataset.view") == "ordinary"
+    assert browser.evaluate("document.querySelector('input[name=view]:checked').value") == \
+        "ordinary"
+    said = browser.evaluate(_VISIBLE.format("#view-said span"))
+    assert len(said) == 1 and said[0].startswith("errors on the ordinary domain")
+    assert browser.evaluate(_VISIBLE.format("#heatmap h2 span")) == ["ordinary domain"]
+    fills = browser.evaluate(_FILLS)
+    assert all(f == o for f, o, _ in fills)
+    assert any(o != w for _, o, w in fills)      # the views differ somewhere in this run
+
     read = ("[...document.querySelectorAll('#rows tbody td[data-key=max_ulp]')]"
             ".slice(0, 15).map(td => td.getAttribute('data-v'))")
     click = "document.querySelector('th[data-key=max_ulp] button').click()"
@@ -286,10 +313,25 @@ def test_report_in_chromium(browser, report_dir, run_file, tmp_path):
     assert browser.evaluate("document.querySelector('th[data-key=max_ulp]')"
                             ".getAttribute('aria-sort')") == "descending"
     shown = [float(v) for v in browser.evaluate(read)]
+    assert shown == _values(doc, "max_ulp", True, "ordinary")[:15]
+    assert shown != _values(doc, "max_ulp", True)[:15]
+
+    # One click to the whole range: the text, the heat map and the sorted table follow.
+    _switch(browser, "whole")
+    assert browser.evaluate("document.body.dataset.view") == "whole"
+    said = browser.evaluate(_VISIBLE.format("#view-said span"))
+    assert len(said) == 1 and said[0].startswith("errors over the whole range")
+    assert browser.evaluate(_VISIBLE.format("#heatmap h2 span")) == ["whole range"]
+    assert all(f == w for f, _, w in browser.evaluate(_FILLS))
+    shown = [float(v) for v in browser.evaluate(read)]
     assert shown == _values(doc, "max_ulp", True)[:15]
     browser.evaluate(click)
     shown = [float(v) for v in browser.evaluate(read)]
     assert shown == _values(doc, "max_ulp", False)[:15]
+    _switch(browser, "ordinary")                    # and one click back
+    shown = [float(v) for v in browser.evaluate(read)]
+    assert shown == _values(doc, "max_ulp", False, "ordinary")[:15]
+    assert all(f == o for f, o, _ in browser.evaluate(_FILLS))
 
     browser.evaluate("(() => { const f = document.getElementById('filter');"
                      " f.value = 'softmax gradient'; f.dispatchEvent(new Event('input')); })()")
@@ -307,4 +349,27 @@ def test_report_in_chromium(browser, report_dir, run_file, tmp_path):
     assert browser.evaluate("document.querySelector('h1').textContent") == op
     assert browser.evaluate(f"document.getElementById({json.dumps(anchor)}) !== null")
     assert browser.evaluate("document.querySelectorAll('figure svg').length") > 0
+    assert browser.errors == []
+
+
+def test_a_results_file_without_kinds_renders_the_whole_range_with_a_note(browser, run_file,
+                                                                         tmp_path):
+    # A file of the previous version: no by_kind, buckets, bits, inside or by_input.
+    doc = _doc(run_file)
+    for r in doc["rows"]:
+        for name in ("by_kind", "buckets", "max_bits", "mean_bits", "inside", "by_input"):
+            r.pop(name, None)
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(doc))
+    html.build(str(old), str(tmp_path / "r"))
+    browser.navigate(cdp.file_url(tmp_path / "r" / "index.html"))
+    assert browser.evaluate("document.body.dataset.view") == "whole"
+    assert browser.evaluate("[...document.querySelectorAll('input[name=view]')]"
+                            ".every(i => i.disabled)")
+    assert "no statistics per sample kind" in browser.evaluate(
+        "document.getElementById('view-note').textContent")
+    browser.evaluate("document.querySelector('th[data-key=max_ulp] button').click()")
+    shown = browser.evaluate("[...document.querySelectorAll('#rows tbody td[data-key=max_ulp]')]"
+                             ".slice(0, 10).map(td => td.getAttribute('data-v'))")
+    assert [float(v) for v in shown] == _values(doc, "max_ulp", True)[:10]
     assert browser.errors == []

@@ -63,7 +63,8 @@ def test_load_gives_a_dataframe_with_the_row_fields(tmp_path):
     results.write(path, results.document(ROWS, SEL))
     df = reports.load(path)
     assert isinstance(df, pd.DataFrame) and len(df) == 4
-    for field in ("op", "attrs", "route", "port", "format", "mode", "policy", "implementation",
+    for field in ("op", "attributes", "route", "port", "format", "mode", "policy",
+                  "implementation",
                   "device", "status", "samples", "max_ulp", "p99_ulp", "mean_ulp", "max_rel",
                   "bound_ratio", "violations", "exceptional", "worst"):
         assert field in df.columns
@@ -75,12 +76,25 @@ def test_load_gives_a_dataframe_with_the_row_fields(tmp_path):
     assert df.attrs["meta"]["seed"] == 0
 
 
+def test_a_rows_attributes_and_the_files_meta_are_both_reachable(tmp_path):
+    # pandas' own ``attrs`` (the frame's metadata, which a row inherits) shadows a column of
+    # that name on a row: the column is ``attributes``, the meta stays in df.attrs.
+    path = tmp_path / "r.json"
+    results.write(path, results.document(ROWS, SEL))
+    df = reports.load(path)
+    row = df.iloc[0]
+    assert row.attributes == {"shape": [3]} and row["attributes"] == {"shape": [3]}
+    assert "attrs" not in df.columns and df.attrs["meta"]["seed"] == 0
+    assert list(df.columns) == list(results.FRAME_COLUMNS)
+    assert [c for c in df.columns if c not in results.ROW_FIELDS] == ["attributes"]
+
+
 def test_csv_export_keeps_every_row_and_nested_fields_as_json(tmp_path):
     path, csv = tmp_path / "r.json", tmp_path / "r.csv"
     results.write(path, results.document(ROWS, SEL), csv=csv)
     back = pd.read_csv(csv)
-    assert len(back) == 4 and list(back.columns) == list(results.ROW_FIELDS)
-    assert json.loads(back.loc[0, "attrs"]) == {"shape": [3]}
+    assert len(back) == 4 and list(back.columns) == list(results.FRAME_COLUMNS)
+    assert json.loads(back.loc[0, "attributes"]) == {"shape": [3]}
     assert back["max_ulp"].astype(float).max() == math.inf
 
 

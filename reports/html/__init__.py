@@ -63,7 +63,7 @@ def build(results_path, out_dir, baseline=None) -> Built:
                                       "window.ROUNDOFF_TABLE = null;\n")}
     files["index.html"] = page("Roundoff coverage report",
                                index.page_body(report, summary, _section),
-                               scripts=("rows.js", "report.js"))
+                               scripts=("rows.js", "report.js"), view=report.default_view)
     for op, rows in report.by_op.items():
         files[f"ops/{slug(op)}.html"] = page(
             f"{op}: roundoff coverage", _guard(lambda: operator_page.page_body(report, op, rows),

@@ -1,9 +1,13 @@
 """The report's style sheet and the script of the table (files under DIR/assets/).
 
-The script is plain ES5-level JavaScript with no library: it reads ``window.ROUNDOFF_TABLE``
-(assets/rows.js), filters, sorts and shows ``pageRows`` rows at a time.  Cells are filled
-with ``textContent`` and links with ``href`` attributes from the report itself, so no data
-is ever parsed as HTML.
+The script is plain ES5-level JavaScript with no library.  The view switch (the ordinary
+domain or the whole range, reports/views.py) sets ``data-view`` on the body, which the style
+sheet uses to show the texts of that view (``only-ordinary``, ``only-whole``), swaps the
+fills of the heat map's cells (their ``data-ordinary`` and ``data-whole``) and tells the
+table.  The table reads ``window.ROUNDOFF_TABLE`` (assets/rows.js: the whole range's
+numbers in ``rows``, the ordinary domain's in ``ordinary``), filters, sorts and shows
+``pageRows`` rows at a time.  Cells are filled with ``textContent`` and links with ``href``
+attributes from the report itself, so no data is ever parsed as HTML.
 """
 
 CSS = """
@@ -45,20 +49,69 @@ span.status { font-size: 12px; border: 1px solid #999; padding: 0 4px; border-ra
 span.status.error { background: #b2182b; color: #fff; }
 span.status.convention { background: #fee08b; }
 ul.evidence { font-size: 12px; color: #444; }
+.viewbar { position: sticky; top: 0; z-index: 5; background: #fff; padding: .35em 0;
+           border-bottom: 1px solid #ccc; }
+.viewbar label { margin-right: .5em; } .viewbar #view-said { color: #333; }
+body[data-view="ordinary"] .only-whole, body[data-view="whole"] .only-ordinary {
+  display: none; }
+p.over { margin: .5em 0 .1em; font-weight: 600; font-size: 13px; }
+div.breakdown, p.breakdown { margin: .3em 0; font-size: 13px; }
+div.breakdown ul { margin: .1em 0; }
+h5 { margin: .5em 0 .2em; }
+table.kinds td, table.buckets td, table.kinds th, table.buckets th { white-space: nowrap; }
+table.kinds td:last-child { white-space: normal; }
+figure.byinput figcaption { max-width: 480px; }
 """
 
 JS = r"""
 (function () {
   "use strict";
+  // The view switch: the ordinary domain or the whole range.
+  var bar = document.getElementById("view-bar");
+  if (!bar) { return; }
+  var inputs = bar.querySelectorAll("input[name=view]");
+  function set(view) {
+    document.body.setAttribute("data-view", view);
+    var cells = document.querySelectorAll("svg.heatmap rect[data-" + view + "]");
+    Array.prototype.forEach.call(cells, function (r) {
+      r.setAttribute("fill", r.getAttribute("data-" + view));
+    });
+    document.dispatchEvent(new CustomEvent("roundoff-view", { detail: view }));
+  }
+  Array.prototype.forEach.call(inputs, function (input) {
+    input.addEventListener("change", function () { if (input.checked) { set(input.value); } });
+  });
+  var checked = bar.querySelector("input[name=view]:checked");
+  if (checked) { set(checked.value); }
+})();
+
+(function () {
+  "use strict";
   var data = window.ROUNDOFF_TABLE;
   var table = document.getElementById("rows");
   if (!data || !table) { return; }
-  var cols = data.columns, rows = data.rows, link = cols.length;
+  var cols = data.columns, link = cols.length;
   var statusCol = indexOf("status"), formatCol = indexOf("format");
   var numeric = cols.map(function (c) { return c.type === "num"; });
+  // The rows of each view: the whole range's as stored, the ordinary domain's with the
+  // view's columns replaced.
+  var byView = { whole: data.rows };
+  if (data.ordinary) {
+    var at = (data.viewColumns || []).map(indexOf);
+    byView.ordinary = data.rows.map(function (r, i) {
+      var copy = r.slice();
+      at.forEach(function (c, j) { if (c >= 0) { copy[c] = data.ordinary[i][j]; } });
+      return copy;
+    });
+  }
+  var rows, text;
+  function useView(view) {
+    rows = byView[view] || byView.whole;
+    text = rows.map(function (r) { return r.slice(0, link).join(" ").toLowerCase(); });
+  }
+  useView(document.body.getAttribute("data-view") || data.view);
   var order = rows.map(function (_, i) { return i; });
   var shown = order, page = 0, sortCol = -1, sortDir = 0;
-  var text = rows.map(function (r) { return r.slice(0, link).join(" ").toLowerCase(); });
 
   function indexOf(key) {
     for (var i = 0; i < cols.length; i++) { if (cols[i].key === key) { return i; } }
@@ -158,6 +211,7 @@ JS = r"""
   ["filter", "status-filter", "format-filter"].forEach(function (id) {
     document.getElementById(id).addEventListener("input", apply);
   });
+  document.addEventListener("roundoff-view", function (e) { useView(e.detail); apply(); });
   document.getElementById("prev").addEventListener("click", function () { page--; render(); });
   document.getElementById("next").addEventListener("click", function () { page++; render(); });
   render();

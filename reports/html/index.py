@@ -12,6 +12,8 @@ import datetime
 import math
 import os
 
+from roundoff_coverage.reports import views
+
 from . import model, svg
 from .markup import bits, count, esc, script_json, short, slug, table
 from .palette import LogScale
@@ -21,13 +23,21 @@ COLUMNS = (("op", "operator", "text"), ("instance", "instance", "text"),
            ("route", "route", "text"), ("port", "port", "text"), ("format", "format", "text"),
            ("mode", "mode", "text"), ("policy", "policy", "text"),
            ("implementation", "implementation", "text"), ("device", "device", "text"),
-           ("status", "status", "text"), ("max_ulp", "max |err| (ulp)", "num"),
+           ("status", "status", "text"), ("over", "errors over", "text"),
+           ("max_ulp", "max |err| (ulp)", "num"),
            ("p99_ulp", "p99 |err| (ulp)", "num"), ("mean_ulp", "mean |err| (ulp)", "num"),
+           ("max_bits", "max err (bits)", "num"), ("mean_bits", "mean err (bits)", "num"),
            ("max_rel", "max rel. err (relative)", "num"),
            ("bound_ratio", "bound ratio (× bound)", "num"),
            ("violations", "violations (samples)", "num"),
            ("exceptional", "exceptional outcomes (samples)", "text"),
            ("flags", "IEEE flags", "text"), ("note", "reason / need", "text"))
+# The columns whose values depend on the view (reports/views.py): the rows hold the whole
+# range's, ``ordinary`` the ordinary domain's.
+VIEW_COLUMNS = ("over", "max_ulp", "p99_ulp", "mean_ulp", "max_bits", "mean_bits",
+                "exceptional")
+OVER = {views.ORDINARY: "ordinary draws", views.WHOLE: "every draw",
+        None: "no ordinary draws (see whole range)"}
 PAGE_ROWS = 100
 
 
@@ -50,24 +60,47 @@ def _json_number(v):
     return v
 
 
+def _view_cells(r: model.Row, view) -> dict:
+    """The VIEW_COLUMNS of row ``r`` in ``view``: its statistics there, or empty numbers
+    and a note where it has none (no ordinary draws); no numbers for rows without ulps."""
+    numbers = VIEW_COLUMNS[1:-1]
+    if r.status not in model.MEASURED or r.max_ulp is None:
+        return {"over": "", "exceptional": _exceptional(r.exceptional)} | \
+            dict.fromkeys(numbers)
+    s = r.stats(view)
+    if s is None:
+        return {"over": OVER[None], "exceptional": ""} | dict.fromkeys(numbers)
+    return {"over": OVER[view], "exceptional": _exceptional(s.get("exceptional") or {})} | {
+        k: _json_number(s.get(k)) for k in numbers}
+
+
+def _exceptional(counts: dict) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))
+
+
 def table_data(report: model.Report) -> dict:
-    """The table's rows as arrays in COLUMNS order, with each row's link and status."""
-    rows = []
+    """The table's rows as arrays in COLUMNS order (the whole range's numbers), with each
+    row's link; ``ordinary``: per row, the VIEW_COLUMNS on the ordinary domain (None for a
+    file without statistics per sample kind); ``view``: the view the page opens on."""
+    rows, ordinary = [], []
     for r in report.rows:
         note = r.reason or ""
         if r.need:
             note = f"needs {r.need}" + (f": {note}" if note and r.need not in note else "")
-        exc = ", ".join(f"{k} {n}" for k, n in sorted(r.exceptional.items()))
         cells = {"op": r.op, "instance": r.instance or r.attrs_text, "route": r.route,
                  "port": r.port, "format": r.format, "mode": r.mode, "policy": r.policy,
                  "implementation": r.implementation, "device": r.device, "status": r.status,
-                 "exceptional": exc, "flags": ", ".join(r.flags or []), "note": note}
-        for key in ("max_ulp", "p99_ulp", "mean_ulp", "max_rel", "bound_ratio"):
+                 "flags": ", ".join(r.flags or []), "note": note}
+        cells |= _view_cells(r, views.WHOLE)
+        for key in ("max_rel", "bound_ratio"):
             cells[key] = _json_number(r.values.get(key))
         cells["violations"] = r.violations
         rows.append([cells[k] for k, _, _ in COLUMNS] + [op_href(r.op, f"r{r.index}")])
+        alt = _view_cells(r, views.ORDINARY)
+        ordinary.append([alt[k] for k in VIEW_COLUMNS])
     return {"columns": [{"key": k, "label": h, "type": t} for k, h, t in COLUMNS],
-            "pageRows": PAGE_ROWS, "rows": rows}
+            "pageRows": PAGE_ROWS, "rows": rows, "viewColumns": list(VIEW_COLUMNS),
+            "ordinary": ordinary if report.has_kinds else None, "view": report.default_view}
 
 
 def rows_script(report: model.Report) -> str:
@@ -85,11 +118,35 @@ def page_body(report: model.Report, comparison_line: str | None, guard) -> str:
     if comparison_line is not None:
         nav.append('<a href="compare.html">comparison with the baseline</a>')
     return (f'<header><h1>Roundoff coverage report</h1><nav>{" · ".join(nav)}</nav></header>'
-            "<main>" + guard(lambda: overview(report, comparison_line), "What was run")
+            + guard(lambda: view_bar(report), "Errors shown") + "<main>"
+            + guard(lambda: overview(report, comparison_line), "What was run")
             + guard(lambda: heatmap(report), "Heat map")
             + guard(lambda: coverage(report), "Coverage")
             + guard(lambda: missing(report), "What is missing")
             + guard(lambda: rows_table(report), "All rows") + "</main>")
+
+
+def view_bar(report: model.Report) -> str:
+    """The switch between the ordinary domain and the whole range (reports/views.py), kept
+    in view at the top of the page, saying which one the heat map and the table show; for
+    a results file without statistics per sample kind it is disabled, with a note."""
+    off = "" if report.has_kinds else " disabled"
+    choices = "".join(
+        f'<label><input type="radio" name="view" value="{v}"'
+        f'{" checked" if v == report.default_view else ""}{off}> {esc(views.TITLES[v])}'
+        f"</label> " for v in views.VIEWS)
+    said = "".join(f'<span class="only-{v}">{esc(views.DESCRIPTIONS[v])}.</span>'
+                   for v in views.VIEWS)
+    note = "" if report.has_kinds else (
+        ' <span class="note" id="view-note">This results file has no statistics per sample '
+        "kind (it was written before rows had <code>by_kind</code>): only the whole range "
+        "can be shown.</span>")
+    if report.has_kinds and report.default_view == views.WHOLE:
+        note = (' <span class="note" id="view-note">No row of this file has ordinary draws '
+                "(its inputs were enumerated): it opens on the whole range.</span>")
+    return ('<div id="view-bar" class="viewbar" role="group" aria-label="errors shown">'
+            f'<b>Errors shown:</b> {choices}<span id="view-said">Showing {said}</span>'
+            f"{note}</div>")
 
 
 def _list(v) -> str:
@@ -192,15 +249,17 @@ def missing(report: model.Report) -> str:
     return "".join(parts) + "</section>"
 
 
-def _cell(rows):
-    """(state, value) of the heat map cell of one operator, route and format."""
+def _cell(rows, view=views.WHOLE):
+    """(state, value) of the heat map cell of one operator, route and format in ``view``:
+    ``no_ordinary`` where its rows have ulp errors but none on the ordinary domain."""
     statuses = {r.status for r in rows}
     measured = [r for r in rows if r.status in model.MEASURED and r.max_ulp is not None]
     if "error" in statuses:
         return "error", None
     if measured:
-        vals = [math.inf if math.isnan(r.max_ulp) else r.max_ulp for r in measured]
-        return "measured", max(vals)
+        vals = [s.get("max_ulp") for s in (r.stats(view) for r in measured) if s]
+        vals = [math.inf if math.isnan(v) else v for v in vals if v is not None]
+        return ("measured", max(vals)) if vals else ("no_ordinary", None)
     ok = [r for r in rows if r.status in model.MEASURED]
     if ok:
         return ("mismatch" if any((r.mismatches or 0) > 0 for r in ok) else "exact"), None
@@ -214,29 +273,46 @@ def heatmap(report: model.Report) -> str:
     groups: dict = {}
     for r in report.rows:
         groups.setdefault((r.op, r.route, r.format), []).append(r)
-    cells, values = {}, []
+    cells, values, states = {}, [], set()
     row_of = {op: i for i, op in enumerate(ops)}
+    shown = views.VIEWS if report.has_kinds else (views.WHOLE,)
     for (op, route, fmt), rows in groups.items():
-        state, value = _cell(rows)
-        if state == "measured":
-            values.append(value)
+        per_view = {v: _cell(rows, v) for v in shown}
+        values += [value for state, value in per_view.values() if state == "measured"]
+        states |= {state for state, _ in per_view.values()}
         cells[(row_of[op], col[(route, fmt)])] = (
-            state, value, op_href(op, cell_anchor(route, fmt)),
-            _title(op, route, fmt, state, value, rows))
+            per_view, op_href(op, cell_anchor(route, fmt)),
+            _title(op, route, fmt, per_view, rows))
+    # One scale for both views, so that a colour is the same error in either.
     scale = LogScale.covering(values)
     labels = [(op, report.by_op[op][0].family) for op in ops]
-    fig = svg.heatmap(labels, columns, cells, scale)
+    fig = svg.heatmap(labels, columns, cells, scale, report.default_view)
+    over = "".join(f'<span class="only-{v}">{esc(views.TITLES[v])}</span>' for v in shown)
     return ('<section id="heatmap"><h2>Heat map: max error per operator, route and '
-            'format</h2><figure class="wide">' + svg.legend(scale) +
+            f'format, {over}</h2><figure class="wide">'
+            + svg.legend(scale, "no_ordinary" in states) +
             '<div class="scroll">' + fig + '</div><figcaption>Each cell is the largest max '
             '|error| in ulp of the format over the instances, ports, modes, policies and '
             'implementations of one operator, route and format, coloured on a log2 scale '
-            '(viridis: dark small, bright large); outputs compared exactly (integers, '
-            'Booleans) count as 0 ulp when all match.  Click a cell for its details; hover for '
-            'the numbers.</figcaption></figure></section>')
+            '(viridis: dark small, bright large), on the ordinary domain (draws of sample '
+            'kind ordinary) or over the whole range (every draw) as the switch at the top '
+            'says, on one scale for both.  Outputs compared exactly (integers, Booleans) '
+            'count as 0 ulp when all match.  Click a cell for its details; hover for the '
+            'numbers of both views.</figcaption></figure></section>')
 
 
-def _title(op, route, fmt, state, value, rows) -> str:
+def _title(op, route, fmt, per_view, rows) -> str:
+    """The hover text of a cell: the maximum in each view, named."""
+    if not any(state in ("measured", "no_ordinary") for state, _ in per_view.values()):
+        state, value = per_view[views.WHOLE]
+        return _title_state(op, route, fmt, state, value, rows)
+    parts = [f"{views.TITLES[v]}: max |error| {short(value)} ulp" if state == "measured"
+             else f"{views.TITLES[v]}: no ordinary draws" for v, (state, value) in
+             per_view.items()]
+    return f"{op} {route} {fmt}: " + "; ".join(parts) + f" (over {count(len(rows), 'row')})"
+
+
+def _title_state(op, route, fmt, state, value, rows) -> str:
     head = f"{op} {route} {fmt}: "
     if state == "measured":
         return head + f"max |error| {short(value)} ulp over {count(len(rows), 'row')}"
@@ -259,8 +335,14 @@ def rows_table(report: model.Report) -> str:
         f"{esc(h)}</button></th>" for k, h, t in COLUMNS)
     fmts = "".join(f'<option value="{esc(f)}">{esc(f)}</option>' for f in report.formats)
     statuses = "".join(f'<option value="{s}">{s}</option>' for s in model.STATUSES)
-    return ('<section id="table"><h2>All rows</h2>'
-            '<p>Click a header to sort (numbers: largest first, again for smallest; empty '
+    over = "".join(f'<span class="only-{v}">{esc(views.TITLES[v])}</span>'
+                   for v in views.VIEWS)
+    return (f'<section id="table"><h2>All rows, errors on the {over}</h2>'
+            '<p>The columns from <i>errors over</i> to <i>exceptional outcomes</i> follow '
+            'the switch at the top: the ordinary domain or the whole range.  Bits of error '
+            'count the format values between the computed and the correctly rounded '
+            "result: log2(1 + n), at most the format's width.  "
+            'Click a header to sort (numbers: largest first, again for smallest; empty '
             'cells last).  The filter keeps the rows whose cells contain every word typed.'
             f'  Precision of the reference: {esc(bits(_ref_bits(report)))} at most.</p>'
             '<div class="controls"><label>filter <input id="filter" type="search" '

@@ -69,7 +69,14 @@ def rel(v) -> str:
 
 
 def bits(v) -> str:
+    """A precision in bits (a whole number)."""
     return "–" if v is None else f"{int(v)} bits"
+
+
+def error_bits(v) -> str:
+    """Bits of error (reports/rows.py: log2(1 + format values between), at most the
+    format's width)."""
+    return "–" if v is None else f"{short(v)} bit{'' if v == 1 else 's'}"
 
 
 def count(n, unit: str) -> str:
@@ -84,16 +91,19 @@ def ratio(v) -> str:
     return "–" if v is None else f"{short(v)} × bound"
 
 
-def page(title: str, body: str, root: str = "", scripts: tuple = ()) -> str:
+def page(title: str, body: str, root: str = "", scripts: tuple = (), view=None) -> str:
     """A whole HTML document: ``root`` is the path back to the report folder ("" or
-    "../"); ``scripts`` are files under assets/ loaded at the end of the body.  The empty
-    icon keeps browsers from asking file:// for a favicon.ico that is not there."""
+    "../"); ``scripts`` are files under assets/ loaded at the end of the body; ``view``
+    (reports/views.py) the errors the page opens on, which the style sheet shows and the
+    script switches.  The empty icon keeps browsers from asking file:// for a favicon.ico
+    that is not there."""
     tags = "".join(f'<script src="{root}assets/{esc(s)}"></script>' for s in scripts)
+    attrs = f' data-view="{esc(view)}"' if view else ""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f'<title>{esc(title)}</title><link rel="icon" href="data:,">'
             f'<link rel="stylesheet" href="{root}assets/report.css"></head>\n'
-            f'<body>{body}\n{tags}</body></html>\n')
+            f'<body{attrs}>{body}\n{tags}</body></html>\n')
 
 
 def table(headers, rows, cls: str = "") -> str:

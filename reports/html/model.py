@@ -13,7 +13,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from roundoff_coverage.reports import operators, results, rows
+from roundoff_coverage.reports import operators, results, rows, views
 
 # The row's fields as reports/rows.py declares them: the key's text fields (the port may be
 # any JSON value and is read as text), numbers, counts and precisions.
@@ -70,6 +70,10 @@ class Row:
     contract: dict | None = None
     histogram: list | None = None
     by_magnitude: list | None = None
+    buckets: list | None = None
+    by_kind: dict | None = None                       # {kind: rows.KIND_STATS}
+    inside: dict | None = None
+    by_input: dict | None = None
     worst: dict | None = None
     family: str = "unknown"
     problems: list = field(default_factory=list)
@@ -78,6 +82,20 @@ class Row:
         if name in FLOAT_FIELDS or name in INT_FIELDS:
             return self.values.get(name)
         raise AttributeError(name)
+
+    def stats(self, view) -> dict | None:
+        """rows.KIND_STATS of the row in ``view`` (reports/views.py), numbers as floats or
+        None; None where the row has none (no ordinary draws, an older results file)."""
+        if view == views.WHOLE:
+            out = {k: self.values.get(k) for k in rows.KIND_STATS if k in self.values}
+            return out | {"exceptional": self.exceptional, "buckets": self.buckets}
+        s = (self.by_kind or {}).get(views.ORDINARY)
+        if not isinstance(s, dict):
+            return None
+        out = {k: views.number(s.get(k)) for k in rows.KIND_STATS
+               if k not in ("samples", "unmeasured", "exceptional", "buckets")}
+        return out | {k: s.get(k) for k in ("samples", "unmeasured", "buckets")} | {
+            "exceptional": {str(k): n for k, n in (s.get("exceptional") or {}).items() if n}}
 
     @property
     def attrs_text(self) -> str:
@@ -156,9 +174,16 @@ def normalize(index: int, raw, families: dict) -> Row:
     row.by_magnitude = raw.get("by_magnitude") if isinstance(raw.get("by_magnitude"),
                                                               list) else None
     row.worst = raw.get("worst") if isinstance(raw.get("worst"), dict) else None
+    # Checked by results.field_problems (a defect there makes the row an error row).
+    row.buckets = raw.get("buckets") if isinstance(raw.get("buckets"), list) else None
+    row.by_kind = raw.get("by_kind") if isinstance(raw.get("by_kind"), dict) else None
+    # Words and a figure only: svg.py and views.py check their shapes.
+    row.inside = raw.get("inside") if isinstance(raw.get("inside"), dict) else None
+    row.by_input = raw.get("by_input") if isinstance(raw.get("by_input"), dict) else None
     row.family = families.get(row.op, "unknown")
     if problems:
         row.problems = problems
+        row.by_kind = row.buckets = None
         was = f"; status {status}" + (f": {row.reason}" if row.reason else "")
         row.reason = f"malformed row {index}: {'; '.join(problems)}{was}"
         status = "error"
@@ -197,6 +222,11 @@ class Report:
         self.formats = listed + sorted({r.format for r in self.rows} - set(listed))
         self.routes = [r for r in ROUTE_ORDER if any(x.route == r for x in self.rows)] + \
             sorted({x.route for x in self.rows} - set(ROUTE_ORDER))
+        # Statistics per sample kind (files written before ``by_kind`` have none): the
+        # report opens on the ordinary domain where it can, else on the whole range.
+        self.has_kinds = any(r.by_kind is not None for r in self.rows)
+        self.default_view = views.ORDINARY if any(
+            r.stats(views.ORDINARY) is not None for r in self.rows) else views.WHOLE
 
     def ops_in_order(self) -> list[str]:
         """Operators by family (spec order), then in the spec's order (as recorded)."""

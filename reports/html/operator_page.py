@@ -1,7 +1,10 @@
 """One page per operator (ops/<name>.html): its notes and certificates, then for each route
-and format every row of the results: the metrics with their units, the histogram of ulp
-errors, the error by binade of the exact value, the bound tightness, the IEEE flags, the
-exceptional outcomes and the worst case with a Python reproducer.
+and format every row of the results: first its errors by sample kind, the ordinary domain
+first, and where it broke down (what overflowed or underflowed inside, for which inputs);
+then the samples by |error| bucket, the metrics over every draw with their units, the
+histogram of ulp errors, the error by binade of the exact value, the error against the
+input (unary elementwise operators), the bound tightness, the IEEE flags, the exceptional
+outcomes and the worst case with a Python reproducer.
 
 A row that cannot be drawn (a malformed field the model let through, a reproducer that does
 not fit the operator) becomes an error block with the reason; the rest of the page stands.
@@ -11,9 +14,12 @@ from __future__ import annotations
 
 import json
 
+from roundoff_coverage.reports import rows as row_fields
+from roundoff_coverage.reports import views
+
 from . import model, snippet, svg
 from .index import cell_anchor
-from .markup import bits, count, esc, rel, ratio, table, ulp
+from .markup import bits, count, error_bits, esc, rel, ratio, table, ulp
 
 _SHOW_ELEMENTS = 12            # stored input elements shown inline (all are in the snippet)
 
@@ -97,6 +103,8 @@ def _row(report, r) -> str:
     metrics = [("samples", count(r.samples, "sample")), ("max |error|", ulp(r.max_ulp)),
                ("p99 |error|", ulp(r.p99_ulp)), ("mean |error|", ulp(r.mean_ulp)),
                ("signed range", f"{ulp(r.min_signed_ulp)} to {ulp(r.max_signed_ulp)}"),
+               ("max error in bits", error_bits(r.max_bits)),
+               ("mean error in bits", error_bits(r.mean_bits)),
                ("max relative error", rel(r.max_rel)),
                ("bound", ulp(r.bound) if r.bound is not None else "no certified bound"),
                ("bound ratio", ratio(r.bound_ratio)),
@@ -121,11 +129,73 @@ def _row(report, r) -> str:
         figures = ('<p class="note">Outputs compared exactly (integers, indices or Booleans): '
                    'no ulp figures.</p>')
     else:
-        figures = svg.histogram(r.histogram, report.edges) + svg.magnitude(r.by_magnitude,
-                                                                           r.format)
-    return (f'<div class="row" id="r{r.index}">{head}<dl class="metrics">{dl}</dl>'
+        # Where it breaks down first (unary elementwise operators), then the distributions.
+        figures = svg.by_input(r.by_input, r.format) + svg.histogram(r.histogram, report.edges) \
+            + svg.magnitude(r.by_magnitude, r.format)
+    return (f'<div class="row" id="r{r.index}">{head}{_by_kind(r)}{_breakdown(r)}'
+            f'{_buckets(r)}<p class="over">Over every draw (the whole range):</p>'
+            f'<dl class="metrics">{dl}</dl>'
             f'<div class="figures">{figures}{svg.bound_bar(r.max_ulp, r.bound, r.violations)}'
             f"</div>{_worst(report, r)}</div>")
+
+
+def _kinds(r) -> list:
+    """[(label, statistics)] of a row: its sample kinds, ordinary first, then every draw."""
+    order = {k: i for i, k in enumerate(("ordinary", "edges", "special", "magnitudes"))}
+    kinds = sorted(r.by_kind or {}, key=lambda k: (order.get(k, len(order)), k))
+    out = [(k, r.by_kind[k]) for k in kinds if isinstance(r.by_kind[k], dict)]
+    return out + [("every draw (whole range)", r.stats(views.WHOLE))]
+
+
+def _by_kind(r) -> str:
+    """The errors of each sample kind, the ordinary domain first: how accurate the route is
+    where it is meant to be used, before where it breaks down."""
+    if r.by_kind is None:
+        if r.histogram is None and r.mismatches is not None:
+            return ""
+        return ('<p class="note">No statistics per sample kind (a results file written '
+                "before rows had by_kind, or inputs not drawn by kind): the figures below "
+                "are over every draw.</p>")
+    body = []
+    for label, s in _kinds(r):
+        exc = ", ".join(f"{k} {n}" for k, n in sorted((s.get("exceptional") or {}).items()))
+        cells = [count(s.get("samples"), "sample")] + [
+            ulp(views.number(s.get(k))) for k in ("max_ulp", "p99_ulp", "mean_ulp")] + [
+            error_bits(views.number(s.get(k))) for k in ("max_bits", "mean_bits")] + [
+            count(s.get("unmeasured"), "sample"), exc or "none"]
+        name = f"<b>{esc(label)}</b>" if label == views.ORDINARY else esc(label)
+        body.append([name] + [esc(c) for c in cells])
+    return ("<h5>Errors by sample kind</h5>" + table(
+        ("draws", "samples", "max |error|", "p99 |error|", "mean |error|", "max error",
+         "mean error", "unmeasurable", "exceptional outcomes"), body, "kinds num"))
+
+
+def _breakdown(r) -> str:
+    """Where the route broke down, in words (reports/views.py), from its ``inside``."""
+    if r.inside is None:
+        return ""
+    said = views.inside_words(r.inside, r.format)
+    if not said:
+        return ('<p class="breakdown">Nothing overflowed, underflowed or became NaN inside '
+                "the route on these samples.</p>")
+    items = "".join(f"<li>{esc(w)}</li>" for w in said)
+    return (f'<div class="breakdown"><b>Where it breaks down</b> (outcomes not even a '
+            f"faithful rounding of the exact value):<ul>{items}</ul></div>")
+
+
+def _buckets(r) -> str:
+    """Samples by |error| bucket (reports/rows.py BUCKET_LABELS) per sample kind, as
+    accuracy reports of hardware vendors count them."""
+    rows = [(label, s.get("buckets")) for label, s in
+            (_kinds(r) if r.by_kind is not None else [("every draw", {"buckets": r.buckets})])]
+    n = len(row_fields.BUCKET_LABELS)
+    body = [[esc(label)] + [esc(c) for c in b] for label, b in rows
+            if isinstance(b, list) and len(b) == n]
+    if not body:
+        return ""
+    heads = ("draws",) + tuple(f"{b} ulp".replace("<=", "≤") if b[0] in "<>0" else b
+                               for b in row_fields.BUCKET_LABELS)
+    return "<h5>Samples by |error|</h5>" + table(heads, body, "buckets num")
 
 
 def _contract(c: dict) -> str:

@@ -1,5 +1,6 @@
 """Figures as inline SVG text: the heat map with its legend, the histogram of ulp errors,
-the error by binade of the exact value, and the bound-tightness bar.
+the error by binade of the exact value, the error against the input, and the
+bound-tightness bar.
 
 Each function returns one <figure> with an SVG (title and description for screen readers,
 labelled axes) and a caption.  Cells that carry a status instead of an error use neutral
@@ -16,6 +17,12 @@ from .palette import LogScale, text_colour
 # Fills of the heat map cells without a measured error; the error hatch is a pattern so it
 # differs from every viridis colour by texture, not only by hue.
 NO_RULE, NOT_DIFF, EMPTY = "#bdbdbd", "#f0f0f0", "#ffffff"
+# A cell with ulp errors but none on the ordinary domain (enumerated inputs), in that view.
+NO_ORDINARY = "#d6dde6"
+# The sample kinds in figures (routes.registry, plus enumerated inputs): apart in hue and
+# in lightness, so they stay apart in grey.
+KIND_COLOURS = {"ordinary": "#3b528b", "edges": "#e08214", "special": "#b2182b",
+                "magnitudes": "#5ec962", "exhaustive": "#3b528b"}
 ERROR_FILL = "url(#hatch-error)"
 _DEFS = ('<defs><pattern id="hatch-error" width="6" height="6" patternUnits="userSpaceOnUse" '
          'patternTransform="rotate(45)"><rect width="6" height="6" fill="#ffffff"/>'
@@ -38,11 +45,13 @@ def _pow2(k: int) -> str:
 
 # ----- heat map --------------------------------------------------------------------------------
 
-def heatmap(rows, columns, cells, scale: LogScale) -> str:
+def heatmap(rows, columns, cells, scale: LogScale, shown: str = "whole") -> str:
     """The operators x (route, format) grid.  ``rows``: [(label, family)]; ``columns``:
-    [(route, format)]; ``cells[(i, j)]``: (state, value in ulp or None, href, title) with
-    state in measured, exact, mismatch, no_rule, not_differentiable, error.  Every cell is
-    a link to its detail."""
+    [(route, format)]; ``cells[(i, j)]``: ({view: (state, value in ulp or None)}, href,
+    title) with state in measured, exact, mismatch, no_rule, not_differentiable, error,
+    no_ordinary.  A cell is filled as in view ``shown``; with two views its rect also
+    carries both fills (``data-ordinary``, ``data-whole``) for the page's switch, and a dot
+    that only one view has is of class ``only-VIEW``.  Every cell links to its detail."""
     cw, ch, left, top = 18, 13, 150, 118
     groups = []
     for j, (route, fmt) in enumerate(columns):
@@ -76,15 +85,23 @@ def heatmap(rows, columns, cells, scale: LogScale) -> str:
             cell = cells.get((i, j))
             if cell is None:
                 continue
-            state, value, href, title = cell
-            fill, mark = _cell_fill(state, value, scale)
+            per_view, href, title = cell
+            fills = {v: _cell_fill(state, value, scale) for v, (state, value) in
+                     per_view.items()}
+            fill = fills[shown if shown in fills else next(iter(fills))][0]
+            data = "".join(f' data-{v}="{f}"' for v, (f, _) in fills.items()) \
+                if len(fills) > 1 else ""
             x = left + cw * j
-            dot = (f'<circle cx="{x + cw / 2}" cy="{y + ch / 2}" r="2.5" '
-                   f'fill="{text_colour(fill) if fill.startswith("#") else "#000"}"/>'
-                   if mark else "")
+            dots = []
+            marked = [v for v, (_, mark) in fills.items() if mark]
+            for v in marked if len(marked) < len(fills) else marked[:1]:
+                cls = f' class="only-{v}"' if len(marked) < len(fills) else ""
+                f = fills[v][0]
+                dots.append(f'<circle{cls} cx="{x + cw / 2}" cy="{y + ch / 2}" r="2.5" '
+                            f'fill="{text_colour(f) if f.startswith("#") else "#000"}"/>')
             out.append(f'<a href="{esc(href)}"><rect x="{x}" y="{y}" width="{cw - 1}" '
-                       f'height="{ch - 1}" fill="{fill}"><title>{esc(title)}</title></rect>'
-                       f'{dot}</a>')
+                       f'height="{ch - 1}" fill="{fill}"{data}><title>{esc(title)}</title>'
+                       f'</rect>{"".join(dots)}</a>')
     title = "Heat map: max |error| in ulp per operator, route and format"
     return _svg(width, height, title, "".join(out), "heatmap")
 
@@ -100,12 +117,13 @@ def _cell_fill(state, value, scale):
         return scale.colour(0.0), False
     if state == "mismatch":
         return scale.colour(math.inf), True
-    return {"no_rule": NO_RULE, "not_differentiable": NOT_DIFF, "error": ERROR_FILL}.get(
-        state, EMPTY), False
+    return {"no_rule": NO_RULE, "not_differentiable": NOT_DIFF, "error": ERROR_FILL,
+            "no_ordinary": NO_ORDINARY}.get(state, EMPTY), False
 
 
-def legend(scale: LogScale) -> str:
-    """The colour bar of ``scale`` with ticks in ulp, and the swatches of the states."""
+def legend(scale: LogScale, no_ordinary: bool = False) -> str:
+    """The colour bar of ``scale`` with ticks in ulp, and the swatches of the states (with
+    ``no_ordinary``, also that of cells without ordinary draws, shown in that view)."""
     n, bar_w, x0 = 64, 320, 10
     out = [_DEFS]
     for k in range(n):
@@ -122,18 +140,25 @@ def legend(scale: LogScale) -> str:
     swatches = (("#ffffff", "● infinite/NaN error or mismatched exact output", "dot"),
                 (NO_RULE, "no rule (missing capability)", ""),
                 (NOT_DIFF, "not differentiable", ""),
-                (ERROR_FILL, "failed (error)", ""))
-    x = x0
+                (ERROR_FILL, "failed (error)", "")) + (
+        ((NO_ORDINARY, "no ordinary draws (enumerated inputs): see the whole range", ""),)
+        if no_ordinary else ())
+    x, y, widest = x0, 60, 0.0
     for fill, label, kind in swatches:
+        wide = 16 + 6.2 * (len(label) - (2 if kind == "dot" else 0)) + 14
+        if x > x0 and x + wide > 900:                   # a second line of swatches
+            x, y = x0, y + 18
         if kind == "dot":
-            out.append(f'<circle cx="{x + 6}" cy="66" r="3" fill="#000"/>')
+            out.append(f'<circle cx="{x + 6}" cy="{y + 6}" r="3" fill="#000"/>')
             label = label[2:]
         else:
-            out.append(f'<rect x="{x}" y="60" width="12" height="12" fill="{fill}" '
+            out.append(f'<rect x="{x}" y="{y}" width="12" height="12" fill="{fill}" '
                        f'stroke="#777"/>')
-        out.append(f'<text x="{x + 16}" y="70" class="tick">{esc(label)}</text>')
-        x += 16 + 6.2 * len(label) + 14
-    return _svg(max(int(x), bar_w + 40), 80, "Legend of the heat map", "".join(out), "legend")
+        out.append(f'<text x="{x + 16}" y="{y + 10}" class="tick">{esc(label)}</text>')
+        x += wide
+        widest = max(widest, x)
+    return _svg(max(int(widest), bar_w + 40), y + 20, "Legend of the heat map",
+                "".join(out), "legend")
 
 
 # ----- per-route figures -----------------------------------------------------------------------
@@ -223,6 +248,111 @@ def magnitude(points, fmt_name: str) -> str:
     zero = "" if len(logs) == len(points) else " Binades with no error sit on the bottom line."
     return _figure(svg, f"Max |error| in ulp of {esc(fmt_name)} per binade of the exact "
                    f"value (the result's magnitude; for elementwise operators the input's).{zero}")
+
+
+def _points(data):
+    """(input name, kinds, [(x, error, kind)]) of a row's ``by_input``, numbers as floats
+    ("inf" included); None when it is missing or malformed."""
+    from roundoff_coverage.reports.views import number
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+        return None
+    kinds = data.get("kinds") if isinstance(data.get("kinds"), list) else []
+    out = []
+    for p in data["points"]:
+        if not (isinstance(p, list) and len(p) == 3):
+            return None
+        x, e = number(p[0]), number(p[1])
+        k = p[2]
+        if x is None or e is None or math.isnan(x) or math.isnan(e) or isinstance(k, bool) \
+                or not isinstance(k, int):
+            return None
+        out.append((x, e, str(kinds[k]) if 0 <= k < len(kinds) else "?"))
+    return str(data.get("input", "x")), [str(k) for k in kinds], out
+
+
+def by_input(data, fmt_name: str) -> str:
+    """|error| in ulp against the input, one point per sample (a row's ``by_input``, unary
+    elementwise operators), coloured by sample kind: where the route breaks down.  x: the
+    input on a signed log2 axis (negative inputs left of zero, mirrored; +-inf at the
+    ends); y: |error| on a log2 axis, errors below 2**-10 ulp (exact results among them) on
+    the bottom line, infinite errors on the top one."""
+    parsed = _points(data)
+    if parsed is None or not parsed[2]:
+        return ""
+    name, kinds, pts = parsed
+    w, h, left, bottom, top = 480, 180, 40, 34, 22
+    logs = [math.log2(abs(x)) for x, _, _ in pts if x != 0 and math.isfinite(x)]
+    lo, hi = (math.floor(min(logs)), math.ceil(max(logs))) if logs else (0, 0)
+
+    def u(x):                                   # the signed log2 position of an input
+        t = 0.0 if x == 0 else (hi - lo + 2 if math.isinf(x) else math.log2(abs(x)) - lo + 1)
+        return math.copysign(t, x)
+    us = [u(x) for x, _, _ in pts]
+    u0, u1 = min(us + [0.0]), max(us + [0.0])
+    u0, u1 = (u0 - 1, u1 + 1) if u0 == u1 else (u0, u1)
+    elogs = [math.log2(abs(e)) for _, e, _ in pts if 0 < abs(e) < math.inf]
+    # Errors below 2**-10 ulp (the histogram's first edge) sit on the bottom line with 0.
+    y0 = max(math.floor(min(elogs)), -10) if elogs else -1
+    y1 = max(y0 + 2, math.ceil(max(elogs)) if elogs else 1)
+    span_y = y1 - y0 + (1 if any(math.isinf(e) for _, e, _ in pts) else 0)
+
+    def px(v):
+        return left + 6 + (w - left - 16) * (v - u0) / (u1 - u0)
+
+    def py(e):
+        a = abs(e)
+        lv = y1 + 1 if math.isinf(a) else (max(math.log2(a), y0) if a > 0 else y0)
+        return h - bottom - (h - bottom - top) * (lv - y0) / span_y
+    out = []
+    for k in range(y0, y1 + 1, max(1, math.ceil((y1 - y0) / 5))):
+        y = py(2.0 ** k)
+        out.append(f'<line x1="{left}" x2="{w - 6}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
+                   f'<text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" class="tick">'
+                   f'{_pow2(k)}</text>')
+    out.append(_signed_log_ticks(lo, hi, u0, u1, px, h - bottom + 14))
+    for (x, e, kind), v in zip(pts, us):
+        tip = f"{name} = {x:.6g}: error {short(e)} ulp ({kind})"
+        out.append(f'<circle cx="{px(v):.1f}" cy="{py(e):.1f}" r="2.2" '
+                   f'fill="{KIND_COLOURS.get(kind, "#777")}" fill-opacity="0.8">'
+                   f"<title>{esc(tip)}</title></circle>")
+    x = left + 4
+    for kind in kinds:                          # the key of the colours, above the plot
+        out.append(f'<circle cx="{x + 3}" cy="9" r="3" fill="{KIND_COLOURS.get(kind, "#777")}"'
+                   f'/><text x="{x + 9}" y="12" class="tick">{esc(kind)}</text>')
+        x += 16 + 5.5 * len(kind)
+    out.append(_axes(w, h, left, bottom, top, f"input {name} (signed log2 scale)",
+                     "|error| (ulp, log2)"))
+    svg = _svg(w, h, f"|ulp error| against the input {name}", "".join(out), "plot byinput")
+    return _figure(svg, f"|error| in ulp of {esc(fmt_name)} against the input {esc(name)}, "
+                   f"one point per sample, coloured by sample kind (errors below 2^-10 ulp "
+                   f"on the bottom line, infinite errors on the top one).  Beyond "
+                   f"{_points_max()} samples, the largest error of each run of consecutive "
+                   f"inputs.", "byinput")
+
+
+def _signed_log_ticks(lo, hi, u0, u1, px, y) -> str:
+    """Labels of a signed log2 axis (by_input): 0, and +-2^k at multiples of a step (2^0 =
+    1 among them, a landmark to read inputs by), none drawn over another."""
+    step = max(1, math.ceil((hi - lo + 1) / (4 if u0 < 0 < u1 else 7)))
+    ticks = [(0.0, "0")] if u0 <= 0 <= u1 else []
+    for k in range(lo + (-lo) % step, hi + 1, step):
+        for sign in (1, -1):
+            v = sign * (k - lo + 1)
+            if u0 <= v <= u1:
+                ticks.append((v, ("−" if sign < 0 else "") + _pow2(k)))
+    out, placed = [], []
+    for v, label in ticks:
+        if any(abs(px(v) - q) < 30 for q in placed):
+            continue
+        placed.append(px(v))
+        out.append(f'<text x="{px(v):.1f}" y="{y}" text-anchor="middle" class="tick">'
+                   f"{label}</text>")
+    return "".join(out)
+
+
+def _points_max() -> int:
+    from roundoff_coverage.reports.rows import POINTS_MAX
+    return POINTS_MAX
 
 
 def _axes(w, h, left, bottom, top, xlabel, ylabel) -> str:
