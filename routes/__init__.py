@@ -11,7 +11,9 @@ Public names (shared/ARCHITECTURE.md):
 - ``invoke(op, inputs, backend)`` (staged checks; ``RouteError`` on failure);
 - ``Graph`` (straight-line IR, tape, forward-mode sweep; usable as a route);
 - ``encode(op) -> dict``, ``decode(record) -> Op``;
-- ``certificates(name)``; ``ports`` (``value``, ``frozen``, ...).
+- ``certificates(name)``; ``ports`` (``value``, ``frozen``, ...);
+- ``from_torch(model, args) -> Graph`` (routes.frontends.torch; torch is imported when it
+  runs, never by importing routes), ``CaptureError``.
 """
 
 from . import apriori, families  # noqa: F401  (families registers every operator)
@@ -19,13 +21,14 @@ from . import ports
 from .certs import Certificate, certificates
 from .codec import VERSION, attributes_text, decode, encode
 from .errors import DecodeError, RouteError
+from .frontends.torch import CaptureError, from_torch
 from .graph import Graph, Ref
 from .invoke import invoke, invoke_prepared
 from .ports import Port
 from .registry import Op, declaration, names, op
 from .rules import Rule
 
-__all__ = ["Certificate", "DecodeError", "Graph", "Op", "Port", "Ref", "RouteError", "Rule",
-           "VERSION", "attributes_text", "certificates", "declaration", "decode", "encode",
-           "invoke",
-           "invoke_prepared", "names", "op", "ports"]
+__all__ = ["CaptureError", "Certificate", "DecodeError", "Graph", "Op", "Port", "Ref",
+           "RouteError", "Rule", "VERSION", "attributes_text", "certificates", "declaration",
+           "decode", "encode", "from_torch", "invoke", "invoke_prepared", "names", "op",
+           "ports"]

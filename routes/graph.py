@@ -8,10 +8,23 @@ checks as ``invoke``, with a tape for the reverse sweep and a forward-mode sweep
     g.output(g.apply(op("mul", shape=(3,)), r, g.input("w2")))
     rule = g.rule(backend)            # a route: forward, backward, jvp, prepare, validate
 
-A node's argument is a ``Ref`` to a graph input or to an earlier node's output; a scalar
-source (value, frozen, detached) fits any scalar port of the same shape, other kinds must
-match exactly.  Gradients flow only into value ports: a frozen or detached port reads its
-source without sending it a contribution.
+A node's argument is a ``Ref`` to a graph input, a graph constant or an earlier node's
+output; a scalar source (value, frozen, detached) fits any scalar port of the same shape,
+other kinds must match exactly.
+
+Constants: ``g.constant(array)`` stores an array in the graph (a buffer such as a running
+mean, a folded creation, a number such as an epsilon) and returns its Ref; the graph holds
+it at a frozen port (``port=`` for index, Boolean or word arrays), so it is never an input
+of ``forward``/``backward``/``jvp``, receives no gradient and carries no tangent.  Under a
+backend a scalar constant is read with ``xp.asarray`` once per sweep, as an input is.
+
+Names: ``g.apply(op, *refs, name=..., module=...)`` labels a node (a frontend keeps its
+source's node names and module paths); ``node_names`` and ``node_modules`` list them, node
+by node (``node<k>`` and ``""`` where none was given).  ``example_inputs`` is None, or the
+example arrays a frontend captured, one per input in order.
+
+Gradients flow only into value ports: a frozen or detached port reads its source without
+sending it a contribution.
 
 The reverse sweep visits the nodes from the last to the first and reads each node's rule
 for the order of its contributions (``Rule.order``: input order) and for how one joins what
@@ -24,29 +37,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import RouteError
 from .invoke import checked_rule, invoke_prepared, rule_for
-from .ports import Port
+from .ports import Port, boolean, frozen
+
+
+INPUT, CONSTANT = -1, -2         # Ref.node of a graph input, of a graph constant
 
 
 @dataclass(frozen=True)
 class Ref:
-    """A value in a graph: output ``index`` of node ``node``, or graph input ``index`` when
-    ``node`` is -1."""
+    """A value in a graph: output ``index`` of node ``node``, graph input ``index`` when
+    ``node`` is -1 (INPUT), graph constant ``index`` when it is -2 (CONSTANT)."""
 
     node: int
     index: int
 
     def __str__(self):
-        return f"input {self.index}" if self.node < 0 else f"node {self.node} output {self.index}"
+        if self.node == INPUT:
+            return f"input {self.index}"
+        if self.node == CONSTANT:
+            return f"constant {self.index}"
+        return f"node {self.node} output {self.index}"
 
 
 @dataclass(frozen=True)
 class Node:
-    """One operator applied to earlier values."""
+    """One operator applied to earlier values; ``name`` and ``module`` label it (empty when
+    not given)."""
 
     op: object
     args: tuple
+    name: str = ""
+    module: str = ""
 
 
 def _fits(source: Port, target: Port) -> bool:
@@ -65,6 +90,20 @@ class Graph:
         self.inputs = tuple(inputs.values())
         self.nodes: list[Node] = []
         self._outputs: tuple = ()
+        self.constants: list = []              # arrays, by Ref(CONSTANT, k)
+        self.constant_ports: list[Port] = []
+        self.constant_names: list[str] = []
+        self.example_inputs = None
+
+    @property
+    def node_names(self) -> tuple:
+        """Each node's name (``node<k>`` where none was given)."""
+        return tuple(n.name or f"node{k}" for k, n in enumerate(self.nodes))
+
+    @property
+    def node_modules(self) -> tuple:
+        """Each node's module path (``""`` where none was given)."""
+        return tuple(n.module for n in self.nodes)
 
     # ----- building ---------------------------------------------------------------------------
     def input(self, name: str) -> Ref:
@@ -73,36 +112,68 @@ class Graph:
             raise RouteError(f"graph: no input {name!r} (inputs: {', '.join(self.input_names)})")
         return Ref(-1, self.input_names.index(name))
 
+    def constant(self, array, port: Port | None = None, name: str = "") -> Ref:
+        """Store ``array`` (numpy) as a constant of the graph and return its Ref.  Its port
+        is ``port``, by default frozen (a float array) or Boolean (a bool array); integer
+        arrays need an index or word ``port``.  RouteError when the array does not fit."""
+        a = np.asarray(array)
+        if port is None:
+            if a.dtype.kind not in "fb":
+                raise RouteError(f"graph: constant {name or len(self.constants)}: a "
+                                 f"{a.dtype} array needs an index or word port")
+            port = boolean(a.shape) if a.dtype.kind == "b" else frozen(a.shape)
+        bad = port.mismatch(a)
+        if bad:
+            raise RouteError(f"graph: constant {name or len(self.constants)} expects {port} "
+                             f"({bad})")
+        self.constants.append(a)
+        self.constant_ports.append(port)
+        self.constant_names.append(name)
+        return Ref(CONSTANT, len(self.constants) - 1)
+
     def port(self, ref: Ref) -> Port:
         """The port of the value ``ref`` names."""
-        if ref.node < 0:
+        if ref.node == INPUT:
             return self.inputs[ref.index]
+        if ref.node == CONSTANT:
+            return self.constant_ports[ref.index]
         return self.nodes[ref.node].op.outputs[ref.index]
 
-    def apply(self, op, *args: Ref):
-        """Append ``op`` applied to ``args``; its output Ref (a tuple of Refs when it has
-        several).  The attributes and each argument's port are checked here already."""
+    def _names(self, ref, k) -> bool:
+        """Whether ``ref`` names a graph input, a constant or a node before node ``k``."""
+        if not isinstance(ref, Ref):
+            return False
+        if ref.node in (INPUT, CONSTANT):
+            held = self.inputs if ref.node == INPUT else self.constants
+            return 0 <= ref.index < len(held)
+        return 0 <= ref.node < k and 0 <= ref.index < len(self.nodes[ref.node].op.outputs)
+
+    def apply(self, op, *args: Ref, name: str = "", module: str = ""):
+        """Append ``op`` applied to ``args`` (the node labelled ``name``, in ``module``); its
+        output Ref (a tuple of Refs when it has several).  The attributes and each
+        argument's port are checked here already."""
         k = len(self.nodes)
         op.check()
         if len(args) != len(op.inputs):
             raise RouteError(f"graph node {k} ({op.name}): expects {len(op.inputs)} arguments "
                              f"({', '.join(op.input_names)}) (got {len(args)})")
-        for name, want, ref in zip(op.input_names, op.inputs, args):
-            if not isinstance(ref, Ref) or ref.node >= k or \
-                    (ref.node < 0 and ref.index >= len(self.inputs)):
-                raise RouteError(f"graph node {k} ({op.name}): argument {name} must name a "
-                                 f"graph input or an earlier node (got {ref!r})")
+        for arg, want, ref in zip(op.input_names, op.inputs, args):
+            if not self._names(ref, k):
+                raise RouteError(f"graph node {k} ({op.name}): argument {arg} must name a "
+                                 f"graph input or an earlier node, or a constant (got {ref!r})")
             if not _fits(self.port(ref), want):
-                raise RouteError(f"graph node {k} ({op.name}): argument {name} expects {want} "
+                raise RouteError(f"graph node {k} ({op.name}): argument {arg} expects {want} "
                                  f"but {ref} is {self.port(ref)}")
-        self.nodes.append(Node(op, tuple(args)))
+        self.nodes.append(Node(op, tuple(args), name, module))
         refs = tuple(Ref(k, j) for j in range(len(op.outputs)))
         return refs[0] if len(refs) == 1 else refs
 
     def output(self, *refs: Ref) -> "Graph":
         """Set the graph's outputs; returns the graph."""
         for ref in refs:
-            self.port(ref)
+            if not self._names(ref, len(self.nodes)):
+                raise RouteError(f"graph: an output must name a graph input, a constant or "
+                                 f"a node (got {ref!r})")
         self._outputs = tuple(refs)
         return self
 
@@ -156,6 +227,12 @@ class GraphRule:
             out.append(self.xp.asarray(x) if port.scalar else x)
         return tuple(out)
 
+    def _constants(self) -> dict:
+        """The graph's constants as the backend reads them (scalar ports via asarray)."""
+        g = self.graph
+        return {Ref(CONSTANT, i): self.xp.asarray(c) if p.scalar else c
+                for i, (c, p) in enumerate(zip(g.constants, g.constant_ports))}
+
     def _node_error(self, k, exc):
         return RouteError(f"graph node {k} ({self.graph.nodes[k].op.name}): {exc}")
 
@@ -165,6 +242,9 @@ class GraphRule:
         vals = {Ref(-1, i): x for i, x in enumerate(self._inputs(inputs))}
         active = {Ref(-1, i): bool(f) and p.differentiable
                   for i, (f, p) in enumerate(zip(needs_grad, g.inputs))}
+        consts = self._constants()
+        vals.update(consts)
+        active.update((r, False) for r in consts)
         tape = []
         for k, node in enumerate(g.nodes):
             flags = tuple(active[r] and p.differentiable for r, p in zip(node.args, node.op.inputs))
@@ -222,6 +302,7 @@ class GraphRule:
         g, xp = self.graph, self.xp
         xs = self._inputs(inputs)
         vals = {Ref(-1, i): x for i, x in enumerate(xs)}
+        vals.update(self._constants())
         tans = {Ref(-1, i): xp.asarray(t) for i, (t, p) in enumerate(zip(tangents, g.inputs))
                 if t is not None and p.differentiable}
         for k, node in enumerate(g.nodes):

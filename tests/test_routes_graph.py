@@ -146,3 +146,26 @@ def test_two_arguments_naming_one_value_both_contribute():
     x = np.array([3.0, -0.5, 0.0])
     assert rule.backward([x], [np.ones(3)])[0].tolist() == [6, -1, 0]
     assert rule.jvp([x], [np.ones(3)])[0].tolist() == [6, -1, 0]
+
+
+def test_a_constant_is_read_but_never_an_input_nor_a_gradient_target():
+    """y = relu(x * c) + c with a frozen constant c: forward, the gradient of x only, and
+    the tangent, against the values worked out by hand (exact in binary64)."""
+    x_port = P.value((3,))
+    g = routes.Graph(x=x_port)
+    c = g.constant(np.array([2.0, -0.5, 4.0]), name="c")
+    h = g.apply(routes.op("mul", shape=(3,)), g.input("x"), c, name="h")
+    r = g.apply(routes.op("relu", shape=(3,)), h)
+    y = g.apply(routes.op("add", shape=(3,)), r, c)
+    g.output(y)
+    assert g.node_names[0] == "h" and g.constant_names == ["c"]
+    rule = g.rule(numerics.emulated("binary64"))
+    x = np.array([1.5, 3.0, -1.0])
+    (out,) = rule.forward((x,))
+    assert out.tolist() == [5.0, -0.5, 4.0]           # relu(3, -1.5, -4) + c
+    (gx,) = rule.backward((x,), (np.array([1.0, 1.0, 1.0]),))
+    assert gx.tolist() == [2.0, 0.0, 0.0]             # c where x * c > 0
+    (tan,) = rule.jvp((x,), (np.array([1.0, 1.0, 1.0]),))
+    assert tan.tolist() == [2.0, 0.0, 0.0]
+    with pytest.raises(routes.RouteError, match="needs an index or word port"):
+        g.constant(np.array([1, 2]))

@@ -108,7 +108,6 @@ def read_config(path) -> dict:
 
 def _selection(args, user):
     """The runner.Selection of the parsed options (config values filled in)."""
-    from roundoff_coverage import numerics
     from roundoff_coverage import routes
     from roundoff_coverage.routes.registry import FAMILIES
 

@@ -1,0 +1,458 @@
+"""The PyTorch capture (spec: "Import Coverage"): ``from_torch(model, args) -> Graph``.
+
+The model goes through ``torch.export.export`` and ``run_decompositions`` with the default
+table less the aten operators routes.frontends.aten translates (so ``linear``,
+``layer_norm``, ``scaled_dot_product_attention``, ``cross_entropy_loss``... stay whole and
+map onto one registered operator each; everything else is decomposed to the core aten set
+first).  Then each node of the exported program becomes registered operators:
+
+- graph inputs: the model's tensor arguments (named as torch.export names them: the
+  parameter names of ``forward``), then its parameters, named by their ``state_dict`` keys;
+  a floating tensor is a value port, an integer tensor an index port whose bound is read
+  from its use (an embedding's row count, cross entropy's class count), a Boolean tensor a
+  Boolean port;
+- ``graph.example_inputs``: the example arrays in that order (float64 numpy for floating
+  tensors, exactly widened; int64 for integer ones);
+- buffers (running statistics...) and lifted tensor constants are graph constants
+  (``Graph.constant``, frozen), named by their keys, and so are input-independent nodes
+  (``full``, ``arange``, ``zeros`` and any node whose operands are all constants), which
+  torch computes (folded); random operators are never folded;
+- numbers (an epsilon, a scale) are frozen scalar constants; shapes are attributes;
+- ``graph.node_names`` / ``graph.node_modules``: the aten node's name for the operator that
+  computes it (``<name>.<i>`` for the helper nodes before it: broadcasts, reshapes) and the
+  module path from ``nn_module_stack`` (``layers.0.attn``; ``""`` at the root).
+
+What is not translated is refused with one line (``CaptureError``, a RouteError) naming the
+aten operator, the node and its source line: ``from_torch: aten.lgamma.default (node
+lgamma, model.py:12) has no translation onto the operator table``.  So are programs that
+update an input or a buffer in place (a batch norm in training mode) and models
+torch.export cannot capture (data-dependent control flow), with torch's first line.
+
+torch is the optional extra ``[torch]``, imported when ``from_torch`` runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import os
+import re
+
+import numpy as np
+
+from .. import ports as P
+from ..errors import RouteError
+from ..graph import Graph, Ref
+from ..registry import op as make_op
+from .aten import BOUNDS, TABLE
+
+
+class CaptureError(RouteError):
+    """A model or an operator the capture refuses; the message is one line naming the aten
+    operator, the node and its source line."""
+
+
+class Const:
+    """A tensor the capture holds as a constant (a buffer, a folded node); ``name`` labels
+    its graph constant."""
+
+    def __init__(self, tensor, name=""):
+        self.tensor, self.name = tensor, name
+        self.refs = {}                         # port -> Ref, once materialized
+
+
+@dataclasses.dataclass(frozen=True)
+class Missing:
+    """A result without a translation (a saved statistic, pooling indices): refused where
+    read."""
+
+    reason: str
+
+
+class _Refusal(Exception):
+    """An entry's refusal (wrapped into a CaptureError naming the node)."""
+
+
+class _Args(dict):
+    """An aten node's arguments bound by name (``a.self``, ``a.dim``)."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+def from_torch(model, args, kwargs=None) -> Graph:
+    """The Graph of registered operators computing ``model(*args, **kwargs)`` (module
+    docstring): inputs the tensor arguments then the parameters, ``example_inputs`` set.
+    CaptureError (one line) for what is not translated."""
+    import torch
+    from torch.utils import _pytree as pytree
+    args = tuple(args)
+    kwargs = dict(kwargs or {})
+    try:
+        ep = torch.export.export(model, args, kwargs)
+    except Exception as exc:                  # torch raises many kinds; one line for all
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CaptureError(f"from_torch: torch.export could not capture the model: "
+                           f"{first}") from None
+    table = torch.export.default_decompositions()
+    for overload in list(table):
+        if str(overload) in TABLE:
+            del table[overload]
+    ep = ep.run_decompositions(table)
+    leaves = pytree.tree_leaves((args, kwargs))
+    return _Capture(torch, ep).run(leaves)
+
+
+def _source(torch, node) -> str:
+    """``file.py:line`` of the innermost frame outside torch in the node's stack trace."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
+    if not frames:
+        return "no source line"
+    inside = os.path.dirname(torch.__file__)
+    outside = [f for f in frames if not f[0].startswith(inside)]
+    path, line = (outside or frames)[-1]
+    return f"{os.path.basename(path)}:{line}"
+
+
+def _module(node) -> str:
+    """The innermost module path of the node (``layers.0.attn``; ``""`` at the root)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"\[(\d+)\]", r".\1", path).replace("._modules['", ".").replace("']", "")
+
+
+class _Capture:
+    """One capture: the exported program, the graph being built, the values of its nodes."""
+
+    def __init__(self, torch, ep):
+        self.torch, self.ep = torch, ep
+        self.env = {}                          # fx node -> Ref | Const | Missing | tuple
+        self.graph = None
+        self.node = None                       # the fx node being translated
+
+    # ----- the program's inputs and outputs -----------------------------------------------------
+    def run(self, leaves) -> Graph:
+        t, ep = self.torch, self.ep
+        sig = ep.graph_signature
+        self._refuse_mutations(sig)
+        kinds = t.export.graph_signature.InputKind
+        nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+        user = [s for s in sig.input_specs if s.kind == kinds.USER_INPUT]
+        if len(user) != len(leaves):
+            raise CaptureError(f"from_torch: the program has {len(user)} user inputs but the "
+                               f"arguments flatten to {len(leaves)} leaves")
+        ports, examples, refs = {}, [], {}
+        for spec, leaf in zip(user, leaves):
+            if not isinstance(spec.arg, t.export.graph_signature.TensorArgument):
+                continue                       # a number torch.export specialized
+            node = nodes[spec.arg.name]
+            ports[spec.arg.name] = self._input_port(node, leaf)
+            examples.append(_array(leaf))
+            refs[node] = spec.arg.name
+        for spec in sig.input_specs:
+            node = nodes.get(getattr(spec.arg, "name", None))
+            if spec.kind == kinds.PARAMETER:
+                if spec.target in ports:
+                    raise CaptureError(f"from_torch: parameter {spec.target} has the name of "
+                                       f"an argument")
+                tensor = ep.state_dict[spec.target]
+                ports[spec.target] = P.value(tuple(tensor.shape))
+                examples.append(_array(tensor))
+                refs[node] = spec.target
+            elif spec.kind in (kinds.BUFFER, kinds.CONSTANT_TENSOR):
+                tensor = ep.state_dict[spec.target] if spec.target in ep.state_dict \
+                    else ep.constants[spec.target]
+                self.env[node] = Const(tensor.detach(), spec.target)
+            elif spec.kind != kinds.USER_INPUT:
+                raise CaptureError(f"from_torch: input {spec.arg.name} of kind "
+                                   f"{spec.kind.name} is not translated")
+        self.graph = Graph(**ports)
+        self.graph.example_inputs = tuple(examples)
+        for node, name in refs.items():
+            self.env[node] = self.graph.input(name)
+        for node in ep.graph.nodes:
+            if node.op == "call_function":
+                self._translate(node)
+            elif node.op == "output":
+                self._outputs(node)
+        return self.graph
+
+    def _refuse_mutations(self, sig):
+        updated = {**sig.buffers_to_mutate, **sig.user_inputs_to_mutate}
+        if not updated:
+            return
+        out_name, target = next(iter(updated.items()))
+        node = next((n for n in self.ep.graph.nodes if n.name == out_name), None)
+        where = f"node {out_name}, {_source(self.torch, node)}" if node is not None \
+            else f"node {out_name}"
+        raise CaptureError(f"from_torch: the program updates {target} in place ({where}); "
+                           f"in-place updates of inputs and buffers are not captured (a "
+                           f"batch norm in training mode does: capture in eval mode)")
+
+    def _input_port(self, node, leaf):
+        shape = tuple(leaf.shape)
+        if leaf.is_floating_point():
+            return P.value(shape)
+        if leaf.dtype == self.torch.bool:
+            return P.boolean(shape)
+        bounds = {b for b in (BOUNDS[str(u.target)](u, node) for u in node.users
+                              if str(u.target) in BOUNDS) if b is not None}
+        if len(bounds) != 1:
+            uses = ", ".join(sorted({str(u.target) for u in node.users})) or "nothing"
+            raise CaptureError(f"from_torch: integer input {node.name} is read as indices "
+                               f"with {'no' if not bounds else 'several'} bounds (used by "
+                               f"{uses}); only indices of an embedding or a cross entropy "
+                               f"are translated")
+        return P.index((bounds.pop(),), shape)
+
+    def _outputs(self, node):
+        refs = []
+        for i, v in enumerate(node.args[0]):
+            value = self.env.get(v) if hasattr(v, "op") else v
+            if isinstance(value, Missing):
+                raise CaptureError(f"from_torch: output {i} ({v}): {value.reason}")
+            if isinstance(value, Const):
+                value = self._materialize(value, None)
+            if not isinstance(value, Ref):
+                raise CaptureError(f"from_torch: output {i} ({v}) is not a tensor the graph "
+                                   f"computes (got {type(value).__name__})")
+            refs.append(value)
+        self.graph.output(*refs)
+
+    # ----- one node ------------------------------------------------------------------------------
+    def _where(self, node) -> str:
+        return f"{node.target} (node {node.name}, {_source(self.torch, node)})"
+
+    def _translate(self, node):
+        self.node = node
+        if node.target is operator.getitem:
+            self.env[node] = self.env[node.args[0]][node.args[1]]
+            return
+        name = str(node.target)
+        if not hasattr(node.target, "_schema"):
+            raise CaptureError(f"from_torch: {self._where(node)} has no translation onto the "
+                               f"operator table")
+        args = self._bind(node)
+        leaves = self.torch.utils._pytree.tree_leaves(dict(args))
+        missing = next((v for v in leaves if isinstance(v, Missing)), None)
+        if missing is not None:
+            raise CaptureError(f"from_torch: {self._where(node)} reads a result that is not "
+                               f"translated: {missing.reason}")
+        if not any(isinstance(v, Ref) for v in leaves):
+            self.env[node] = self._fold(node)
+            return
+        entry = TABLE.get(name)
+        if entry is None:
+            raise CaptureError(f"from_torch: {self._where(node)} has no translation onto the "
+                               f"operator table")
+        first = len(self.graph.nodes)
+        try:
+            result = entry(self, args)
+        except (_Refusal, RouteError) as exc:
+            reason = str(exc).replace("\n", " ")
+            raise CaptureError(f"from_torch: {self._where(node)}: {reason}") from None
+        self.env[node] = result
+        self._label(node, first, result)
+
+    def _label(self, node, first, result):
+        """Name the graph nodes added for ``node``: its own name for the one computing its
+        (first) result, ``<name>.<i>`` for the others."""
+        last = result[0] if isinstance(result, tuple) else result
+        main = last.node if isinstance(last, Ref) and last.node >= first else None
+        module, nodes = _module(node), self.graph.nodes
+        helpers = 0
+        for k in range(first, len(nodes)):
+            if k == main:
+                label = node.name
+            else:
+                label, helpers = f"{node.name}.{helpers}", helpers + 1
+            nodes[k] = dataclasses.replace(nodes[k], name=label, module=module)
+
+    def _bind(self, node) -> _Args:
+        """The node's arguments by schema name, defaults filled in, fx nodes replaced by
+        their values."""
+        schema = node.target._schema
+        positional = [a for a in schema.arguments if not a.kwarg_only]
+        bound = {a.name: v for a, v in zip(positional, node.args)}
+        bound.update(node.kwargs)
+        for a in schema.arguments:
+            if a.name not in bound:
+                bound[a.name] = a.default_value if a.has_default_value() else None
+        return _Args({k: self._value(v) for k, v in bound.items()})
+
+    def _value(self, v):
+        if hasattr(v, "op") and hasattr(v, "users"):      # an fx node
+            return self.env[v]
+        if isinstance(v, (list, tuple)):
+            return type(v)(self._value(x) for x in v)
+        return v
+
+    def _fold(self, node):
+        """The node computed by torch on its constant operands (never a random one)."""
+        if self.torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
+            raise CaptureError(f"from_torch: {self._where(node)} draws random numbers; it is "
+                               f"not folded into a constant")
+        def unwrap(v):
+            if isinstance(v, Const):
+                return v.tensor
+            if isinstance(v, (list, tuple)):
+                return type(v)(unwrap(x) for x in v)
+            return v
+        args = tuple(unwrap(self._value(v)) for v in node.args)
+        kwargs = {k: unwrap(self._value(v)) for k, v in node.kwargs.items()}
+        with self.torch.no_grad():
+            out = node.target(*args, **kwargs)
+        if isinstance(out, (tuple, list)):
+            return tuple(Const(o, f"{node.name}.{i}") for i, o in enumerate(out))
+        if not isinstance(out, self.torch.Tensor):
+            raise CaptureError(f"from_torch: {self._where(node)} gives a {type(out).__name__}, "
+                               f"not a tensor")
+        return Const(out, node.name)
+
+    # ----- what entries use (routes.frontends.aten) --------------------------------------------
+    def _meta(self):
+        val = self.node.meta["val"]
+        return val[0] if isinstance(val, (tuple, list)) else val
+
+    @property
+    def out_shape(self) -> tuple:
+        return tuple(int(n) for n in self._meta().shape)
+
+    @property
+    def out_dtype(self):
+        return self._meta().dtype
+
+    def refuse(self, reason):
+        raise _Refusal(reason)
+
+    def missing(self, reason) -> Missing:
+        return Missing(reason)
+
+    def scalar_result(self):
+        """Refuse a node whose result is not the model's scalar (integer or Boolean
+        arithmetic)."""
+        if not self.out_dtype.is_floating_point:
+            self.refuse(f"arithmetic on {self.out_dtype} tensors is not translated")
+
+    def shape(self, v) -> tuple:
+        if isinstance(v, Ref):
+            return self.graph.port(v).shape
+        if isinstance(v, Const):
+            return tuple(v.tensor.shape)
+        return ()
+
+    def is_scalar(self, v) -> bool:
+        """Whether ``v`` holds the model's scalar (a floating tensor)."""
+        if isinstance(v, Ref):
+            return self.graph.port(v).scalar
+        if isinstance(v, Const):
+            return v.tensor.is_floating_point()
+        return isinstance(v, float)
+
+    def element(self, v) -> str:
+        """The element sort of a moved value (``scalar`` or ``bool``)."""
+        if isinstance(v, Ref):
+            port = self.graph.port(v)
+            if port.scalar:
+                return "scalar"
+            if port.kind == "bool":
+                return "bool"
+            self.refuse(f"moving a {port.kind} tensor is not translated")
+        if isinstance(v, Const) and v.tensor.dtype == self.torch.bool:
+            return "bool"
+        return "scalar"
+
+    def same_dtype(self, v) -> bool:
+        """Whether the node's result has the dtype of its operand ``v``."""
+        arg = self.node.args[0]
+        dtype = arg.meta["val"].dtype if hasattr(arg, "meta") else None
+        if isinstance(v, Const):
+            dtype = v.tensor.dtype
+        return dtype == self.out_dtype
+
+    def zeros(self, shape) -> Const:
+        return Const(self.torch.zeros(shape, dtype=self.torch.float64), f"{self.node.name}.zeros")
+
+    def ones(self, shape) -> Const:
+        return Const(self.torch.ones(shape, dtype=self.torch.float64), f"{self.node.name}.ones")
+
+    def like(self, v, shape):
+        """``v`` broadcast to ``shape`` (PyTorch's rule: leading axes added, extent-1 axes
+        copied): a broadcast node for a graph value, a constant for a number or a Const."""
+        shape = tuple(shape)
+        if isinstance(v, Ref):
+            if self.graph.port(v).shape == shape:
+                return v
+            return self.apply("broadcast", v, shape=self.graph.port(v).shape, to=shape,
+                              element=self.element(v))
+        if isinstance(v, Const):
+            if tuple(v.tensor.shape) == shape:
+                return v
+            return Const(v.tensor.expand(shape), v.name)
+        dtype = self.torch.bool if isinstance(v, bool) else self.torch.float64
+        return Const(self.torch.full(shape, v, dtype=dtype), f"{self.node.name}.full")
+
+    def indices(self, v, bound) -> Ref:
+        """``v`` read as indices below ``bound``: an index graph value, or a constant."""
+        if isinstance(v, Const):
+            return self._materialize(v, P.index((bound,), tuple(v.tensor.shape)))
+        port = self.graph.port(v)
+        if port.kind != "index" or port.bounds != (bound,):
+            self.refuse(f"indices below {bound} expected, got {port}")
+        return v
+
+    def apply(self, name, *values, **attributes) -> Ref:
+        """Append registered operator ``name`` at ``attributes`` on ``values`` (Refs, Consts
+        or numbers, turned into graph values at the operator's ports)."""
+        o = make_op(name, **attributes)
+        refs = [self._ref(v, port) for v, port in zip(values, o.inputs)]
+        return self.graph.apply(o, *refs)
+
+    def _ref(self, v, port) -> Ref:
+        if isinstance(v, Ref):
+            return v
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            v = Const(self.torch.full(port.shape, v, dtype=self.torch.float64),
+                      f"{self.node.name}.number")
+        if isinstance(v, Const):
+            return self._materialize(v, port if not port.scalar else None)
+        raise _Refusal(f"cannot pass {type(v).__name__} {v!r} to a {port} port")
+
+    def _materialize(self, const, port) -> Ref:
+        """The graph constant holding ``const`` (once per port): float64 at a frozen port
+        (floating tensors widened exactly; integers as PyTorch promotes them, exact below
+        2**53), int64 at an index port, Booleans at a Boolean port."""
+        key = None if port is None else port
+        if key not in const.refs:
+            tensor = const.tensor.detach().contiguous()
+            if port is None and tensor.dtype != self.torch.bool:
+                if not tensor.is_floating_point() and tensor.numel() and \
+                        int(tensor.abs().max()) > 2 ** 53:
+                    raise _Refusal(f"constant {const.name} holds integers beyond 2**53, "
+                                   f"which binary64 does not hold exactly")
+                array = tensor.to(self.torch.float64).numpy().copy()
+            else:
+                array = tensor.numpy().copy()
+                if port is not None and port.kind == "index":
+                    array = array.astype(np.int64)
+            const.refs[key] = self.graph.constant(array, port, name=const.name)
+        return const.refs[key]
+
+
+def _array(tensor) -> np.ndarray:
+    """A tensor as numpy: float64 for floating tensors (exact widening), bool for Booleans,
+    int64 for integer tensors."""
+    import torch
+    tensor = tensor.detach().cpu()
+    if tensor.is_floating_point():
+        return tensor.to(torch.float64).numpy().copy()
+    if tensor.dtype == torch.bool:
+        return tensor.numpy().copy()
+    return tensor.numpy().astype(np.int64)

@@ -1,0 +1,339 @@
+"""routes.from_torch (issue 28): four models captured through torch.export, run in binary64
+on the graph of registered operators, and compared with PyTorch's own float64 forward values
+and gradients (torch.autograd.grad: an independent implementation as the oracle); the
+capture's structure (inputs, constants, names, modules); its one-line refusals."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+nn, F = torch.nn, torch.nn.functional
+
+from roundoff_coverage import numerics, routes  # noqa: E402
+
+TOL = 1e-12          # normwise relative difference, per output and per gradient
+# A gradient that is zero mathematically (an attention key bias: softmax ignores a shift
+# along the keys) is rounding noise in both implementations, so each tensor's difference is
+# measured against max(its largest entry, FLOOR x the model's largest gradient entry).
+FLOOR = 1e-3
+
+
+# ----- the four models -------------------------------------------------------------------------
+class MLP(nn.Module):
+    """linear, gelu, relu, mul, add; a broadcast parameter and a number."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(4, 8), nn.Linear(8, 3)
+        self.gain = nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        h = F.gelu(self.l1(x))
+        return self.l2(torch.relu(h) * self.gain + h + 0.5)
+
+
+class CNN(nn.Module):
+    """conv, batch norm (eval: running statistics as constants), relu, max pool, flatten."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(2, 3, 3, padding=1), nn.BatchNorm2d(3)
+        self.pool, self.fc = nn.MaxPool2d(2), nn.Linear(27, 2)
+        with torch.no_grad():                   # running statistics that are not 0 and 1
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(torch.relu(self.bn(self.conv(x)))), 1))
+
+
+class Heads(nn.Module):
+    """Multi-head attention by hand: views to heads, transpose, matmul, softmax."""
+
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        split = lambda z: z.view(b, t, self.h, d // self.h).transpose(1, 2)  # noqa: E731
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.h), dim=-1)
+        return self.o((w @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: layer norm, attention, GELU MLP, dropout (eval), residuals."""
+
+    def __init__(self, d=8, h=2, library=True):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, h, batch_first=True) if library else Heads(d, h)
+        self.mlp = nn.Sequential(nn.Linear(d, 16), nn.GELU(), nn.Linear(16, d))
+        self.drop, self.library = nn.Dropout(0.1), library
+
+    def forward(self, x):
+        y = self.ln1(x)
+        a = self.attn(y, y, y, need_weights=False)[0] if self.library else self.attn(y)
+        x = x + self.drop(a)
+        return x + self.mlp(self.ln2(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, library):
+        super().__init__()
+        self.layers = nn.ModuleList([Block(library=library), Block(library=library)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Language(nn.Module):
+    """Token and position embeddings (positions: arange, folded), a head, cross entropy."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(10, 4), nn.Embedding(6, 4)
+        self.head = nn.Linear(4, 5)
+
+    def forward(self, ids, target):
+        h = self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+        return F.cross_entropy(self.head(h).mean(1), target)
+
+
+class Misc(nn.Module):
+    """The other entries: mm, bmm, addmm, expand, sum, maximum, where (a Boolean buffer),
+    avg pool, slice, sqrt, detach (its operand gets no gradient), a float buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+        self.b = nn.Parameter(torch.randn(4))
+        self.register_buffer("mask", torch.tensor([True, False, True, True]))
+        self.register_buffer("shift", torch.linspace(1.0, 2.0, 4))
+
+    def forward(self, x):
+        h = torch.addmm(self.b, x, self.w) + torch.mm(x, self.w.t())
+        h = torch.bmm(h.unsqueeze(0).expand(2, 5, 4), self.w.expand(2, 4, 4)).sum(0)
+        h = torch.where(self.mask, torch.maximum(h, x), h.detach() * x)
+        p = F.avg_pool2d(h.view(1, 1, 5, 4), 2, stride=1)
+        return torch.sqrt(h[1:4, :] ** 2 + self.shift).sum(-1, keepdim=True) + p.sum()
+
+
+def _models():
+    torch.manual_seed(0)
+    return {"mlp": (MLP(), (torch.randn(5, 4),)),
+            "cnn": (CNN(), (torch.randn(2, 2, 6, 6),)),
+            "transformer": (Transformer(library=True), (torch.randn(2, 3, 8),)),
+            "transformer-by-hand": (Transformer(library=False), (torch.randn(2, 3, 8),)),
+            "embedding-cross-entropy": (Language(), (torch.randint(0, 10, (3, 4)),
+                                                     torch.tensor([0, 4, 2]))),
+            "misc": (Misc(), (torch.randn(5, 4),))}
+
+
+MODELS = _models()
+
+
+@pytest.fixture(scope="module")
+def captured():
+    out = {}
+    for key, (model, args) in MODELS.items():
+        model = model.double().eval()
+        args = tuple(a.double() if a.is_floating_point() else a for a in args)
+        out[key] = (model, args, routes.from_torch(model, args))
+    return out
+
+
+def _relative(ours, theirs, floor=1e-300) -> float:
+    """max |ours - theirs| / max(max |theirs|, floor) (normwise)."""
+    ours = np.asarray(ours, dtype=np.float64)
+    theirs = theirs.detach().numpy()
+    assert ours.shape == theirs.shape
+    return float(np.max(np.abs(ours - theirs)) / max(np.max(np.abs(theirs)), floor))
+
+
+@pytest.mark.parametrize("key", list(MODELS))
+def test_binary64_values_and_gradients_match_torch_float64(key, captured):
+    model, args, g = captured[key]
+    rng = np.random.default_rng(1)
+    params = list(model.parameters())
+    floats = [a.clone().requires_grad_(True) for a in args if a.is_floating_point()]
+    it = iter(floats)
+    call = [next(it) if a.is_floating_point() else a for a in args]
+    out = model(*call)
+    cot = rng.standard_normal(tuple(out.shape))
+    want = torch.autograd.grad(out, floats + params, torch.from_numpy(cot))
+
+    rule = g.rule(numerics.emulated("binary64"))
+    assert rule is not None
+    ys, pullback = rule.prepare(g.example_inputs, [p.differentiable for p in g.inputs])
+    got = [x for x, p in zip(pullback([cot]), g.inputs) if p.differentiable]
+
+    worst = {"forward": _relative(ys[0], out)}
+    names = [n for n, p in zip(g.input_names, g.inputs) if p.differentiable]
+    scale = FLOOR * max(float(w.abs().max()) for w in want)
+    for name, ours, theirs in zip(names, got, want, strict=True):
+        worst[name] = _relative(ours, theirs, scale)
+    print(f"{key}: max normwise relative difference {max(worst.values()):.2e} "
+          f"({max(worst, key=worst.get)})")
+    assert max(worst.values()) <= TOL, worst
+
+
+@pytest.mark.parametrize("key", ["mlp", "cnn", "transformer-by-hand"])
+def test_binary64_tangents_match_torch_forward_mode(key, captured):
+    # (nn.MultiheadAttention's eval fast path has no forward mode in torch: left out.)
+    model, args, g = captured[key]
+    rng = np.random.default_rng(2)
+    tangents = [rng.standard_normal(x.shape) for x in g.example_inputs]
+    _, ours = g.rule(numerics.emulated("binary64")).linearize(g.example_inputs, tangents)
+    names = [n for n, _ in model.named_parameters()]
+
+    def f(x, *params):
+        return torch.func.functional_call(model, dict(zip(names, params)), (x,))
+    _, theirs = torch.func.jvp(f, tuple(torch.from_numpy(x) for x in g.example_inputs),
+                               tuple(torch.from_numpy(t) for t in tangents))
+    assert _relative(ours[0], theirs) <= TOL
+
+
+def test_inputs_are_the_arguments_then_the_parameters(captured):
+    model, args, g = captured["cnn"]
+    keys = [k for k, _ in model.named_parameters()]
+    assert g.input_names == ("x",) + tuple(keys)
+    assert [x.dtype for x in g.example_inputs] == [np.float64] * len(g.inputs)
+    np.testing.assert_array_equal(g.example_inputs[0], args[0].numpy())
+    np.testing.assert_array_equal(g.example_inputs[1], model.conv.weight.detach().numpy())
+    assert all(p.kind == "value" for p in g.inputs)
+
+
+def test_buffers_and_numbers_are_frozen_constants(captured):
+    model, _, g = captured["cnn"]
+    consts = dict(zip(g.constant_names, g.constants))
+    np.testing.assert_array_equal(consts["bn.running_var"], model.bn.running_var.numpy())
+    assert "bn.num_batches_tracked" not in consts           # never read in eval mode
+    assert all(p.kind == "frozen" for p in g.constant_ports)
+    bn = next(n for n in g.nodes if n.op.name == "batchNormRunning")
+    eps = bn.args[-1]
+    assert eps.node == -2 and g.constants[eps.index] == 1e-5
+
+
+def test_integer_arguments_are_index_ports_bounded_by_their_use(captured):
+    _, _, g = captured["embedding-cross-entropy"]
+    ports = dict(zip(g.input_names, g.inputs))
+    assert str(ports["ids"]) == "index<10>[3,4]" and str(ports["target"]) == "index<5>[3]"
+    assert g.example_inputs[0].dtype == np.int64
+    # torch.arange(4) was folded into a constant read as positions below 6.
+    assert any(str(p) == "index<6>[4]" for p in g.constant_ports)
+    # The positions' embedding (4, 4) is broadcast to the tokens' (3, 4, 4) before the add.
+    assert [n.op.name for n in g.nodes] == ["embedding", "embedding", "broadcast", "add",
+                                            "linear", "mean", "crossEntropy"]
+
+
+def test_nodes_keep_names_and_module_paths(captured):
+    _, _, g = captured["transformer"]
+    named = dict(zip(g.node_names, zip(g.node_modules, (n.op.name for n in g.nodes))))
+    assert named["scaled_dot_product_attention"] == ("layers.0.attn", "attention")
+    assert named["layer_norm_2"][0] == "layers.1.ln1"
+    assert any(m == "layers.1.mlp.1" and op == "gelu" for m, op in named.values())
+    assert len(set(g.node_names)) == len(g.nodes)
+
+
+def test_broadcasting_becomes_broadcast_nodes(captured):
+    _, _, g = captured["mlp"]
+    ops = [n.op.name for n in g.nodes]
+    assert ops.count("broadcast") == 1                       # the gain, (8,) -> (5, 8)
+    k = ops.index("broadcast")
+    assert g.node_names[k].startswith("mul.") and g.nodes[k].op.attrs.to == (5, 8)
+
+
+def test_the_by_hand_attention_uses_matmul_and_softmax(captured):
+    _, _, g = captured["transformer-by-hand"]
+    ops = {n.op.name for n in g.nodes}
+    assert {"matmul", "softmax", "permute", "reshape", "div"} <= ops
+    assert "attention" not in ops
+
+
+# ----- refusals ---------------------------------------------------------------------------------
+def _line(fn, text) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+class Lgamma(nn.Module):
+    def forward(self, x):
+        return torch.lgamma(x) + 1
+
+
+class DataDependent(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(3))
+
+    def forward(self, x):
+        self.count.add_(1)
+        return x + self.count
+
+
+class Causal(nn.Module):
+    def forward(self, q):
+        return F.scaled_dot_product_attention(q, q, q, is_causal=True)
+
+
+def _refusal(model, *args) -> str:
+    with pytest.raises(routes.CaptureError) as info:
+        routes.from_torch(model, args)
+    message = str(info.value)
+    assert "\n" not in message and isinstance(info.value, routes.RouteError)
+    return message
+
+
+def test_an_operator_without_translation_is_refused_with_node_and_line():
+    line = _line(Lgamma.forward, "torch.lgamma")
+    assert _refusal(Lgamma(), torch.randn(3)) == (
+        f"from_torch: aten.lgamma.default (node lgamma, test_torch_capture.py:{line}) has no "
+        f"translation onto the operator table")
+
+
+def test_an_unsupported_attribute_is_refused_with_the_reason():
+    line = _line(Causal.forward, "is_causal")
+    assert _refusal(Causal(), torch.randn(1, 3, 4)) == (
+        f"from_torch: aten.scaled_dot_product_attention.default (node "
+        f"scaled_dot_product_attention, test_torch_capture.py:{line}): attention with a mask "
+        f"(attn_mask or is_causal) is not translated yet")
+
+
+def test_data_dependent_control_flow_is_refused():
+    assert _refusal(DataDependent(), torch.randn(3)).startswith(
+        "from_torch: torch.export could not capture the model: Could not guard on "
+        "data-dependent expression")
+
+
+def test_in_place_updates_of_buffers_and_training_batch_norm_are_refused():
+    line = _line(Counter.forward, "add_")
+    assert _refusal(Counter(), torch.randn(3)).startswith(
+        f"from_torch: the program updates count in place (node add, "
+        f"test_torch_capture.py:{line})")
+    assert _refusal(nn.BatchNorm1d(3).train(), torch.randn(4, 3)).startswith(
+        "from_torch: the program updates running_mean in place")
+
+
+def test_importing_routes_does_not_import_torch():
+    code = ("import sys, roundoff_coverage.routes as r; assert callable(r.from_torch); "
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
