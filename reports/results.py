@@ -181,7 +181,7 @@ def route_label(k) -> str:
     return "-".join([op + (f"[{text}]" if text else "")] + list(rest))
 
 
-def _float(v):
+def number(v):
     """A float field's value as a float (the file's "inf", "-inf", "nan" included); None for a
     value that is not a number at all."""
     if isinstance(v, bool):
@@ -229,7 +229,7 @@ def field_problems(row) -> list:
         v = row.get(name)
         if v is None:
             continue
-        f = _float(v)
+        f = number(v)
         signed = name in SIGNED_FIELDS
         if f is None or math.isnan(f) or (not signed and f < 0):
             what = "a number, inf, -inf or null" if signed else "a number >= 0, inf or null"
@@ -320,7 +320,7 @@ def _kind_problem(stats) -> str | None:
             return f"{name} must be a non-negative integer (got {_shown(stats[name])})"
     for name in ("max_ulp", "p99_ulp", "mean_ulp", "max_bits", "mean_bits"):
         v = stats.get(name)
-        f = None if v is None else _float(v)
+        f = None if v is None else number(v)
         if v is not None and (f is None or math.isnan(f) or f < 0):
             return f"{name} must be a number >= 0, inf or null (got {_shown(v)})"
     exc = stats.get("exceptional")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 
+from . import results
 from .rows import KIND_STATS
 
 ORDINARY, WHOLE = "ordinary", "whole"
@@ -57,8 +58,7 @@ def default_view(rows) -> str:
 
 def number(v) -> float | None:
     """A statistic as a float ("inf", "nan" included), None when absent or not a number."""
-    if isinstance(v, bool) or v is None:
-        return None
+    return None if v is None else results.number(v)
     if isinstance(v, (int, float)):
         return float(v)
     if isinstance(v, str) and v in ("inf", "-inf", "nan"):
