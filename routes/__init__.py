@@ -11,6 +11,8 @@ Public names (shared/ARCHITECTURE.md):
 - ``invoke(op, inputs, backend)`` (staged checks; ``RouteError`` on failure);
 - ``Graph`` (straight-line IR, tape, forward-mode sweep; usable as a route);
 - ``encode(op) -> dict``, ``decode(record) -> Op``;
+- ``graph.save(path)``, ``load_graph(path) -> Graph``, ``graph_hash(path or graph)``
+  (routes.artifact: a graph as a JSON artifact, its sha256);
 - ``certificates(name)``; ``ports`` (``value``, ``frozen``, ...);
 - ``from_torch(model, args) -> Graph`` (routes.frontends.torch; torch is imported when it
   runs, never by importing routes), ``CaptureError``.
@@ -18,6 +20,7 @@ Public names (shared/ARCHITECTURE.md):
 
 from . import apriori, families  # noqa: F401  (families registers every operator)
 from . import ports
+from .artifact import graph_hash, load_graph
 from .certs import Certificate, certificates
 from .codec import VERSION, attributes_text, decode, encode
 from .errors import DecodeError, RouteError
@@ -30,5 +33,5 @@ from .rules import Rule
 
 __all__ = ["CaptureError", "Certificate", "DecodeError", "Graph", "Op", "Port", "Ref",
            "RouteError", "Rule", "VERSION", "attributes_text", "certificates", "declaration",
-           "decode", "encode", "from_torch", "invoke", "invoke_prepared", "names", "op",
-           "ports"]
+           "decode", "encode", "from_torch", "graph_hash", "invoke", "invoke_prepared",
+           "load_graph", "names", "op", "ports"]

@@ -21,7 +21,10 @@ backend a scalar constant is read with ``xp.asarray`` once per sweep, as an inpu
 Names: ``g.apply(op, *refs, name=..., module=...)`` labels a node (a frontend keeps its
 source's node names and module paths); ``node_names`` and ``node_modules`` list them, node
 by node (``node<k>`` and ``""`` where none was given).  ``example_inputs`` is None, or the
-example arrays a frontend captured, one per input in order.
+example arrays a frontend captured, one per input in order.  ``source`` is a dict of JSON
+data on what built the graph (``{}`` by hand; from_torch: frontend, module, class, torch
+version).  ``g.save(path)`` writes the graph as a JSON artifact and ``routes.load_graph(path)``
+reads it back (routes.artifact).
 
 Gradients flow only into value ports: a frozen or detached port reads its source without
 sending it a contribution.
@@ -94,6 +97,7 @@ class Graph:
         self.constant_ports: list[Port] = []
         self.constant_names: list[str] = []
         self.example_inputs = None
+        self.source: dict = {}                  # JSON data: what built the graph
 
     @property
     def node_names(self) -> tuple:
@@ -184,6 +188,11 @@ class Graph:
     @property
     def output_names(self) -> tuple:
         return tuple(f"out{i}" for i in range(len(self._outputs)))
+
+    def save(self, path) -> None:
+        """Write the graph to ``path`` as a JSON artifact (routes.artifact.save)."""
+        from .artifact import save
+        save(self, path)
 
     def rule(self, backend):
         """The graph as a route under ``backend``; None when some node has no rule there."""

@@ -6,7 +6,6 @@ capture's structure (inputs, constants, names, modules); its one-line refusals."
 from __future__ import annotations
 
 import inspect
-import math
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ torch = pytest.importorskip("torch")
 nn, F = torch.nn, torch.nn.functional
 
 from roundoff_coverage import numerics, routes  # noqa: E402
+from torch_models import in_float64, models  # noqa: E402
 
 TOL = 1e-12          # normwise relative difference, per output and per gradient
 # A gradient that is zero mathematically (an attention key bias: softmax ignores a shift
@@ -25,131 +25,14 @@ TOL = 1e-12          # normwise relative difference, per output and per gradient
 FLOOR = 1e-3
 
 
-# ----- the four models -------------------------------------------------------------------------
-class MLP(nn.Module):
-    """linear, gelu, relu, mul, add; a broadcast parameter and a number."""
-
-    def __init__(self):
-        super().__init__()
-        self.l1, self.l2 = nn.Linear(4, 8), nn.Linear(8, 3)
-        self.gain = nn.Parameter(torch.randn(8))
-
-    def forward(self, x):
-        h = F.gelu(self.l1(x))
-        return self.l2(torch.relu(h) * self.gain + h + 0.5)
-
-
-class CNN(nn.Module):
-    """conv, batch norm (eval: running statistics as constants), relu, max pool, flatten."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv, self.bn = nn.Conv2d(2, 3, 3, padding=1), nn.BatchNorm2d(3)
-        self.pool, self.fc = nn.MaxPool2d(2), nn.Linear(27, 2)
-        with torch.no_grad():                   # running statistics that are not 0 and 1
-            self.bn.running_mean.uniform_(-0.5, 0.5)
-            self.bn.running_var.uniform_(0.5, 2.0)
-
-    def forward(self, x):
-        return self.fc(torch.flatten(self.pool(torch.relu(self.bn(self.conv(x)))), 1))
-
-
-class Heads(nn.Module):
-    """Multi-head attention by hand: views to heads, transpose, matmul, softmax."""
-
-    def __init__(self, d, h):
-        super().__init__()
-        self.h = h
-        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        split = lambda z: z.view(b, t, self.h, d // self.h).transpose(1, 2)  # noqa: E731
-        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
-        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.h), dim=-1)
-        return self.o((w @ v).transpose(1, 2).reshape(b, t, d))
-
-
-class Block(nn.Module):
-    """Pre-norm transformer block: layer norm, attention, GELU MLP, dropout (eval), residuals."""
-
-    def __init__(self, d=8, h=2, library=True):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.attn = nn.MultiheadAttention(d, h, batch_first=True) if library else Heads(d, h)
-        self.mlp = nn.Sequential(nn.Linear(d, 16), nn.GELU(), nn.Linear(16, d))
-        self.drop, self.library = nn.Dropout(0.1), library
-
-    def forward(self, x):
-        y = self.ln1(x)
-        a = self.attn(y, y, y, need_weights=False)[0] if self.library else self.attn(y)
-        x = x + self.drop(a)
-        return x + self.mlp(self.ln2(x))
-
-
-class Transformer(nn.Module):
-    def __init__(self, library):
-        super().__init__()
-        self.layers = nn.ModuleList([Block(library=library), Block(library=library)])
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
-class Language(nn.Module):
-    """Token and position embeddings (positions: arange, folded), a head, cross entropy."""
-
-    def __init__(self):
-        super().__init__()
-        self.tok, self.pos = nn.Embedding(10, 4), nn.Embedding(6, 4)
-        self.head = nn.Linear(4, 5)
-
-    def forward(self, ids, target):
-        h = self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
-        return F.cross_entropy(self.head(h).mean(1), target)
-
-
-class Misc(nn.Module):
-    """The other entries: mm, bmm, addmm, expand, sum, maximum, where (a Boolean buffer),
-    avg pool, slice, sqrt, detach (its operand gets no gradient), a float buffer."""
-
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(4, 4))
-        self.b = nn.Parameter(torch.randn(4))
-        self.register_buffer("mask", torch.tensor([True, False, True, True]))
-        self.register_buffer("shift", torch.linspace(1.0, 2.0, 4))
-
-    def forward(self, x):
-        h = torch.addmm(self.b, x, self.w) + torch.mm(x, self.w.t())
-        h = torch.bmm(h.unsqueeze(0).expand(2, 5, 4), self.w.expand(2, 4, 4)).sum(0)
-        h = torch.where(self.mask, torch.maximum(h, x), h.detach() * x)
-        p = F.avg_pool2d(h.view(1, 1, 5, 4), 2, stride=1)
-        return torch.sqrt(h[1:4, :] ** 2 + self.shift).sum(-1, keepdim=True) + p.sum()
-
-
-def _models():
-    torch.manual_seed(0)
-    return {"mlp": (MLP(), (torch.randn(5, 4),)),
-            "cnn": (CNN(), (torch.randn(2, 2, 6, 6),)),
-            "transformer": (Transformer(library=True), (torch.randn(2, 3, 8),)),
-            "transformer-by-hand": (Transformer(library=False), (torch.randn(2, 3, 8),)),
-            "embedding-cross-entropy": (Language(), (torch.randint(0, 10, (3, 4)),
-                                                     torch.tensor([0, 4, 2]))),
-            "misc": (Misc(), (torch.randn(5, 4),))}
-
-
-MODELS = _models()
+MODELS = models()
 
 
 @pytest.fixture(scope="module")
 def captured():
     out = {}
     for key, (model, args) in MODELS.items():
-        model = model.double().eval()
-        args = tuple(a.double() if a.is_floating_point() else a for a in args)
+        model, args = in_float64(model, args)
         out[key] = (model, args, routes.from_torch(model, args))
     return out
 

@@ -11,6 +11,8 @@ first).  Then each node of the exported program becomes registered operators:
   a floating tensor is a value port, an integer tensor an index port whose bound is read
   from its use (an embedding's row count, cross entropy's class count), a Boolean tensor a
   Boolean port;
+- ``graph.source``: ``{"frontend": "torch", "module": ..., "class": ..., "torch": ...}``, the
+  model's class (its module and qualified name) and torch's version;
 - ``graph.example_inputs``: the example arrays in that order (float64 numpy for floating
   tensors, exactly widened; int64 for integer ones);
 - buffers (running statistics...) and lifted tensor constants are graph constants
@@ -103,7 +105,10 @@ def from_torch(model, args, kwargs=None) -> Graph:
             del table[overload]
     ep = ep.run_decompositions(table)
     leaves = pytree.tree_leaves((args, kwargs))
-    return _Capture(torch, ep).run(leaves)
+    graph = _Capture(torch, ep).run(leaves)
+    graph.source = {"frontend": "torch", "module": type(model).__module__,
+                    "class": type(model).__qualname__, "torch": str(torch.__version__)}
+    return graph
 
 
 def _source(torch, node) -> str:
