@@ -14,6 +14,13 @@ provably exact is taken:
   boundary, exact results, zeros, infinities, NaNs);
 - everything else, element by element through MPFR (numerics.mpfr_path).
 
+Sums, products, dot products and matmul (Backend._fold and _contract) run compiled
+(numerics.products) wherever that gives the generic path's bits: deterministic modes,
+accumulator formats within numerics.eft's range or binary64 under round-to-nearest-even,
+no flag tracking, primitives nobody intercepts (a subclass such as RecordingBackend that
+overrides them sees every call, as before), and not the accelerator models of
+numerics.policy (two-level promotion, fixed-point alignment, split:S).
+
 Stochastic rounding draws its bits from (seed, call number, element index): the same
 sequence of calls gives the same results.
 """
@@ -28,7 +35,7 @@ import numpy as np
 from roundoff_coverage import formats
 from roundoff_coverage.formats.fast import round_params, threads_for
 
-from . import eft
+from . import eft, products
 from .backend import CAPABILITIES, Backend
 from .mpfr_path import MpfrPath
 from .policy import for_backend
@@ -184,6 +191,47 @@ class EmulatedBackend(Backend):
             return self.cast(a, self.fmt)
         return formats.round_to(np.asarray(a, dtype=np.float64), self.fmt, self.mode,
                                 seed=self._next_seed())
+
+    # ----- sums and products (numerics.products) -------------------------------------------
+    def _products_strategy(self, bk, fused):
+        """numerics.products' strategy for folds with ``bk``'s primitives (self or the
+        accumulator), or None where the generic path must run: stochastic rounding (its
+        draws follow the call sequence), flag tracking, formats wider than binary64, a
+        compute format other than bk's own (two roundings per primitive), primitives a
+        subclass overrides (it watches every call), or numerics.policy's accelerator
+        models (Backend._contract's own accumulation, split:S)."""
+        if self.policy.hardware or self.policy.order.startswith("split:"):
+            return None                    # numerics.policy's accelerator models: generic
+        if bk._sticky is not None or bk._wide or bk.policy.compute != bk.fmt \
+                or any(getattr(type(bk), n) is not getattr(EmulatedBackend, n)
+                       for n in _PRIMITIVE_HOOKS):
+            return None
+        return products.strategy(bk.fmt, bk.mode, fused)
+
+    def _fold(self, op, x, bk):
+        how = self._products_strategy(bk, False) if op in ("add", "multiply") else None
+        if how is None or np.size(x) == 0:
+            return super()._fold(op, x, bk)
+        order = self.policy.order
+        bk.calls += products.fold_calls(np.shape(x)[-1], order)   # the generic path's count
+        return products.fold(x, op, bk.fmt, bk.mode, order, how)
+
+    def _contract(self, a, b):
+        acc = self.accumulator()
+        how = self._products_strategy(acc, self.policy.fma)
+        lay = products.layout(a, b) if how is not None and a.size else None
+        if lay is None:
+            # An accelerator's accumulation (Policy.hardware), nothing shared between outputs,
+            # or no fast strategy: the generic path, whose fold of the products is compiled
+            # in turn where it can be.
+            return super()._contract(a, b)
+        # Each distinct operand value rounded into the accumulator once (a deterministic
+        # rounding: the same values as rounding the broadcast operands).
+        left, right = acc.to_storage(lay.left, self), acc.to_storage(lay.right, self)
+        acc.calls += products.contract_calls(a.shape[-1], self.policy.order, self.policy.fma)
+        total = products.contract(lay, left, right, acc.fmt, acc.mode, self.policy.order,
+                                  self.policy.fma, how)
+        return self.to_storage(total, acc)
 
     # ----- comparisons -----------------------------------------------------------------------
     def _compare(self, name, a, b):
@@ -350,6 +398,11 @@ class EmulatedBackend(Backend):
             v = np.vectorize(fn, otypes=[object])(*a)
         flags = np.zeros(v.shape, dtype=np.uint8) if with_flags else None
         return v, flags
+
+
+# The methods through which the generic reductions reach a backend's primitives: a subclass
+# overriding one of them (RecordingBackend) keeps the generic path.
+_PRIMITIVE_HOOKS = ("_apply", "_primitive", "add", "multiply", "fma")
 
 
 def _broadcast64(arrays):

@@ -1,0 +1,438 @@
+"""Compiled products and reductions of the emulated backend, bit for bit its generic path.
+
+``Backend._fold`` and ``Backend._contract`` (numerics/backend.py) define the results: a sum,
+product, dot product or matmul is a fixed sequence of the accumulator's primitives (add,
+multiply, fma), each the exact result rounded once, in the policy's order (sequential,
+pairwise level by level, blocked:K, split:S; fused chunks with fma).  This module runs
+the same sequence compiled, in parallel over blocks of output elements (``numba.prange``
+over outputs only, never over the accumulation order), so each output is the same rounded
+value.  A dot product over broadcast operands (matmul, conv's window products) becomes a
+batched matmul (``layout``): each distinct operand value is read, and rounded into the
+accumulator, once.
+``strategy`` says where it applies; numerics/emulated.py takes it there and the generic
+path everywhere else (stochastic rounding, flag tracking, formats wider than the shortcuts
+below, a subclass that watches primitive calls).
+
+Operands are values of the accumulator's format, as every primitive of the backend assumes.
+How each primitive is evaluated (strategies):
+
+- ``odd`` (formats where numerics.eft is exact: p <= 26, emax <= 500, qmin >= -500; every
+  deterministic mode, fused or not).  A product of two p-bit values has at most 2p <= 52
+  bits and stays a normal binary64 number in these ranges, so the binary64 product is
+  exact and is rounded once.  A sum is compressed by rounding to odd: the binary64 sum and
+  the sign of its TwoSum error (Knuth) give the exact sum rounded to odd at 53 bits, which
+  rounds into p <= 51 bits as the exact sum does in every nearest and directed mode (Boldo
+  & Melquiond, IEEE TC 2008); fma is the exact product then the same compressed sum.
+  Under round-to-nearest-even the sum skips TwoSum when p <= 25: rounding the binary64 sum
+  of two p-bit values again to p bits is innocuous for + - * / sqrt when 53 >= 2p + 2
+  (Figueroa, "When is double rounding innocuous?", SIGNUM 1995).  An exact zero sum takes
+  IEEE 754-2019 6.3's sign (-0 under downward rounding unless both operands are +0).
+  Each rounding first tries formats.kernel's in-range shortcut (a normal result that
+  cannot overflow: a few integer operations, so the loop over output elements vectorizes);
+  a block of outputs that met anything else (subnormal or overflowing results, infinities,
+  NaN, a -0 in a format without one) is computed again with the complete routine
+  (formats.fast.round_one after numerics.eft's exact operation), the same bits.
+  Round-to-nearest-even has a kernel of its own, compiled with the mode as a constant;
+  the other modes share one that reads the mode at run time (about 2.5 times slower,
+  and a kernel costs seconds to compile).
+- ``native32``: binary32 accumulation under round-to-nearest-even without fma is plain
+  float32 arithmetic: IEEE 754 makes the hardware's float32 + and * the correctly rounded
+  operations (numba emits them as single-precision instructions and, without fastmath,
+  never contracts a * b + c into an fma).  Were the float32 value computed in binary64 and
+  rounded to binary32 instead, Figueroa's bound 53 >= 2 * 24 + 2 would make it the same.
+- ``native64``: binary64 accumulation under round-to-nearest-even without fma: the
+  hardware's float64 + and *, as the generic path's numpy arithmetic.
+
+Every NaN result is the canonical quiet NaN, as the generic path writes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from roundoff_coverage import formats
+from roundoff_coverage.formats.fast import (in_range_window, round_in_range, round_one,
+                                            round_params, threads_for)
+
+from . import eft
+from .eft import ADD, FMA, MULTIPLY, _odd_bits
+from .policy import block_size
+
+__all__ = ["STRATEGIES", "strategy", "Layout", "layout", "fold", "contract", "fold_calls",
+           "contract_calls"]
+
+STRATEGIES = ("odd", "native32", "native64")
+_BINARY32, _BINARY64 = formats.CATALOG["binary32"], formats.CATALOG["binary64"]
+_NEAREST_EVEN, _DOWNWARD = 0, 4
+_ABS = 0x7FFFFFFFFFFFFFFF
+_SIGN = -0x8000000000000000                    # the int64 sign bit
+# Output columns per block of the rounding kernels: their vectorized loops run over one
+# block's columns.
+_WIDTH = 64
+
+
+def strategy(fmt, mode: str, fused: bool) -> str | None:
+    """The strategy (module doc) that evaluates ``fmt``'s add, multiply and (``fused``) fma
+    under ``mode`` exactly as the emulated backend's primitives do; None where none does
+    (stochastic rounding, formats beyond numerics.eft's range but binary64)."""
+    fmt = formats.get(fmt)
+    code = formats.mode_code(mode)
+    if code == formats.MODES.index("stochastic"):
+        # Rounding to odd keeps every deterministic decision, not the stochastic threshold.
+        return None
+    if code == _NEAREST_EVEN and not fused and fmt == _BINARY32:
+        return "native32"
+    if code == _NEAREST_EVEN and not fused and fmt == _BINARY64:
+        return "native64"
+    return "odd" if eft.supported(fmt) else None
+
+
+# ----- primitive counts (the generic path's calls, for EmulatedBackend.calls) ---------------
+def fold_calls(n: int, order: str) -> int:
+    """How many primitive calls Backend._fold makes on n >= 1 terms in ``order``: one per
+    level (pairwise), one per term after the first otherwise."""
+    if order != "pairwise":
+        return n - 1
+    levels = 0
+    while n > 1:
+        n, levels = (n + 1) // 2, levels + 1
+    return levels
+
+
+def contract_calls(k: int, order: str, fused: bool) -> int:
+    """How many primitive calls Backend._contract makes on k >= 1 terms, besides the
+    roundings into and out of the accumulator: one multiply and the fold, or (fused) a
+    multiply or fma per term and an add per chunk after the first."""
+    if not fused:
+        return 1 + fold_calls(k, order)
+    size = block_size(order, k) or k
+    return k + (k + size - 1) // size - 1
+
+
+# ----- the primitives, evaluated per element ---------------------------------------------------
+@numba.njit(cache=True, error_model="numpy")
+def _exact_round(op, x, y, z, f, mode):
+    """The complete routine, right for every input: numerics.eft's exact op(x, y, z) rounded
+    to odd, then formats.fast.round_one into the format ``f`` (``_format_tuple``)."""
+    b = _odd_bits(op, x, y, z, mode == _DOWNWARD)[0]
+    return np.int64(round_one(b, f[0], f[1], f[2], f[3], f[4], mode, 0, 0)[0]).view(np.float64)
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _apply(op, x, y, z, f, mode, figueroa, full):
+    """(value, ok): op (ADD, MULTIPLY or FMA) of the format values x, y (, z), rounded.
+    ``full``: the complete routine.  Otherwise the in-range shortcut, ok False where its
+    premises fail (the caller then computes the block again in full).  One flat function:
+    numba inlines it at every call site, and nested helpers would multiply the compile
+    time."""
+    x, y, z = np.float64(x), np.float64(y), np.float64(z)
+    if full:
+        return _exact_round(op, x, y, z, f, mode), True
+    u = x if op == ADD else x * y                   # a product of format values is exact
+    v = y if op == ADD else z
+    if op == MULTIPLY:
+        b = np.float64(u).view(np.int64)
+    elif op == ADD and figueroa:
+        b = np.float64(u + v).view(np.int64)        # Figueroa 1995: 53 >= 2p + 2
+    else:
+        # The exact u + v rounded to odd: TwoSum's error err = u + v - s is exact (Knuth),
+        # and a nonzero one makes an even s step one binary64 ulp toward it.  Unlike
+        # numerics.eft's version, no branches on infinities or NaN (the in-range test sends
+        # those to eft's), which keeps the loops vectorizable.
+        s = u + v
+        bb = s - u
+        err = (u - (s - bb)) + (v - bb)
+        b = np.float64(s).view(np.int64)
+        if err != 0.0 and (b & 1) == 0:
+            b += 1 if (err > 0.0) == (s > 0.0) else -1
+        if mode == _DOWNWARD and s == 0.0:
+            # IEEE 754-2019 6.3: an exact zero sum is -0 under downward rounding unless
+            # both operands are +0.
+            b = (np.float64(u).view(np.int64) | np.float64(v).view(np.int64)) & _SIGN
+    # In range: 2**emin <= |x| < 2**emax (formats.fast.in_range_window).  A zero is its own
+    # rounding where the format has both zeros (fnuz turns -0 into +0: not here).  A sum
+    # of two format values below 2**emin is exact (a subnormal sum is exact: Hauser, ACM
+    # TOPLAS 1996, 3.4.1), a value of the format, which the shortcut keeps: there only the
+    # top of the range is checked (f[9] = 0), unless the format flushes subnormals or has
+    # no -0 (f[9] = the window's bottom again).
+    e = (b >> 52) & 0x7FF
+    if op == ADD:
+        ok = (e >= f[9]) & (e <= f[6])
+    else:
+        ok = ((e >= f[5]) & (e <= f[6])) | (((b & _ABS) == 0) & (f[8] != 0))
+    return np.int64(round_in_range(b, f[7], mode, 0, 0)[0]).view(np.float64), ok
+
+
+# ----- the kernels ---------------------------------------------------------------------------
+# A block of outputs is one output row i of batch bt and up to ``width`` columns j0 ...
+# j0 + w - 1; its terms are A[bt, i, t] * B[bt, t, j] (rounded), or B[bt, t, j] itself in a
+# fold (has_a False), combined by add (by multiply in a fold with ``mul``).  The strategy and
+# the mode are constants of a kernel's closure: numba prunes the branches of the other
+# strategies, the rounding's branches fold away, and each loop over a block's columns
+# compiles to straight-line code that vectorizes.  With the mode -1 the kernel reads it at
+# run time (``mode_arg``), and ``full_arg`` makes it use the complete routine.
+# Rows of a block's scratch: the running block, the closed blocks' total, the term of a step,
+# then the pairwise stack.
+_ACC, _TOT, _TERM, _STACK = 0, 1, 2, 3
+
+
+def _block_width(native: bool) -> int:
+    """Output columns per block.  Hardware arithmetic vectorizes so well that a block's
+    bookkeeping per term would dominate narrow blocks."""
+    return _WIDTH * (8 if native else 1)
+
+
+def _make_kernel(native: bool, const_mode: int, figueroa: bool):
+    """The kernel: out[bt, i, j] for the blocks ``ids``, in parallel (one block per
+    iteration, each in its own order); ok[q] False where block ids[q] left the in-range
+    shortcut.  ``blk``: block length of the sequential (one block, blk = k) and blocked:K
+    orders (Backend._fold: each block folded from its first term, then the block results
+    in order) and of fma's chunks (Backend._contract); 0: the pairwise order."""
+    width = _block_width(native)
+
+    @numba.njit(parallel=True, cache=True)
+    def kernel(A, B, out, ids, blk, fused, has_a, mul, f, mode_arg, full_arg, ok):
+        m, n, k = out.shape[1], out.shape[2], B.shape[1]
+        nc = (n + width - 1) // width
+        depth_max = _STACK + 1
+        rest = k
+        while rest:
+            rest >>= 1
+            depth_max += 1
+        for q in numba.prange(ids.size):
+            bt, i, j0 = ids[q] // (m * nc), (ids[q] // nc) % m, (ids[q] % nc) * width
+            # Column indices are unsigned: numba then emits no negative-index wraparound,
+            # which would keep the column loops from vectorizing.  Rows are indexed in
+            # place: a view per term would cost two atomic reference-count updates.
+            u0, uw = np.uint64(j0), np.uint64(min(width, n - j0))
+            rows = np.empty((depth_max, width), out.dtype)
+            # The mode is read here, inside the parallel loop's body, where a constant one
+            # stays a constant (a value from outside arrives as an argument).
+            mode = const_mode if const_mode >= 0 else mode_arg
+            full = full_arg if const_mode < 0 else False
+            good = True
+            depth = _STACK                                  # the stack's next free row
+            for t in range(k + 1):
+                # The merges owed before term t.  Blocked: the step of term t - 1 (its term
+                # in row _TERM), then, where a block closes, its result into the total (the
+                # first block is copied).  Pairwise (Backend._fold level by level) as a
+                # stack of complete power-of-two subtrees: term t - 1 merged once per
+                # trailing one bit of t - 1; at the end the subtrees merge from the right,
+                # which is where level by level carries an odd last element up to its
+                # partner.
+                stepped = blk > 0 and t > 0 and (t - 1) % blk != 0 and not fused
+                closes = blk > 0 and t > 0 and (t % blk == 0 or t == k)
+                merges = int(stepped) + int(closes and t > blk)
+                if blk == 0 and t == k:
+                    merges = depth - _STACK - 1
+                elif blk == 0 and t > 0:
+                    c = t - 1
+                    while c & 1:
+                        merges += 1
+                        c >>= 1
+                for r in range(merges):
+                    if blk == 0:
+                        x, y = depth - 2, depth - 1
+                        depth -= 1
+                    else:
+                        x, y = (_ACC, _TERM) if r == 0 and stepped else (_TOT, _ACC)
+                    # ``if native`` on the closure's constant: numba drops the other
+                    # strategy's loops before it inlines anything into them.
+                    if native:
+                        for j in range(uw):
+                            rows[x, j] = rows[x, j] * rows[y, j] if mul else \
+                                rows[x, j] + rows[y, j]
+                    elif mul:
+                        for j in range(uw):
+                            v, g = _apply(MULTIPLY, rows[x, j], rows[y, j], 0.0, f, mode,
+                                          figueroa, full)
+                            rows[x, j] = v
+                            good &= g
+                    else:
+                        for j in range(uw):
+                            v, g = _apply(ADD, rows[x, j], rows[y, j], 0.0, f, mode,
+                                          figueroa, full)
+                            rows[x, j] = v
+                            good &= g
+                if closes and t <= blk:
+                    for j in range(uw):
+                        rows[_TOT, j] = rows[_ACC, j]       # the first block closes
+                if t == k:
+                    break
+                # Term t: pushed (pairwise), a block's first value, a step's term (merged
+                # into the block next), or fused into the running block.
+                first = blk == 0 or t % blk == 0
+                a = A[bt, i, t] if has_a else A[0, 0, 0]
+                if fused and has_a and not first:
+                    if native:
+                        continue                    # never: no fused native strategy
+                    for j in range(uw):
+                        v, g = _apply(FMA, a, B[bt, t, u0 + j], rows[_ACC, j], f, mode,
+                                      figueroa, full)
+                        rows[_ACC, j] = v
+                        good &= g
+                    continue
+                d = depth if blk == 0 else (_ACC if first else _TERM)
+                depth += 1 if blk == 0 else 0
+                if not has_a:
+                    for j in range(uw):
+                        rows[d, j] = B[bt, t, u0 + j]
+                elif native:
+                    for j in range(uw):
+                        rows[d, j] = a * B[bt, t, u0 + j]
+                else:
+                    for j in range(uw):
+                        v, g = _apply(MULTIPLY, a, B[bt, t, u0 + j], 0.0, f, mode, figueroa,
+                                      full)
+                        rows[d, j] = v
+                        good &= g
+            r = _STACK if blk == 0 else _TOT
+            for j in range(uw):
+                out[bt, i, u0 + j] = rows[r, j]
+            ok[q] = good
+
+    return kernel
+
+
+_KERNELS: dict = {}
+
+
+def _kernel(native: bool, mode: int, figueroa: bool):
+    key = (native, mode, figueroa)
+    if key not in _KERNELS:
+        _KERNELS[key] = _make_kernel(*key)
+    return _KERNELS[key]
+
+
+def _format_tuple(fmt) -> tuple:
+    """round_params, the in-range window (lo, hi, shift), 1 where zeros round to themselves
+    (the format has -0), and the bottom of a sum's window (``_apply``), as one int64 tuple
+    for the kernels."""
+    p, qmin, emax, mtop, params = round_params(fmt)
+    lo, hi, shift = in_range_window.py_func(p, qmin, emax)
+    sums = 0 if fmt.has_negative_zero and not fmt.flush_subnormals else lo
+    return (p, qmin, emax, mtop, params, lo, hi, shift, int(fmt.has_negative_zero), sums)
+
+
+@numba.njit(parallel=True, cache=True)
+def _transpose(x, out):
+    """out[b, t, j] = x[b, j, t]: each output column's terms laid along the rows the kernels
+    read, in tiles of 32 x 32 that stay in cache (numpy's transposing copy walks memory
+    with a stride and is several times slower)."""
+    nb, n, k = x.shape
+    tn, tk = (n + 31) // 32, (k + 31) // 32
+    for c in numba.prange(nb * tn * tk):
+        b, j0, t0 = c // (tn * tk), (c // tk) % tn * 32, c % tk * 32
+        for t in range(t0, min(t0 + 32, k)):
+            for j in range(j0, min(j0 + 32, n)):
+                out[b, t, j] = x[b, j, t]
+
+
+def _run(how, fmt, mode, order, fused, left, cols, mul):
+    """The (nb, m, n) float64 results, NaN canonical, by strategy ``how``: output (b, i, j)
+    folds the terms cols[b, j, :] (left None), or the products left[b, i, t] * cols[b, j, t];
+    ``left`` and ``cols`` are C-contiguous float64 values of ``fmt``."""
+    dtype = np.float32 if how == "native32" else np.float64
+    nb, n, k = cols.shape
+    B = np.empty((nb, k, n), dtype)
+    # A transposing copy streams memory: threads pay from about a million values on.
+    with threads_for(B.size >> 6):
+        _transpose(cols, B)
+    A = np.zeros((1, 1, 1), dtype) if left is None else np.ascontiguousarray(left, dtype)
+    out = np.empty((nb, A.shape[1] if left is not None else 1, n), dtype)
+    code = formats.mode_code(mode)
+    native = how != "odd"
+    args = (0 if order == "pairwise" else (block_size(order, k) or k), fused, left is not None,
+            mul, _format_tuple(fmt), code)
+    ids = np.arange(out.shape[0] * out.shape[1] * -(-n // _block_width(native)))
+    ok = np.ones(ids.size, dtype=np.bool_)
+    # Round-to-nearest-even (the default) has its own compiled copy, with Figueroa's sums
+    # where p <= 25; the other modes share one that reads the mode at run time, and that
+    # copy also computes again, with the complete routine, the blocks that met a result
+    # outside the shortcut's range (each copy costs seconds to compile).
+    own = native or (code == _NEAREST_EVEN and fmt.precision <= 25)
+    with threads_for(out.size * k):
+        _kernel(native, code if own else -1, own and not native)(A, B, out, ids, *args, False,
+                                                                 ok)
+    redo = ids[~ok]
+    if redo.size:
+        with threads_for(redo.size * _WIDTH * k):
+            _kernel(False, -1, False)(A, B, out, redo, *args, True, ok[:redo.size])
+    res = out.astype(np.float64)
+    res[np.isnan(res)] = np.nan
+    return res
+
+
+# ----- entry points ----------------------------------------------------------------------------
+def fold(x, op: str, fmt, mode: str, order: str, how: str) -> np.ndarray:
+    """Backend._fold of ``x`` (..., n), n >= 1, values of ``fmt``, with fmt's ``op`` (add or
+    multiply) under ``mode`` in ``order``, by strategy ``how``: float64 array x.shape[:-1]."""
+    if op not in ("add", "multiply"):
+        raise ValueError(f"products.fold: op must be add or multiply (got {op!r})")
+    x = np.asarray(x)
+    lead = x.shape[:-1]
+    cols = np.ascontiguousarray(x, dtype=np.float64).reshape(1, -1, x.shape[-1])
+    return _run(how, formats.get(fmt), mode, order, False, None, cols,
+                op == "multiply").reshape(lead)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A dot product over broadcast operands as a batched matmul.  Each axis of the result
+    is a batch axis (both operands vary along it), an m axis (only a varies), an n axis
+    (only b), or a replicated one (neither).  ``left`` (nb, m, k) and ``right`` (nb, n, k)
+    hold the operands' distinct values (float64 copies); ``assemble`` puts the (nb, m, n)
+    results back in the broadcast shape."""
+
+    left: np.ndarray
+    right: np.ndarray
+    sizes: tuple            # the result's sizes in batch, m, n, replicated axis order
+    inverse: tuple          # the permutation back to the result's axis order
+    shape: tuple            # the broadcast result shape
+
+    def assemble(self, res: np.ndarray) -> np.ndarray:
+        out = np.transpose(res.reshape(self.sizes), self.inverse)
+        return np.ascontiguousarray(np.broadcast_to(out, self.shape))
+
+
+def layout(a, b) -> Layout | None:
+    """The batched-matmul layout of the dot products of ``a`` and ``b``, arrays of one shape
+    (..., k) as Backend.dot and Backend.matmul broadcast them (a broadcast axis has stride
+    0); None when no value is shared between outputs (every axis a batch axis)."""
+    lead, k = a.shape[:-1], len(a.shape) - 1
+    kind = []
+    for d, size in enumerate(lead):
+        va, vb = size > 1 and a.strides[d] != 0, size > 1 and b.strides[d] != 0
+        kind.append("b" if va and vb else "m" if va else "n" if vb else "r")
+    axes = {c: [d for d in range(k) if kind[d] == c] for c in "bmnr"}
+    if not axes["m"] and not axes["n"]:
+        return None
+
+    def distinct(x, own):
+        keep = tuple(slice(None) if kind[d] in ("b", own) else slice(0, 1) for d in range(k))
+        rest = [d for d in range(k) if kind[d] not in ("b", own)]
+        moved = np.transpose(x[keep + (slice(None),)], axes["b"] + axes[own] + rest + [k])
+        # An own copy: a view of np.broadcast_arrays' output makes numba warn (as in
+        # numerics.emulated._broadcast64).
+        return np.array(moved, dtype=np.float64, order="C").reshape(
+            int(np.prod([lead[d] for d in axes["b"]], dtype=np.int64)), -1, x.shape[-1])
+
+    order = axes["b"] + axes["m"] + axes["n"] + axes["r"]
+    sizes = tuple(lead[d] for d in order[:len(order) - len(axes["r"])]) + (1,) * len(axes["r"])
+    return Layout(distinct(a, "m"), distinct(b, "n"), sizes, tuple(np.argsort(order)), lead)
+
+
+def contract(lay: Layout, left, right, fmt, mode: str, order: str, fused: bool,
+             how: str) -> np.ndarray:
+    """Backend._contract's running sums for ``lay`` (from ``layout``), ``left`` and ``right``
+    being lay.left and lay.right rounded into the accumulator format ``fmt``: float64 array
+    of the broadcast shape, by strategy ``how``.  The loops vectorize over the columns of
+    the kernel, the n axes, or the m axes where those are the longer (products commute)."""
+    left, right = (np.ascontiguousarray(v, dtype=np.float64) for v in (left, right))
+    swap = right.shape[1] < min(left.shape[1], _WIDTH)
+    rows, cols = (right, left) if swap else (left, right)
+    res = _run(how, formats.get(fmt), mode, order, fused, rows, cols, False)
+    return lay.assemble(np.swapaxes(res, 1, 2) if swap else res)
