@@ -129,3 +129,19 @@ def test_python_dash_m_roundoff_coverage_is_the_command_line():
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "bfloat61" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_every_code_folder_is_a_listed_package():
+    """pyproject lists the packages by hand (the root is the package's folder): every folder
+    of the source with an __init__.py must be among them, or a fresh install lacks it."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = set()
+    for init in ROOT.rglob("__init__.py"):
+        rel = init.parent.relative_to(ROOT)
+        if rel.parts and rel.parts[0] in ("tests", "benchmarks", "build", "docs") or \
+                any(p.startswith(".") for p in rel.parts):
+            continue
+        found.add(".".join(("roundoff_coverage",) + rel.parts))
+    assert found <= listed, sorted(found - listed)
