@@ -103,7 +103,8 @@ def mp(v):
     if hasattr(v, "_mpf_"):
         return CTX.make_mpf(v._mpf_)
     if hasattr(v, "numerator") and not isinstance(v, (float, np.floating)):
-        return CTX.mpf(v.numerator) / v.denominator
+        # int(): mpmath 1.3 (the version torch's sympy pins) takes no numpy integers.
+        return CTX.mpf(int(v.numerator)) / int(v.denominator)
     return CTX.mpf(float(v))
 
 

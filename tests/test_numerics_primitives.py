@@ -13,7 +13,7 @@ import pytest
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics import primitives as P
 from roundoff_coverage.numerics.exact import ExactnessError
-from conftest import CTX
+from conftest import CTX, mp
 
 
 # mpmath's spelling of each primitive at one or more real arguments.
@@ -160,8 +160,7 @@ def test_every_backend_implements_every_primitive_it_claims(backend):
         if name == "nextafter":
             continue
         want = EXACT_F[name](*[CTX.mpf(a) for a in _args(p)])
-        value = CTX.mpf(got[0]) if not isinstance(got[0], (float, np.floating)) else \
-            CTX.mpf(float(got[0]))
+        value = mp(got[0])
         # Every backend is within a few units of its precision (bfloat16: 2**-8).
         assert abs(value - want) <= 2.0 ** -7 * max(abs(want), 1), (backend, name)
     refused = [n for n in P.ELEMENTWISE if not bk.supports(n)]

@@ -355,8 +355,14 @@ def _atan2_special(rng, fmt, n):
 
 
 def _atan2_oracle(ctx, x, y):
+    # C99 F.10.1.4's infinite cases reduced to finite ones (mpmath 1.3, which torch's sympy
+    # pins, gives NaN for atan2(+-inf, +-inf); 1.4 gives +-pi/4).
     if ctx.isnan(x) or ctx.isnan(y):
         return ctx.nan
+    if ctx.isinf(x):
+        return ctx.atan2(ctx.sign(x), 0 if not ctx.isinf(y) else ctx.sign(y))
+    if ctx.isinf(y):
+        return ctx.zero if y > 0 else (-ctx.pi if x < 0 else ctx.pi)
     return ctx.atan2(x, y)
 
 
