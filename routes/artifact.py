@@ -124,7 +124,7 @@ def to_document(graph: Graph) -> dict:
                                                         graph.constant_ports, names))],
         "nodes": [{"op": encode(node.op), "args": [_ref_record(r) for r in node.args],
                    "name": node.name, "module": node.module} for node in graph.nodes],
-        "outputs": [_ref_record(r) for r in graph._outputs],
+        "outputs": [_ref_record(r) for r in graph.output_refs],
         "example_inputs": None if examples is None else
         [array_record(x, f"example input {i}") for i, x in enumerate(examples)],
     }

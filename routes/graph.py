@@ -182,6 +182,11 @@ class Graph:
         return self
 
     @property
+    def output_refs(self) -> tuple:
+        """The Refs the graph outputs, in order."""
+        return self._outputs
+
+    @property
     def outputs(self) -> tuple:
         return tuple(self.port(r) for r in self._outputs)
 

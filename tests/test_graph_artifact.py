@@ -82,7 +82,7 @@ def _assert_same_graph(g, h):
     assert h.constant_ports == g.constant_ports and h.constant_names == g.constant_names
     assert [_bits(c) for c in h.constants] == [_bits(c) for c in g.constants]
     assert h.nodes == g.nodes                       # ops (decode(encode)), args, names, modules
-    assert h._outputs == g._outputs and h.source == g.source
+    assert h.output_refs == g.output_refs and h.source == g.source
     assert [_bits(x) for x in h.example_inputs] == [_bits(x) for x in g.example_inputs]
 
 
