@@ -20,12 +20,14 @@ numpy object arrays.  Conventions (this is a real-number reference, not an IEEE 
   NaN; log(0) = -inf; atanh(+-1) = +-inf; pow follows C99's special cases (pow(x, 0) = 1,
   pow(1, y) = 1, pow(-8, 1/3) = NaN); hypot(inf, NaN) = inf; maximum/minimum propagate NaN,
   fmax/fmin ignore it.  Domain errors never raise: a complex mpmath result becomes NaN.
-- dot and matmul: when every operand entry is a binary64 value (inputs read from float64,
-  bfloat16, binary32, ... arrays, NaN and inf included), each entry is the exact sum of
-  products (numerics/exact_products.py, BLAS-speed slices) rounded once to ``prec``, whatever
-  the order and fma policy (the exact sum makes them moot).  Otherwise (operands carrying
-  more than 53 bits, e.g. results of earlier primitives) the base class accumulates at
-  ``prec`` bits in the policy's order, one rounding per product and per addition.
+- dot and matmul: each entry is the exact sum of products rounded once to ``prec``, whatever
+  the order and fma policy (the exact sum makes them moot): operands that are binary64
+  values (read from float64, bfloat16, binary32, ... arrays, NaN and inf included) go to
+  numerics/exact_products.py (BLAS-speed slices); wider finite operands (results of earlier
+  primitives) are cut exactly into binary64 pieces first.  Operands with a NaN or inf among
+  wider entries, or pieces outside binary64's range, fall back to the base class: the
+  policy's order at ``prec`` bits, one rounding per product and per addition.  Sums
+  (``sum``) are always that accumulation.
 - Capabilities: Rounding, Erf, InverseTrig, Cbrt.  NextAfter and Bits are absent (a real has
   no next value and no bit pattern): the base class refuses them with CapabilityError.
 """
@@ -44,7 +46,7 @@ from roundoff_coverage import formats
 
 from .backend import Backend
 from .exact import OrderPolicy, elementwise
-from .exact_products import exact_dot, exact_matmul, to_mpf
+from .exact_products import MAX_SLICES, exact_dot, exact_matmul, to_mpf
 
 GUARD = 32          # extra bits for every rounded primitive before its one rounding to prec
 _RN = round_nearest
@@ -362,24 +364,74 @@ class ReferenceBackend(Backend):
             return -pi if neg_raw(ry) else pi
         return self._atan2_finite(y, x)
 
-    # -- dot and matmul: exact then rounded once when the operands are binary64 values --
+    # -- dot and matmul: exact then rounded once --
+    # Operands that are binary64 values go straight to numerics/exact_products.py.  Wider
+    # operands (results of earlier primitives at prec bits) are cut exactly into S binary64
+    # pieces each, x = x_1 + ... + x_S (53-bit fields of the mantissa, _pieces), and
+    #     a . b = sum_{s,t} a_s . b_t,
+    # one exact product of the pieces laid side by side along the inner axis (S_a * S_b
+    # copies of it), rounded once.  Entries whose pieces leave binary64's range, and NaN or
+    # inf entries (an inf piece times a zero piece would be NaN), take the base class's
+    # accumulation at prec bits in the policy's order.  Sums (xp.sum) stay the policy's
+    # accumulation at prec bits: an exact sum rounded once is more accurate, but it lets a
+    # rule's cancellation land on the same wrong value at two precisions more often (seen
+    # in layerNorm's gradient), which numerics.settle's agreement test cannot see.
     def dot(self, a, b):
-        """sum_i a[..., i] * b[..., i], each entry correctly rounded to ``prec`` when every
-        operand entry is a binary64 value, else the base class's accumulation."""
-        fa, fb = self._binary64(a), self._binary64(b)
-        if fa is None or fb is None or min(fa.ndim, fb.ndim) == 0 or \
-                fa.shape[-1] != fb.shape[-1] or fa.size == 0 or fb.size == 0:
+        """sum_i a[..., i] * b[..., i], each entry correctly rounded to ``prec`` (exact
+        products of binary64 pieces), else the base class's accumulation."""
+        a, b = np.asarray(a), np.asarray(b)
+        if min(a.ndim, b.ndim) == 0 or a.shape[-1] != b.shape[-1] or a.size == 0 or \
+                b.size == 0:
             return super().dot(a, b)
-        return to_mpf(exact_dot(fa, fb), self.prec, self.ctx)
+        pa, pb = self._pieces(a), self._pieces(b)
+        if pa is None or pb is None:
+            return super().dot(a, b)
+        left = np.concatenate([x for x in pa for _ in pb], axis=-1)
+        right = np.concatenate([y for _ in pa for y in pb], axis=-1)
+        return to_mpf(exact_dot(left, right, _max_slices(pa, pb)), self.prec, self.ctx)
 
     def matmul(self, a, b):
-        """a @ b (numpy's shape rules), each entry correctly rounded to ``prec`` when every
-        operand entry is a binary64 value, else the base class's accumulation."""
-        fa, fb = self._binary64(a), self._binary64(b)
-        if fa is None or fb is None or min(fa.ndim, fb.ndim) == 0 or fa.size == 0 or \
-                fb.size == 0 or fa.shape[-1] != fb.shape[-2 if fb.ndim > 1 else 0]:
+        """a @ b (numpy's shape rules), each entry correctly rounded to ``prec`` (exact
+        products of binary64 pieces), else the base class's accumulation."""
+        a, b = np.asarray(a), np.asarray(b)
+        if min(a.ndim, b.ndim) == 0 or a.size == 0 or b.size == 0 or \
+                a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
             return super().matmul(a, b)
-        return to_mpf(exact_matmul(fa, fb), self.prec, self.ctx)
+        pa, pb = self._pieces(a), self._pieces(b)
+        if pa is None or pb is None:
+            return super().matmul(a, b)
+        inner = -2 if b.ndim > 1 else 0
+        left = np.concatenate([x for x in pa for _ in pb], axis=-1)
+        right = np.concatenate([y for _ in pa for y in pb], axis=inner)
+        return to_mpf(exact_matmul(left, right, _max_slices(pa, pb)), self.prec, self.ctx)
+
+    def _pieces(self, x):
+        """x as a list of S float64 arrays summing exactly to it (S = 1 for binary64 values),
+        or None when some entry is NaN, infinite or has a piece outside binary64's range."""
+        direct = self._binary64(x)
+        if direct is not None:
+            return None if not np.isfinite(direct).all() else [direct]
+        raws = [self._num(v)._mpf_ for v in np.asarray(x).reshape(-1)]
+        if any(special_raw(r) for r in raws if r != fzero):
+            return None
+        count = max(-(-r[3] // 53) for r in raws if r != fzero)
+        out = np.zeros((count, len(raws)))
+        for i, r in enumerate(raws):
+            if r == fzero:
+                continue
+            sign, man, exp, bc = r
+            for s in range(count):
+                top, low = bc - 53 * s, max(bc - 53 * (s + 1), 0)
+                if top <= 0:
+                    break
+                field = (man >> low) & ((1 << (top - low)) - 1)
+                if field == 0:
+                    continue
+                if exp + low < -1074 or exp + top > 1024:
+                    return None                  # not a binary64 piece: the slow path
+                out[s, i] = -math.ldexp(field, exp + low) if sign else \
+                    math.ldexp(field, exp + low)
+        return [p.reshape(np.shape(x)) for p in out]
 
     def _binary64(self, x):
         """x as a float64 array when every entry is exactly a binary64 value, else None."""
@@ -443,6 +495,12 @@ class ReferenceBackend(Backend):
                 "isfinite": lambda r: not special_raw(r)}[name]
         return elementwise(lambda x: test(self._num(x)._mpf_), np.asarray(a, dtype=object),
                            dtype=bool)
+
+
+def _max_slices(pa, pb) -> int:
+    """Ozaki digit slices per operand row: enough for pieces spanning S * 53 bits plus the
+    usual spread of a row (exact_products.MAX_SLICES for binary64 operands)."""
+    return MAX_SLICES + 3 * (max(len(pa), len(pb)) - 1)
 
 
 def reference(prec: int = 256, order: str = "sequential", fma: bool = False) -> ReferenceBackend:

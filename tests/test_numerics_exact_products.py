@@ -365,17 +365,59 @@ def test_reference_matmul_beats_stepwise_rounding():
     assert got[0, 0] == bk.asarray(2.0 ** -30).item()
 
 
-def test_reference_keeps_stepwise_rounding_for_operands_beyond_binary64():
-    # 1/3 at 100 bits is not a binary64 value: the policy's sequential sum, each product and
-    # each addition rounded to 100 bits (MPFR as the oracle).
+def _exact_mpf(v) -> F:
+    """An mpf's exact value as a Fraction (man_exp's mantissa is unsigned)."""
+    man, e = v.man_exp
+    return F(int(man)) * F(2) ** int(e) * (-1 if v < 0 else 1)
+
+
+def _wide_operand(bk, rng, shape, spread):
+    """Values of ~prec bits: binary64 values divided by 3 (or 7) at the backend's precision,
+    with magnitudes over 2**+-spread."""
+    num = rng.standard_normal(shape) * np.exp2(rng.integers(-spread, spread + 1, shape))
+    den = rng.choice([3.0, 7.0, 1.0], shape)
+    return bk.divide(bk.asarray(num), bk.asarray(den))
+
+
+@pytest.mark.parametrize("prec", [72, 144, 300])
+def test_reference_contractions_of_wide_operands_are_exact_then_rounded_once(prec):
+    # Operands beyond binary64 (results of earlier primitives at prec bits) are cut into
+    # binary64 pieces; every entry must be the exact sum of products rounded once to prec
+    # (Fraction oracle), the same for dot.
+    rng = np.random.default_rng(prec)
+    bk = reference(prec)
+    a = _wide_operand(bk, rng, (2, 3, 9), 40)
+    b = _wide_operand(bk, rng, (9, 4), 3)
+    b[0, 0] = bk.asarray(0.0).item()
+
+    def rounded(q):
+        return from_rational(q.numerator, q.denominator, prec, "n")
+
+    got = bk.matmul(a, b)
+    for idx in np.ndindex(got.shape):
+        q = sum((_exact_mpf(a[idx[0], idx[1], k]) * _exact_mpf(b[k, idx[2]])
+                 for k in range(9)), F(0))
+        assert got[idx]._mpf_ == rounded(q)
+    d = bk.dot(a[0], b.T[:3])
+    for i in range(3):
+        q = sum((_exact_mpf(a[0, i, k]) * _exact_mpf(b[k, i]) for k in range(9)), F(0))
+        assert d[i]._mpf_ == rounded(q)
+
+
+def test_reference_wide_operands_outside_binary64_pieces_take_the_stepwise_path():
+    # An operand of 2**2000 / 3 has no binary64 pieces: the policy's sequential sum at prec
+    # bits, each product and addition rounded (MPFR as the oracle); NaN and inf likewise.
     bk = reference(100)
-    third = bk.divide(bk.asarray(np.ones(3)), bk.asarray(np.full(3, 3.0)))
+    big = bk.divide(bk.asarray(2.0 ** 1000), bk.asarray(3.0))
+    big = bk.multiply(big, bk.asarray(2.0 ** 1000)).item()
     y = np.array([1.0, 2.0 ** -70, -1.0])
-    got = bk.dot(third, y).item()
+    got = bk.dot(np.array([big] * 3, dtype=object), y).item()
     with gmpy2.context(precision=100):
-        t = gmpy2.mpfr(1) / 3
+        t = gmpy2.mpfr(2) ** 2000 / 3
         acc = t * gmpy2.mpfr(y[0])
         for v in y[1:]:
             acc = acc + t * gmpy2.mpfr(v)
-    man, e = got.man_exp
-    assert F(int(man)) * F(2) ** int(e) * (-1 if got < 0 else 1) == F(*acc.as_integer_ratio())
+    assert _exact_mpf(got) == F(*acc.as_integer_ratio())
+    third = bk.divide(bk.asarray(np.ones(2)), bk.asarray(np.full(2, 3.0)))
+    inf = bk.asarray(np.array([np.inf, 1.0]))
+    assert bk.dot(third, inf).item() == bk.asarray(np.inf).item()
