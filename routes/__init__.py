@@ -15,7 +15,9 @@ Public names (shared/ARCHITECTURE.md):
   (routes.artifact: a graph as a JSON artifact, its sha256);
 - ``certificates(name)``; ``ports`` (``value``, ``frozen``, ...);
 - ``from_torch(model, args) -> Graph`` (routes.frontends.torch; torch is imported when it
-  runs, never by importing routes), ``CaptureError``.
+  runs, never by importing routes), ``CaptureError``;
+- ``Session(backend)`` (routes.session): operators called eagerly (``s.matmul(x, w)``) on
+  session values, recorded on a tape; ``s.graph()`` the Graph a capture would give.
 """
 
 from . import apriori, families  # noqa: F401  (families registers every operator)
@@ -30,8 +32,9 @@ from .invoke import invoke, invoke_prepared
 from .ports import Port
 from .registry import Op, declaration, names, op
 from .rules import Rule
+from .session import Session
 
 __all__ = ["CaptureError", "Certificate", "DecodeError", "Graph", "Op", "Port", "Ref",
-           "RouteError", "Rule", "VERSION", "attributes_text", "certificates", "declaration",
-           "decode", "encode", "from_torch", "graph_hash", "invoke", "invoke_prepared",
-           "load_graph", "names", "op", "ports"]
+           "RouteError", "Rule", "Session", "VERSION", "attributes_text", "certificates",
+           "declaration", "decode", "encode", "from_torch", "graph_hash", "invoke",
+           "invoke_prepared", "load_graph", "names", "op", "ports"]

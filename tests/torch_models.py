@@ -116,6 +116,76 @@ class Misc(nn.Module):
         return torch.sqrt(h[1:4, :] ** 2 + self.shift).sum(-1, keepdim=True) + p.sum()
 
 
+class CausalBlock(nn.Module):
+    """Causal transformer block: nn.MultiheadAttention with a Boolean causal attn_mask and a
+    key_padding_mask (an argument), then scaled_dot_product_attention with is_causal=True and
+    with a float mask buffer (-inf above the diagonal, a distance penalty below)."""
+
+    def __init__(self, d=8, h=2, t=3):
+        super().__init__()
+        self.h = h
+        self.ln1, self.ln2, self.ln3 = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, h, batch_first=True)
+        self.o = nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 16), nn.GELU(), nn.Linear(16, d))
+        i = torch.arange(t)
+        bias = -0.5 * (i[:, None] - i[None, :]).float()
+        self.register_buffer("bias", bias.masked_fill(i[None, :] > i[:, None], -math.inf))
+
+    def forward(self, x, padding):
+        b, t, d = x.shape
+        causal = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)     # True: not attended
+        y = self.ln1(x)
+        x = x + self.attn(y, y, y, attn_mask=causal, key_padding_mask=padding,
+                          need_weights=False)[0]
+        q = self.ln2(x).view(b, t, self.h, d // self.h).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+        c = F.scaled_dot_product_attention(q, q, q, attn_mask=self.bias)
+        x = x + self.o((a + c).transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln3(x))
+
+
+class Upsample(nn.Module):
+    """Transposed convolutions: strided with output_padding, then grouped and dilated
+    without bias."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(2, 4, 3, stride=2, padding=1, output_padding=1)
+        self.mix = nn.ConvTranspose1d(4, 2, 2, groups=2, dilation=2, bias=False)
+
+    def forward(self, x):
+        return self.mix(torch.relu(self.up(x)).flatten(2))
+
+
+class TrainingBatchNorm(nn.Module):
+    """Batch norms in training mode: conv, BatchNorm2d (momentum 0.3), relu, linear,
+    BatchNorm1d without affine parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(2, 3, 2), nn.BatchNorm2d(3, momentum=0.3)
+        self.fc, self.bn1 = nn.Linear(12, 4), nn.BatchNorm1d(4, affine=False)
+        with torch.no_grad():                   # running statistics that are not 0 and 1
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.bn1(self.fc(torch.relu(self.bn(self.conv(x))).flatten(1)))
+
+
+class Dropped(nn.Module):
+    """Dropout in training mode, twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(4, 6), nn.Linear(6, 3)
+        self.d1, self.d2 = nn.Dropout(0.25), nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.d2(self.l2(torch.relu(self.d1(self.l1(x)))))
+
+
 def models() -> dict:
     """key -> (model, example arguments), seeded: the same weights on every call."""
     torch.manual_seed(0)
@@ -125,7 +195,20 @@ def models() -> dict:
             "transformer-by-hand": (Transformer(library=False), (torch.randn(2, 3, 8),)),
             "embedding-cross-entropy": (Language(), (torch.randint(0, 10, (3, 4)),
                                                      torch.tensor([0, 4, 2]))),
-            "misc": (Misc(), (torch.randn(5, 4),))}
+            "misc": (Misc(), (torch.randn(5, 4),)),
+            # (Added later: built after the others, so that their weights stay as they were.)
+            "transformer-causal": (CausalBlock(), (torch.randn(2, 3, 8), torch.tensor(
+                [[False, False, False], [False, False, True]]))),
+            "conv-transpose": (Upsample(), (torch.randn(2, 2, 3, 3),))}
+
+
+def training_models() -> dict:
+    """key -> (model, example arguments) for captures in training mode (in float64 and
+    training mode already), seeded."""
+    torch.manual_seed(1)
+    return {"batch-norm": (TrainingBatchNorm().double().train(),
+                           (torch.randn(4, 2, 3, 3, dtype=torch.float64),)),
+            "dropout": (Dropped().double().train(), (torch.randn(5, 4, dtype=torch.float64),))}
 
 
 def in_float64(model, args) -> tuple:

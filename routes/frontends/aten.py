@@ -15,10 +15,42 @@ What an entry may rely on:
 - ``cx.like(v, shape)`` is ``v`` broadcast to ``shape``: implicit broadcasting becomes a
   ``broadcast`` node (leading axes added by the operator itself); a number or a Const is
   folded into a constant of that shape instead;
+- ``cx.full(value)`` is a constant of the node's shape and dtype, ``cx.causal(n, m)`` the
+  causal Boolean mask, ``cx.greater(v, number, shape)`` Booleans ``v > number`` (folded for
+  a constant, a ``gt`` node otherwise), ``cx.dropout_mask()`` the node's mask input;
 - ``cx.refuse(reason)`` raises the capture's one-line refusal for this node.
 
 ``BOUNDS`` gives, for the operators that read an integer tensor as indices, the bound of the
-indices (an integer graph input becomes an index port with that bound).
+indices (an integer graph input becomes an index port with that bound).  ``MASKS`` gives,
+for the dropout operators, the drop probability p of a node that draws a mask (training
+mode, p > 0) or None: routes.frontends.torch makes that mask a graph input
+(``cx.dropout_mask()``).
+
+Translations beyond one operator each:
+
+- ``scaled_dot_product_attention`` without a mask is ``attention``; with ``attn_mask`` or
+  ``is_causal`` it is scaledMatmul(q, k^T, scale), maskedSoftmax over the keys, matmul with
+  v.  A Boolean mask keeps its True entries; is_causal keeps the lower triangle (key <=
+  query); a float mask is added to the scores and its -inf entries are masked, so a query
+  whose every key is masked gives 0, as PyTorch's _safe_softmax does;
+- ``convolution`` with ``transposed`` is ``convTranspose`` (output_padding included);
+- batch norm in training mode: ``batchNorm``, and the running statistics' update from mean,
+  sub, square, reduce, div, scale and add nodes (routes.frontends.torch returns them);
+- ``native_dropout`` / ``dropout`` in training mode: ``dropout`` with the mask input.
+
+Refused here (one line each): conversions that round (``_to_copy`` to another dtype, a
+softmax into another dtype, half_to_float); arithmetic on integer tensors; copy with
+broadcasting; an empty slice; addmm with beta or alpha other than 1; linear with a weight
+that is not a matrix; layer norm over more than the last axis; convolution padding given as
+a string, output_padding of a convolution that is not transposed; divisor_override; batch
+norm without running statistics in eval mode, with momentum=None, or with one value per
+channel in training mode; attention dropout (dropout_p > 0), grouped-query attention,
+attn_mask together with is_causal, batch axes that differ between q, k and v; embedding
+with a padding_idx; cross entropy with class weights, label smoothing or an ignore_index
+that names a class; dropout with p >= 1.
+
+Known difference: a NaN entry of a float attention mask is masked here (``gt(mask, -inf)`` is
+false at NaN), where PyTorch gives NaN.
 """
 
 from __future__ import annotations
@@ -28,6 +60,7 @@ from typing import Callable
 
 TABLE: dict[str, Callable] = {}
 BOUNDS: dict[str, Callable] = {}
+MASKS: dict[str, Callable] = {}
 
 
 def _entry(*names):
@@ -148,17 +181,49 @@ def _to_copy(cx, a):
     return a.self
 
 
+# A tensor of the operand's shape, filled: a constant (only the operand's shape is read).
+_entry("aten.full_like.default")(lambda cx, a: cx.full(a.fill_value))
+_entry("aten.zeros_like.default")(lambda cx, a: cx.full(0))
+_entry("aten.ones_like.default")(lambda cx, a: cx.full(1))
+
+
 @_entry("aten.detach.default")
 def _detach(cx, a):
     return cx.apply("detach", a.self, shape=cx.out_shape)
 
 
+def _dropout_p(node):
+    """The drop probability of a dropout node that draws a mask (training mode, p > 0), or
+    None when it passes its input through (aten's native_dropout: train None is training)."""
+    names = ("input", "p", "train")
+    bound = dict(zip(names, node.args))
+    bound.update(node.kwargs)
+    p, train = bound.get("p", 0.5), bound.get("train", True)
+    return float(p) if (train is None or train) and p > 0 else None
+
+
+MASKS["aten.dropout.default"] = MASKS["aten.native_dropout.default"] = _dropout_p
+
+
+def _dropped(cx, a):
+    """dropout(x, mask, p) with the node's mask input (torch.py: ``dropout_mask.<node>``)."""
+    cx.scalar_result()
+    if a.p >= 1:
+        cx.refuse(f"dropout with p={a.p} drops everything; p must lie in [0, 1)")
+    return cx.apply("dropout", a.input, cx.dropout_mask(), float(a.p), shape=cx.shape(a.input))
+
+
 @_entry("aten.dropout.default")
 def _dropout(cx, a):
-    if a.train and a.p > 0:
-        cx.refuse("dropout in training mode draws a random mask; capture the model in "
-                  "eval mode")
-    return a.input
+    return _dropped(cx, a) if a.train and a.p > 0 else a.input
+
+
+@_entry("aten.native_dropout.default")
+def _native_dropout(cx, a):
+    missing = cx.missing("the mask output of native_dropout is not translated (the graph "
+                         "reads the mask as its input dropout_mask.<node>)")
+    train = a.train is None or a.train
+    return (_dropped(cx, a) if train and a.p > 0 else a.input), missing
 
 
 @_entry("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
@@ -290,19 +355,23 @@ def _linear(cx, a):
 
 # ----- convolution, pooling, normalization -----------------------------------------------------
 def _conv(cx, a, transposed=False):
+    """conv, or convTranspose (weight (C_in, C_out/groups, K...), output_padding) when
+    ``transposed``."""
     xs, ws = cx.shape(a.input), cx.shape(a.weight)
-    if transposed:
-        cx.refuse("transposed convolution is not translated yet")
     if isinstance(a.padding, str):
         cx.refuse(f"padding={a.padding!r} is not translated (give the padding in numbers)")
     n = len(ws) - 2
     if len(xs) != n + 2:
         cx.refuse(f"input must have batch and channel axes (got shape {list(xs)})")
-    bias = cx.zeros((ws[0],)) if a.bias is None else a.bias
-    return cx.apply("conv", a.input, a.weight, bias, shape=xs, out_channels=ws[0],
-                    kernel=ws[2:], stride=_per_axis(a.stride, n),
-                    padding=_per_axis(a.padding, n), dilation=_per_axis(a.dilation, n),
-                    groups=a.groups)
+    out_channels = ws[1] * a.groups if transposed else ws[0]
+    bias = cx.zeros((out_channels,)) if a.bias is None else a.bias
+    window = dict(shape=xs, out_channels=out_channels, kernel=ws[2:],
+                  stride=_per_axis(a.stride, n), padding=_per_axis(a.padding, n),
+                  dilation=_per_axis(a.dilation, n), groups=a.groups)
+    if transposed:
+        return cx.apply("convTranspose", a.input, a.weight, bias,
+                        output_padding=_per_axis(a.output_padding, n), **window)
+    return cx.apply("conv", a.input, a.weight, bias, **window)
 
 
 _entry("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")(_conv)
@@ -310,8 +379,8 @@ _entry("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")(_con
 
 @_entry("aten.convolution.default")
 def _convolution(cx, a):
-    if any(_per_axis(a.output_padding, 1)):
-        cx.refuse("output_padding is not translated")
+    if not a.transposed and any(_per_axis(a.output_padding, 1)):
+        cx.refuse("output_padding of a convolution that is not transposed is not translated")
     return _conv(cx, a, transposed=a.transposed)
 
 
@@ -383,9 +452,66 @@ def _batch_norm_running(cx, a):
 @_entry("aten.batch_norm.default")
 def _batch_norm(cx, a):
     if a.training:
-        cx.refuse("batch norm in training mode updates its running statistics in place; "
-                  "capture the model in eval mode")
+        cx.refuse("aten.batch_norm in training mode is not translated (torch.export gives "
+                  "_native_batch_norm_legit_functional, which is)")
     return _batch_norm_running(cx, a)
+
+
+def _batch_norm_batch(cx, a):
+    """batchNorm: normalized by the batch statistics (training mode)."""
+    xs = cx.shape(a.input)
+    if len(xs) < 2:
+        cx.refuse(f"input must have batch and channel axes (got shape {list(xs)})")
+    c = (xs[1],)
+    weight = cx.ones(c) if a.weight is None else a.weight
+    bias = cx.zeros(c) if a.bias is None else a.bias
+    return cx.apply("batchNorm", a.input, weight, bias, float(a.eps), shape=xs)
+
+
+def _running_updates(cx, a):
+    """(new running_mean, new running_var): PyTorch's update (batch_norm_cpu_update_stats)
+    momentum * batch_mean + (1 - momentum) * running_mean, and the same with the unbiased
+    batch variance sum((x - mean)^2) / (n - 1), n the values per channel."""
+    x, xs = a.input, cx.shape(a.input)
+    axes = (0,) + tuple(range(2, len(xs)))
+    c, n = (xs[1],), math.prod(xs[ax] for ax in axes)
+    if n < 2:
+        cx.refuse(f"one value per channel (shape {list(xs)}): the unbiased batch variance "
+                  f"is undefined (torch refuses it in training too)")
+    kept = cx.apply("mean", x, shape=xs, axes=axes, keepdim=True)
+    dev = cx.apply("sub", x, cx.like(kept, xs), shape=xs)
+    ssq = cx.apply("reduce", cx.apply("square", dev, shape=xs), shape=xs, op="sum",
+                   axes=axes, keepdim=False)
+    var = cx.apply("div", ssq, cx.like(float(n - 1), c), shape=c)
+    mean = cx.apply("reshape", kept, shape=cx.shape(kept), to=c)
+    m = float(a.momentum)
+
+    def update(batch, running):
+        return cx.apply("add", cx.apply("scale", batch, m, shape=c),
+                        cx.apply("scale", running, 1.0 - m, shape=c), shape=c)
+    return update(mean, a.running_mean), update(var, a.running_var)
+
+
+@_entry("aten._native_batch_norm_legit_functional.default")
+def _batch_norm_functional(cx, a):
+    """(y, saved mean, saved rstd, new running_mean, new running_var): in training mode the
+    batch statistics normalize and the running statistics are updated (torch.py returns
+    the updates after the model's outputs)."""
+    missing = cx.missing("the saved statistics of batch norm are not translated")
+    if not a.training:
+        return (_batch_norm_running(cx, a), missing, missing, a.running_mean, a.running_var)
+    if a.momentum is None:
+        cx.refuse("momentum=None (a cumulative average) is not translated")
+    y = _batch_norm_batch(cx, a)
+    return (y, missing, missing) + _running_updates(cx, a)
+
+
+@_entry("aten._native_batch_norm_legit.no_stats")
+def _batch_norm_no_stats(cx, a):
+    if not a.training:
+        cx.refuse("batch norm without running statistics in eval mode is not translated")
+    missing = cx.missing("the saved statistics of batch norm are not translated")
+    return (_batch_norm_batch(cx, a), missing, missing)
 
 
 @_entry("aten._native_batch_norm_legit_no_training.default")
@@ -413,20 +539,46 @@ _entry("aten.log_softmax.int", "aten._log_softmax.default")(_softmax("logSoftmax
 
 @_entry("aten.scaled_dot_product_attention.default")
 def _sdpa(cx, a):
-    if a.attn_mask is not None or a.is_causal:
-        cx.refuse("attention with a mask (attn_mask or is_causal) is not translated yet")
     if a.dropout_p:
         cx.refuse(f"attention dropout (dropout_p={a.dropout_p}) draws a random mask")
     if a.get("enable_gqa"):
         cx.refuse("grouped-query attention (enable_gqa) is not translated")
+    if a.attn_mask is not None and a.is_causal:
+        cx.refuse("attn_mask and is_causal=True together are not translated (torch refuses "
+                  "them too)")
     qs, ks, vs = cx.shape(a.query), cx.shape(a.key), cx.shape(a.value)
     if len(qs) < 2 or not qs[:-2] == ks[:-2] == vs[:-2]:
         cx.refuse(f"query, key and value must share their batch axes (got {list(qs)}, "
                   f"{list(ks)}, {list(vs)})")
     # PyTorch's default scale: 1 / sqrt(E) in binary64 (sdp_utils' calculate_scale).
     scale = 1.0 / math.sqrt(qs[-1]) if a.scale is None else float(a.scale)
-    return cx.apply("attention", a.query, a.key, a.value, scale, batch=qs[:-2],
-                    queries=qs[-2], key_count=ks[-2], dim=qs[-1], value_dim=vs[-1])
+    if a.attn_mask is None and not a.is_causal:
+        return cx.apply("attention", a.query, a.key, a.value, scale, batch=qs[:-2],
+                        queries=qs[-2], key_count=ks[-2], dim=qs[-1], value_dim=vs[-1])
+    return _masked_attention(cx, a, qs, ks, vs, scale)
+
+
+def _masked_attention(cx, a, qs, ks, vs, scale):
+    """softmax(scale q k^T + mask) v as scaledMatmul, maskedSoftmax and matmul.  A Boolean
+    mask (is_causal: the lower triangle) keeps its True entries; a float mask is added and
+    its -inf entries are masked, so that a query whose every key is masked gives 0, as
+    PyTorch's _safe_softmax does (a plain softmax of a row of -inf would give NaN)."""
+    perm = tuple(range(len(ks) - 2)) + (len(ks) - 1, len(ks) - 2)
+    kt = cx.apply("permute", a.key, shape=ks, perm=perm, element="scalar")
+    s = qs[:-2] + (qs[-2], ks[-2])
+    scores = cx.apply("scaledMatmul", a.query, kt, scale, x_shape=qs, y_shape=cx.shape(kt))
+    axis = len(s) - 1
+    mask = cx.causal(qs[-2], ks[-2]) if a.is_causal else a.attn_mask
+    if cx.element(mask) == "bool":
+        keep = cx.like(mask, s)
+    else:
+        if not cx.is_scalar(mask):
+            cx.refuse("attn_mask must be Boolean or floating")
+        mask = cx.like(mask, s)
+        keep = cx.greater(mask, -math.inf, s)
+        scores = cx.apply("add", scores, mask, shape=s)
+    w = cx.apply("maskedSoftmax", scores, keep, shape=s, axis=axis)
+    return cx.apply("matmul", w, a.value, x_shape=s, y_shape=vs)
 
 
 @_entry("aten.embedding.default")

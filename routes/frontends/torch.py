@@ -7,14 +7,17 @@ map onto one registered operator each; everything else is decomposed to the core
 first).  Then each node of the exported program becomes registered operators:
 
 - graph inputs: the model's tensor arguments (named as torch.export names them: the
-  parameter names of ``forward``), then its parameters, named by their ``state_dict`` keys;
-  a floating tensor is a value port, an integer tensor an index port whose bound is read
-  from its use (an embedding's row count, cross entropy's class count), a Boolean tensor a
-  Boolean port;
+  parameter names of ``forward``), then its parameters, named by their ``state_dict`` keys,
+  then one mask per dropout that draws one (below); a floating tensor is a value port, an
+  integer tensor an index port whose bound is read from its use (an embedding's row count,
+  cross entropy's class count), a Boolean tensor a Boolean port;
+- graph outputs: the model's outputs, then the running statistics a batch norm in training
+  mode updates (below);
 - ``graph.source``: ``{"frontend": "torch", "module": ..., "class": ..., "torch": ...}``, the
-  model's class (its module and qualified name) and torch's version;
+  model's class (its module and qualified name) and torch's version; ``"updates"``: the
+  buffers the trailing outputs update, in order, when there are any;
 - ``graph.example_inputs``: the example arrays in that order (float64 numpy for floating
-  tensors, exactly widened; int64 for integer ones);
+  tensors, exactly widened; int64 for integer ones; the dropout masks' draws);
 - buffers (running statistics...) and lifted tensor constants are graph constants
   (``Graph.constant``, frozen), named by their keys, and so are input-independent nodes
   (``full``, ``arange``, ``zeros`` and any node whose operands are all constants), which
@@ -24,11 +27,32 @@ first).  Then each node of the exported program becomes registered operators:
   computes it (``<name>.<i>`` for the helper nodes before it: broadcasts, reshapes) and the
   module path from ``nn_module_stack`` (``layers.0.attn``; ``""`` at the root).
 
+Training mode:
+
+- batch norm (``_native_batch_norm_legit_functional``): the batch statistics normalize
+  (``batchNorm``), and the new running statistics are computed by registered operators as
+  PyTorch does (batch_norm_cpu_update_stats): ``momentum * mean + (1 - momentum) *
+  running_mean`` and the same with the unbiased batch variance ``sum((x - mean)^2) / (n -
+  1)``; they are graph outputs after the model's, named in ``source["updates"]``.  The
+  module's ``num_batches_tracked`` counter (read only with momentum=None) is left out;
+  momentum=None (a cumulative average) is refused;
+- dropout (``native_dropout``, ``dropout`` with train and p > 0) takes its mask as an input
+  (spec: "dropout takes its mask as an input"): a frozen input ``dropout_mask.<node>`` of the
+  operand's shape, 1 where an entry is kept and 0 where it is dropped, after the
+  parameters, masks in node order; the registered ``dropout`` scales kept entries by
+  1 / (1 - p).  Its example is a Bernoulli(1 - p) draw, ``rng.random(shape) >= p`` with
+  ``rng = numpy.random.default_rng(dropout_seed)`` (``from_torch(..., dropout_seed=0)``),
+  the masks drawn in node order: a typical mask, not torch's (torch.export draws none), so
+  an oracle applies the same mask by hand.
+
 What is not translated is refused with one line (``CaptureError``, a RouteError) naming the
 aten operator, the node and its source line: ``from_torch: aten.lgamma.default (node
 lgamma, model.py:12) has no translation onto the operator table``.  So are programs that
-update an input or a buffer in place (a batch norm in training mode) and models
-torch.export cannot capture (data-dependent control flow), with torch's first line.
+update an input or a buffer in place (other than a batch norm's running statistics) and
+models torch.export cannot capture (data-dependent control flow), with torch's first line.
+Refused translations (routes.frontends.aten lists the rest): attention dropout
+(``dropout_p > 0``), grouped-query attention, a batch norm with momentum=None in training
+mode, a batch norm without running statistics in eval mode.
 
 torch is the optional extra ``[torch]``, imported when ``from_torch`` runs.
 """
@@ -46,7 +70,7 @@ from .. import ports as P
 from ..errors import RouteError
 from ..graph import Graph, Ref
 from ..registry import op as make_op
-from .aten import BOUNDS, TABLE
+from .aten import BOUNDS, MASKS, TABLE
 
 
 class CaptureError(RouteError):
@@ -85,14 +109,16 @@ class _Args(dict):
             raise AttributeError(key) from None
 
 
-def from_torch(model, args, kwargs=None) -> Graph:
+def from_torch(model, args, kwargs=None, *, dropout_seed: int = 0) -> Graph:
     """The Graph of registered operators computing ``model(*args, **kwargs)`` (module
-    docstring): inputs the tensor arguments then the parameters, ``example_inputs`` set.
+    docstring): inputs the tensor arguments, the parameters, then the dropout masks of a
+    model in training mode (examples drawn with ``dropout_seed``); ``example_inputs`` set.
     CaptureError (one line) for what is not translated."""
     import torch
     from torch.utils import _pytree as pytree
     args = tuple(args)
     kwargs = dict(kwargs or {})
+    _refuse_cumulative_batch_norm(torch, model)
     try:
         ep = torch.export.export(model, args, kwargs)
     except Exception as exc:                  # torch raises many kinds; one line for all
@@ -105,10 +131,27 @@ def from_torch(model, args, kwargs=None) -> Graph:
             del table[overload]
     ep = ep.run_decompositions(table)
     leaves = pytree.tree_leaves((args, kwargs))
-    graph = _Capture(torch, ep).run(leaves)
+    capture = _Capture(torch, ep, dropout_seed)
+    graph = capture.run(leaves)
     graph.source = {"frontend": "torch", "module": type(model).__module__,
                     "class": type(model).__qualname__, "torch": str(torch.__version__)}
+    if capture.updated:
+        graph.source["updates"] = list(capture.updated)
     return graph
+
+
+def _refuse_cumulative_batch_norm(torch, model):
+    """A batch norm in training mode with momentum=None reads its counter as a Python
+    number (torch.export cannot capture it): refused by name first."""
+    if not isinstance(model, torch.nn.Module):
+        return
+    for name, m in model.named_modules():
+        if isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training and \
+                m.track_running_stats and m.momentum is None:
+            raise CaptureError(f"from_torch: batch norm {name or type(m).__name__} in "
+                               f"training mode has momentum=None (a cumulative average), "
+                               f"which is not translated; give it a momentum or capture in "
+                               f"eval mode")
 
 
 def _source(torch, node) -> str:
@@ -136,17 +179,20 @@ def _module(node) -> str:
 class _Capture:
     """One capture: the exported program, the graph being built, the values of its nodes."""
 
-    def __init__(self, torch, ep):
+    def __init__(self, torch, ep, dropout_seed=0):
         self.torch, self.ep = torch, ep
         self.env = {}                          # fx node -> Ref | Const | Missing | tuple
         self.graph = None
         self.node = None                       # the fx node being translated
+        self.dropout_seed = dropout_seed
+        self.updates = []                      # (output node name, buffer) updated by the graph
+        self.updated = ()                      # the buffers of the outputs after the model's
 
     # ----- the program's inputs and outputs -----------------------------------------------------
     def run(self, leaves) -> Graph:
         t, ep = self.torch, self.ep
         sig = ep.graph_signature
-        self._refuse_mutations(sig)
+        self.updates = self._running_statistics(sig)
         kinds = t.export.graph_signature.InputKind
         nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
         user = [s for s in sig.input_specs if s.kind == kinds.USER_INPUT]
@@ -178,6 +224,7 @@ class _Capture:
             elif spec.kind != kinds.USER_INPUT:
                 raise CaptureError(f"from_torch: input {spec.arg.name} of kind "
                                    f"{spec.kind.name} is not translated")
+        self._dropout_masks(ports, examples)
         self.graph = Graph(**ports)
         self.graph.example_inputs = tuple(examples)
         for node, name in refs.items():
@@ -189,17 +236,60 @@ class _Capture:
                 self._outputs(node)
         return self.graph
 
-    def _refuse_mutations(self, sig):
-        updated = {**sig.buffers_to_mutate, **sig.user_inputs_to_mutate}
-        if not updated:
-            return
-        out_name, target = next(iter(updated.items()))
-        node = next((n for n in self.ep.graph.nodes if n.name == out_name), None)
-        where = f"node {out_name}, {_source(self.torch, node)}" if node is not None \
-            else f"node {out_name}"
-        raise CaptureError(f"from_torch: the program updates {target} in place ({where}); "
-                           f"in-place updates of inputs and buffers are not captured (a "
-                           f"batch norm in training mode does: capture in eval mode)")
+    def _running_statistics(self, sig) -> list:
+        """The buffer updates the graph returns: (output node, buffer) for the running mean
+        and variance a training-mode batch norm computes (getitem 3 and 4 of
+        _native_batch_norm_legit_functional), in the program's order.  The module's
+        num_batches_tracked counter (integer, read only with momentum=None) is left out;
+        any other in-place update of a buffer or an input is refused."""
+        nodes = {n.name: n for n in self.ep.graph.nodes}
+        statistic = {n.name for n in self.ep.graph.nodes if n.target is operator.getitem
+                     and n.args[1] in (3, 4) and str(n.args[0].target) ==
+                     "aten._native_batch_norm_legit_functional.default"}
+        kept, refused = [], None
+        for out, target in sig.buffers_to_mutate.items():
+            if out in statistic:
+                kept.append((out, target))
+        owners = {t.rpartition(".")[0] for _, t in kept}
+        for out, target in {**sig.buffers_to_mutate, **sig.user_inputs_to_mutate}.items():
+            if (out, target) in kept:
+                continue
+            owner, _, leaf = target.rpartition(".")
+            if leaf == "num_batches_tracked" and owner in owners and \
+                    target in sig.buffers_to_mutate.values():
+                continue
+            refused = refused or (out, target)
+        if refused:
+            out, target = refused
+            node = nodes.get(out)
+            where = f"node {out}, {_source(self.torch, node)}" if node is not None \
+                else f"node {out}"
+            raise CaptureError(f"from_torch: the program updates {target} in place ({where}); "
+                               f"in-place updates of inputs and buffers are not captured "
+                               f"(except the running statistics of a batch norm)")
+        return kept
+
+    def _dropout_masks(self, ports, examples):
+        """A frozen input ``dropout_mask.<node>`` (1 keeps, 0 drops) for each dropout that
+        draws a mask, after the parameters; its example a Bernoulli(1 - p) draw of numpy's
+        default_rng(dropout_seed), masks drawn in node order."""
+        rng = np.random.default_rng(self.dropout_seed)
+        for node in self.ep.graph.nodes:
+            probability = MASKS.get(str(node.target))
+            p = probability(node) if probability is not None else None
+            if p is None:
+                continue
+            name = f"dropout_mask.{node.name}"
+            if name in ports:
+                raise CaptureError(f"from_torch: input {name} is already taken (a parameter "
+                                   f"or an argument of that name)")
+            shape = tuple(int(n) for n in node.args[0].meta["val"].shape)
+            ports[name] = P.frozen(shape)
+            examples.append((rng.random(shape) >= p).astype(np.float64))
+
+    def dropout_mask(self) -> Ref:
+        """The mask input of the dropout node being translated."""
+        return self.graph.input(f"dropout_mask.{self.node.name}")
 
     def _input_port(self, node, leaf):
         shape = tuple(leaf.shape)
@@ -218,18 +308,30 @@ class _Capture:
         return P.index((bounds.pop(),), shape)
 
     def _outputs(self, node):
-        refs = []
-        for i, v in enumerate(node.args[0]):
-            value = self.env.get(v) if hasattr(v, "op") else v
-            if isinstance(value, Missing):
-                raise CaptureError(f"from_torch: output {i} ({v}): {value.reason}")
-            if isinstance(value, Const):
-                value = self._materialize(value, None)
-            if not isinstance(value, Ref):
-                raise CaptureError(f"from_torch: output {i} ({v}) is not a tensor the graph "
-                                   f"computes (got {type(value).__name__})")
-            refs.append(value)
+        """The model's outputs, then the running statistics it updates (``updated`` names
+        their buffers, in that order)."""
+        kinds = self.torch.export.graph_signature.OutputKind
+        specs = self.ep.graph_signature.output_specs
+        user, updates = [], dict(self.updates)
+        for i, (v, spec) in enumerate(zip(node.args[0], specs)):
+            if spec.kind == kinds.USER_OUTPUT:
+                user.append((i, v))
+        refs = [self._output_ref(i, v) for i, v in user]
+        names = {getattr(v, "name", None): (i, v) for i, v in enumerate(node.args[0])}
+        refs += [self._output_ref(*names[out]) for out in updates]
+        self.updated = tuple(updates.values())
         self.graph.output(*refs)
+
+    def _output_ref(self, i, v) -> Ref:
+        value = self.env.get(v) if hasattr(v, "op") else v
+        if isinstance(value, Missing):
+            raise CaptureError(f"from_torch: output {i} ({v}): {value.reason}")
+        if isinstance(value, Const):
+            value = self._materialize(value, None)
+        if not isinstance(value, Ref):
+            raise CaptureError(f"from_torch: output {i} ({v}) is not a tensor the graph "
+                               f"computes (got {type(value).__name__})")
+        return value
 
     # ----- one node ------------------------------------------------------------------------------
     def _where(self, node) -> str:
@@ -403,6 +505,24 @@ class _Capture:
             return Const(v.tensor.expand(shape), v.name)
         dtype = self.torch.bool if isinstance(v, bool) else self.torch.float64
         return Const(self.torch.full(shape, v, dtype=dtype), f"{self.node.name}.full")
+
+    def full(self, value) -> Const:
+        """A constant of the node's shape and dtype filled with ``value``."""
+        return Const(self.torch.full(self.out_shape, value, dtype=self.out_dtype),
+                     self.node.name)
+
+    def causal(self, queries, keys) -> Const:
+        """The causal mask (queries, keys): True where key <= query (PyTorch's is_causal,
+        the lower triangle)."""
+        ones = self.torch.ones(queries, keys, dtype=self.torch.bool)
+        return Const(ones.tril(), f"{self.node.name}.causal")
+
+    def greater(self, v, number, shape):
+        """Booleans ``v > number`` of ``shape``: folded for a Const, a ``gt`` node (IEEE:
+        false at NaN) for a graph value."""
+        if isinstance(v, Const):
+            return Const(v.tensor > number, f"{v.name}.kept")
+        return self.apply("gt", v, self.like(float(number), shape), shape=shape)
 
     def indices(self, v, bound) -> Ref:
         """``v`` read as indices below ``bound``: an index graph value, or a constant."""
