@@ -17,12 +17,18 @@ Public names (shared/ARCHITECTURE.md):
 - ``from_torch(model, args) -> Graph`` (routes.frontends.torch; torch is imported when it
   runs, never by importing routes), ``CaptureError``;
 - ``Session(backend)`` (routes.session): operators called eagerly (``s.matmul(x, w)``) on
-  session values, recorded on a tape; ``s.graph()`` the Graph a capture would give.
+  session values, recorded on a tape; ``s.graph()`` the Graph a capture would give;
+- bound propagation (routes.bounds): ``ibp(op_or_graph, lows, highs) -> (lows, highs)``
+  (interval boxes of every output, outward rounded), ``crown(op_or_graph, lows, highs)``
+  (CROWN's backward sweep, never looser than IBP), ``check_bound(op, lows, highs,
+  claimed_lows, claimed_highs)`` (a claimed output box against the operator's real values;
+  RouteError with a one-line reason) and ``bound_problem(...)`` (that reason, or None).
 """
 
 from . import apriori, families  # noqa: F401  (families registers every operator)
 from . import ports
 from .artifact import graph_hash, load_graph
+from .bounds import bound_problem, check_bound, crown, ibp
 from .certs import Certificate, certificates
 from .codec import VERSION, attributes_text, decode, encode
 from .errors import DecodeError, RouteError
@@ -35,6 +41,7 @@ from .rules import Rule
 from .session import Session
 
 __all__ = ["CaptureError", "Certificate", "DecodeError", "Graph", "Op", "Port", "Ref",
-           "RouteError", "Rule", "Session", "VERSION", "attributes_text", "certificates",
-           "declaration", "decode", "encode", "from_torch", "graph_hash", "invoke",
-           "invoke_prepared", "load_graph", "names", "op", "ports"]
+           "RouteError", "Rule", "Session", "VERSION", "attributes_text", "bound_problem",
+           "certificates", "check_bound", "crown", "declaration", "decode", "encode",
+           "from_torch", "graph_hash", "ibp", "invoke", "invoke_prepared", "load_graph",
+           "names", "op", "ports"]

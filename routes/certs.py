@@ -27,10 +27,12 @@ operator has a value input and the forward map where it has none.
 A declaration lists specs: the strings ``"algebraic"``, ``"derivative"``, ``"prepared"``
 (backed by the registry-wide tests), ``convention(test, statement)`` and
 ``roundoff(ulps, ...)``.  Registration resolves them; ``certificates(name)`` lists them,
-as ``#op_certs`` does.  Like the spec's attribute, registration refuses an input position
-the operator does not have (``inputs=(9,)`` on relu) and, for a gradient or tangent
-certificate, a position that is not a value input; it does not check that the evidence says
-what the kind says: tests/test_routes_certs.py checks that every test id named exists.
+as ``#op_certs`` does.  ``extend(name, specs)`` adds certificates to a registered operator:
+routes.bounds registers the ``enclosure(statement)`` certificates of its IBP arms so.  Like
+the spec's attribute, registration refuses an input position the operator does not have
+(``inputs=(9,)`` on relu) and, for a gradient or tangent certificate, a position that is
+not a value input; it does not check that the evidence says what the kind says:
+tests/test_routes_certs.py checks that every test id named exists.
 """
 
 from __future__ import annotations
@@ -138,6 +140,19 @@ def apriori(statement: str) -> Spec:
                 route="forward")
 
 
+BOUNDS_TESTS = "tests/test_routes_ibp.py"
+
+
+def enclosure(statement: str) -> Spec:
+    """An enclosure certificate (spec: "the interval transfer of the graph numerical
+    certificate encloses the operator's real forward value"): the operator's IBP arm
+    (routes.bounds) encloses its real forward value at every input of the input boxes,
+    checked by tests/test_routes_ibp.py against numerics.reference at corners and random
+    points of random boxes."""
+    return Spec("enclosure", (f"{BOUNDS_TESTS}::test_enclosure_certificate_holds[{{id}}]",),
+                statement, route="forward")
+
+
 BOUNDING_TESTS = "tests/test_numerics_bounding.py"
 
 
@@ -221,6 +236,23 @@ def register(name: str, specs, ports=None) -> tuple:
     """Resolve and register the certificates of operator ``name``.  ``ports``: the input
     ports at each example of the operator (registry.define passes them), against which the
     input positions are checked; None skips that check."""
+    _CERTS[name] = _resolve(name, specs, ports)
+    return _CERTS[name]
+
+
+def extend(name: str, specs) -> tuple:
+    """Register more certificates of the registered operator ``name``, after those of its
+    declaration (routes.bounds adds the enclosure certificates of its IBP arms this way);
+    one already registered is not added again.  Returns all of ``name``'s certificates."""
+    from .registry import declaration
+    declaration(name)                     # RouteError with close matches for unknown names
+    have = _CERTS.get(name, ())
+    _CERTS[name] = have + tuple(c for c in _resolve(name, specs, None) if c not in have)
+    return _CERTS[name]
+
+
+def _resolve(name: str, specs, ports) -> tuple:
+    """The certificates ``specs`` (standard kinds or Spec values) of ``name`` resolved."""
     out = []
     for spec in specs:
         if isinstance(spec, str):
@@ -242,8 +274,7 @@ def register(name: str, specs, ports=None) -> tuple:
             out.append(Certificate(name, spec.kind, tuple(e.replace("{id}", name)
                                                           for e in spec.evidence),
                                    spec.statement, spec.inputs, spec.bound, route))
-    _CERTS[name] = tuple(out)
-    return _CERTS[name]
+    return tuple(out)
 
 
 def withdraw(name: str) -> None:

@@ -257,10 +257,19 @@ def spec_gradient_kinds(name: str) -> set:
 
 # The bound propagations in the spec's order (the certificate checker, interval propagation,
 # CROWN's backward sweep).  ARMS[propagation](name) says whether it has an arm for operator
-# ``name``; the modules implementing them register here (the bounds issue).  None exists yet,
-# so every computed Bounds cell is "none".
+# ``name``: routes.bounds's tables (CHECKER, IBP_ARMS, CROWN_ARMS), read when asked (bounds
+# imports the registry, which imports this module).
 PROPAGATIONS = ("checker", "IBP", "CROWN")
-ARMS: dict[str, Callable[[str], bool]] = {}
+
+
+def _arms_of(propagation: str) -> Callable[[str], bool]:
+    def has_arm(name: str) -> bool:
+        from .bounds import has_arm as bounds_has_arm
+        return bounds_has_arm(propagation, name)
+    return has_arm
+
+
+ARMS: dict[str, Callable[[str], bool]] = {p: _arms_of(p) for p in PROPAGATIONS}
 
 # The certificate kinds the Gradient column names: what the pullback's or the forward mode's
 # map is (certs.KINDS).  prepared (the prepared pullback equals the dense one), roundoff and

@@ -168,11 +168,9 @@ class ColumnRule:
                      for r in spec_rows if getattr(r, self.column) != self.code)
 
 
-RULES = (
-    ColumnRule(BOUNDS, "none", "no bound propagation (certificate checker, IBP, CROWN) has an "
-               "arm yet and no enclosure certificate is registered: the bounds issue adds them "
-               "(routes.vocabulary.ARMS)"),
-)
+# No rule at present: the Bounds column follows routes.bounds's arms and the registered
+# enclosure certificates cell for cell (the bounds issue emptied it).
+RULES: tuple = ()
 
 
 def intended(spec_rows) -> dict:
@@ -277,11 +275,14 @@ def test_points_pin_the_element_at_the_model_scalar():
 
 
 def test_bounds_cell_lists_the_registered_arms_in_the_spec_order(monkeypatch):
-    """An arm registered in ARMS shows in the Bounds cell, in the order checker, IBP, CROWN;
-    an operator without one keeps "none"."""
+    """An arm registered in ARMS shows in the Bounds cell, in the order checker, IBP, CROWN,
+    then "; enclosure" where an enclosure certificate is registered (relu's); an operator
+    without either keeps "none"."""
+    monkeypatch.setitem(V.ARMS, "checker", lambda name: False)
     monkeypatch.setitem(V.ARMS, "CROWN", lambda name: name == "relu")
     monkeypatch.setitem(V.ARMS, "IBP", lambda name: name in ("relu", "exp"))
-    assert V.computed_row("relu", lambda o: True).bound_propagations == "IBP, CROWN"
+    assert V.computed_row("relu", lambda o: True).bound_propagations == \
+        "IBP, CROWN; enclosure"
     assert V.computed_row("exp", lambda o: True).bound_propagations == "IBP"
     assert V.computed_row("tan", lambda o: True).bound_propagations == "none"
 
