@@ -46,7 +46,7 @@ from roundoff_coverage import formats
 
 from .backend import Backend
 from .exact import OrderPolicy, elementwise
-from .exact_products import MAX_SLICES, exact_dot, exact_matmul, to_mpf
+from .exact_products import exact_dot, exact_matmul, to_mpf
 
 GUARD = 32          # extra bits for every rounded primitive before its one rounding to prec
 _RN = round_nearest
@@ -130,6 +130,33 @@ def raw_real(r, fmt=None, clamp=False):
             man, exp = 1, fmt.emax + 2
     man = -int(man) if sign else int(man)
     return man << exp if exp >= 0 else Fraction(man, 1 << -exp)
+
+
+def _odd_binary64(raws):
+    """Raw mpf values rounded to odd into binary64 (truncated to 53 bits, the last bit set
+    when that was inexact), or None when one lies outside binary64's normal range.  Rounding
+    to odd at 53 bits and then into a format of p <= 51 bits, in any deterministic mode,
+    gives the value's correct rounding into it (Boldo and Melquiond, "Emulation of FMA and
+    correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 57(4), 2008),
+    at a fraction of formats.round_exact's cost."""
+    out = np.empty(len(raws))
+    for i, r in enumerate(raws):
+        if r == fzero:
+            out[i] = 0.0
+            continue
+        if special_raw(r):
+            out[i] = math.nan if r == fnan else (math.inf if r == finf else -math.inf)
+            continue
+        sign, man, exp, bc = r
+        if not -1000 <= exp + bc <= 1023:
+            return None
+        if bc > 53:
+            cut = bc - 53
+            kept = int(man >> cut)
+            man, exp = kept | (1 if (kept << cut) != man else 0), exp + cut
+        v = math.ldexp(int(man), exp)
+        out[i] = -v if sign else v
+    return out
 
 
 def round_raw(r, fmt, mode, index=0, seed=0) -> formats.Rounded:
@@ -366,12 +393,16 @@ class ReferenceBackend(Backend):
 
     # -- dot and matmul: exact then rounded once --
     # Operands that are binary64 values go straight to numerics/exact_products.py.  Wider
-    # operands (results of earlier primitives at prec bits) are cut exactly into S binary64
-    # pieces each, x = x_1 + ... + x_S (53-bit fields of the mantissa, _pieces), and
-    #     a . b = sum_{s,t} a_s . b_t,
-    # one exact product of the pieces laid side by side along the inner axis (S_a * S_b
-    # copies of it), rounded once.  Entries whose pieces leave binary64's range, and NaN or
-    # inf entries (an inf piece times a zero piece would be NaN), take the base class's
+    # operands (results of earlier primitives at prec bits) are cut exactly into binary64
+    # pieces, x = x_0 + x_1 + ... (53-bit fields of the mantissa, _pieces; x_s ~ 2**(-53 s)
+    # x), and the product is summed by level L = s + t:
+    #     a . b = sum_L 2**(-53 L) sum_{s+t=L} (2**(53 s) a_s) . (2**(53 t) b_t),
+    # one exact product per level with its pairs laid side by side along the inner axis.
+    # The powers of two are exact and bring every piece of a level to its operand's
+    # magnitude, so a level's rows span about 53 bits plus their own spread: a few Ozaki
+    # slices each, whatever the precision.  The levels' exact integers are added exactly
+    # and rounded once.  Entries whose pieces leave binary64's range, and NaN or inf among
+    # wider entries (an inf piece times a zero piece would be NaN), take the base class's
     # accumulation at prec bits in the policy's order.  Sums (xp.sum) stay the policy's
     # accumulation at prec bits: an exact sum rounded once is more accurate, but it lets a
     # rule's cancellation land on the same wrong value at two precisions more often (seen
@@ -386,9 +417,7 @@ class ReferenceBackend(Backend):
         pa, pb = self._pieces(a), self._pieces(b)
         if pa is None or pb is None:
             return super().dot(a, b)
-        left = np.concatenate([x for x in pa for _ in pb], axis=-1)
-        right = np.concatenate([y for _ in pa for y in pb], axis=-1)
-        return to_mpf(exact_dot(left, right, _max_slices(pa, pb)), self.prec, self.ctx)
+        return self._levels(pa, pb, exact_dot, -1)
 
     def matmul(self, a, b):
         """a @ b (numpy's shape rules), each entry correctly rounded to ``prec`` (exact
@@ -400,10 +429,25 @@ class ReferenceBackend(Backend):
         pa, pb = self._pieces(a), self._pieces(b)
         if pa is None or pb is None:
             return super().matmul(a, b)
-        inner = -2 if b.ndim > 1 else 0
-        left = np.concatenate([x for x in pa for _ in pb], axis=-1)
-        right = np.concatenate([y for _ in pa for y in pb], axis=inner)
-        return to_mpf(exact_matmul(left, right, _max_slices(pa, pb)), self.prec, self.ctx)
+        return self._levels(pa, pb, exact_matmul, -2 if b.ndim > 1 else 0)
+
+    def _levels(self, pa, pb, product, inner_b):
+        """The exact product of sum(pa) and sum(pb) by levels (above), rounded once."""
+        if len(pa) == 1 and len(pb) == 1:
+            return to_mpf(product(pa[0], pb[0]), self.prec, self.ctx)
+        total = None
+        for level in range(len(pa) + len(pb) - 1):
+            pairs = [(s, level - s) for s in range(len(pa)) if 0 <= level - s < len(pb)]
+            left = np.concatenate([np.ldexp(pa[s], 53 * s) for s, _ in pairs], axis=-1)
+            right = np.concatenate([np.ldexp(pb[t], 53 * t) for _, t in pairs], axis=inner_b)
+            n, e = product(left, right).integers()
+            e = e.astype(object) - 53 * level
+            total = (n, e) if total is None else _add_exact(total, (n, e))
+        n, e = total
+        out = np.empty(n.shape, dtype=object)
+        out.reshape(-1)[:] = [self._mk(libmp.from_man_exp(int(m), int(x), self.prec, _RN))
+                              for m, x in zip(n.reshape(-1), e.reshape(-1))]
+        return out
 
     def _pieces(self, x):
         """x as a list of S float64 arrays summing exactly to it (S = 1 for binary64 values),
@@ -470,6 +514,11 @@ class ReferenceBackend(Backend):
         mode = mode or "nearest_even"
         arr = np.asarray(a, dtype=object)
         flat = [self._num(v)._mpf_ for v in arr.reshape(-1)]
+        if not with_flags and mode != "stochastic" and fmt.fits_binary64 and \
+                fmt.precision <= 51:
+            odd = _odd_binary64(flat)
+            if odd is not None:
+                return formats.round_to(odd, fmt, mode).reshape(arr.shape)
         rounded = [round_raw(r, fmt, mode, index=i) for i, r in enumerate(flat)]
         flags = np.array([r.flags for r in rounded], dtype=np.uint8).reshape(arr.shape)
         if fmt.fits_binary64:
@@ -497,10 +546,11 @@ class ReferenceBackend(Backend):
                            dtype=bool)
 
 
-def _max_slices(pa, pb) -> int:
-    """Ozaki digit slices per operand row: enough for pieces spanning S * 53 bits plus the
-    usual spread of a row (exact_products.MAX_SLICES for binary64 operands)."""
-    return MAX_SLICES + 3 * (max(len(pa), len(pb)) - 1)
+def _add_exact(x, y):
+    """(N, e) + (M, f) exactly, entry by entry (object arrays of Python ints)."""
+    (n, e), (m, f) = x, y
+    low = np.minimum(e, f)
+    return (n << (e - low).astype(object)) + (m << (f - low).astype(object)), low
 
 
 def reference(prec: int = 256, order: str = "sequential", fma: bool = False) -> ReferenceBackend:

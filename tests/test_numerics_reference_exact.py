@@ -527,3 +527,24 @@ def test_resolve_handles_reductions_and_wide_formats():
         want = [gmpy2.mpfr(s) for s in exact_sums]
     assert list(res.rounded) == want
     assert reference(64).resolve is resolve
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "binary16", "binary32", "float8_e4m3fn"])
+def test_cast_through_round_to_odd_is_the_correct_rounding(fmt):
+    # cast rounds wide values to odd into binary64 and then into the format (p <= 51):
+    # every mode must give formats.round_exact of the exact rational value.
+    from fractions import Fraction
+
+    from roundoff_coverage import formats
+    from roundoff_coverage.numerics import reference
+    rng = np.random.default_rng(5)
+    bk = reference(90)
+    num = rng.standard_normal(3000) * np.exp2(rng.integers(-150, 140, 3000))
+    x = bk.divide(bk.asarray(num), bk.asarray(rng.choice([3.0, 7.0, 1.0 + 2.0 ** -40], 3000)))
+    exact = [Fraction(int(v.man_exp[0])) * Fraction(2) ** int(v.man_exp[1]) *
+             (-1 if v < 0 else 1) for v in x]
+    for mode in ("nearest_even", "nearest_away", "toward_zero", "upward", "downward", "odd"):
+        got = bk.cast(x, fmt, mode)
+        want = np.array([formats.round_exact(q, fmt, mode).to_float() for q in exact])
+        assert np.array_equal(got, want, equal_nan=True)
+        assert np.array_equal(np.signbit(got), np.signbit(want))
