@@ -121,7 +121,8 @@ def _positive(v, what):
         raise ValueError(f"policy: {what} must be a positive integer (got {v!r})")
 
 
-PRESETS = ("strict", "fp32_accumulate", "fp32_accumulate_fma", "pairwise", "blocked32")
+PRESETS = ("strict", "fp32_accumulate", "fp32_accumulate_fma", "pairwise", "blocked32",
+           "fp8_recipe")
 # Policies with parameters, NAME:ARG[:ARG]: how accelerators accumulate (see Policy).
 PARAMETRIZED = ("fixed_point:B[:K]", "promote:K[:FORMAT]", "acc:FORMAT", "split_k:S", "tree")
 
@@ -140,6 +141,8 @@ def preset(name: str, storage) -> Policy:
     acc:FORMAT: accumulation in FORMAT (a narrow accumulator: acc:e8m13).
     split_k:S: binary32 accumulation in S contiguous chunks, then their sums (split-k).
     tree: binary32 accumulation in pairwise order (a reduction tree).
+    fp8_recipe: the FP8 training recipe (``recipe``): binary32 accumulation, as
+    fp32_accumulate; which scaled formats it quantizes into is ``recipe``'s to say.
     """
     storage = formats.get(storage)
     if name == "strict":
@@ -154,6 +157,8 @@ def preset(name: str, storage) -> Policy:
         return Policy(storage, order="blocked:32", name="blocked32")
     if name == "tree":
         return Policy(storage, accumulate="binary32", order="pairwise", name="tree")
+    if name in RECIPES:
+        return Policy(storage, accumulate="binary32", name=name)
     head, _, rest = name.partition(":")
     args = rest.split(":") if rest else []
     try:
@@ -179,6 +184,34 @@ def _int(text):
         return int(text)
     except ValueError:
         raise ValueError(f"{text!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A scaled-format training recipe: the element format of forward values (inputs and
+    outputs of the forward route, tangents) and of gradients (cotangents and the gradient
+    route's outputs); each quantized with the blocking and scale rule of the scaled format
+    the task names, products accumulated in binary32 (``preset`` gives the policy)."""
+
+    name: str
+    forward: str
+    gradient: str
+    doc: str
+
+
+# The common FP8 training recipe (Micikevicius et al., "FP8 Formats for Deep Learning",
+# arXiv:2209.05433, sec. 3; TransformerEngine's Format.HYBRID): activations and weights in
+# E4M3 (more precision: 4 significant bits, max 448), gradients in E5M2 (more range: max
+# 57344, down to 2**-16), binary32 accumulation.  With fp8_e4m3_tensor it is
+# TransformerEngine's Float8CurrentScaling (current per-tensor scales); with mxfp8_e4m3 its
+# MXFP8BlockScaling.
+RECIPES = {"fp8_recipe": Recipe("fp8_recipe", "float8_e4m3fn", "float8_e5m2",
+                                "E4M3 forward values, E5M2 gradients, binary32 accumulation")}
+
+
+def recipe(name: str) -> Recipe | None:
+    """The recipe a policy name stands for (RECIPES), or None for other policies."""
+    return RECIPES.get(name)
 
 
 def is_name(name: str) -> bool:

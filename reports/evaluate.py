@@ -19,6 +19,14 @@ Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``b
    ``ref_prec`` is the highest precision its draws needed.
 4. Metrics and bounds: reports/measuring.py, the bounds of the emulated model where the
    implementation says they apply.
+
+A scaled task (a scaled format, reports/task.py) quantizes the draws after step 1
+(draws.quantize_draws: the reference and the implementation both read the dequantized
+inputs), computes in binary32 (task.COMPUTE_FORMAT), and in step 4 quantizes each
+computed output into the route's scheme along its last axis before measuring it against
+the exact value (measuring.measure_scaled_port).  No bounds: the certificates and a priori
+bounds are of element formats.  A task the scheme cannot apply to is a ``no_rule`` row
+(task.scaled_problem).
 """
 
 from __future__ import annotations
@@ -27,15 +35,18 @@ import time
 
 import numpy as np
 
-from roundoff_coverage import numerics
+from roundoff_coverage import formats, numerics
+from roundoff_coverage.numerics.metrics import clamp_exact
 
 from . import implementations
-from .draws import Draws, draw, run_routes, sample_kinds
-from .measuring import (REPRO_MAX_ELEMENTS, Bounds, _apriori, _bound, _concat, by_magnitude,
-                        interval_bounds, measure_port, per_sample, worst_case)
+from .draws import (Draws, axis_text, draw, element_scales, quantize_draws, quantize_port,
+                    quantize_seed, run_routes, sample_kinds)
+from .measuring import (REPRO_MAX_ELEMENTS, Bounds, _apriori, _bound, _computed, _concat,
+                        by_magnitude, interval_bounds, measure_port, measure_scaled_port,
+                        per_sample, worst_case)
 from .task import (BATCH_FAMILIES, EXHAUSTIVE_FAMILIES, EXHAUSTIVE_MAX_BITS, ROUTES, Task,
                    attrs_text, base_row, batchable, exhaustible, jsonable, one_line, rng_for,
-                   route_ports, status_rows)
+                   route_ports, route_scheme, scaled_problem, status_rows)
 
 # The coverage run's names, in one place for its readers (runner, tests): the task, its
 # draws, measurement and the driver.
@@ -96,6 +107,10 @@ def evaluate(task: Task):
             pending.append(route)
     if not pending:
         return rows, timer.t
+    problem = scaled_problem(task, o)
+    if problem is not None:
+        return rows + [r for route in pending
+                       for r in status_rows(task, o, route, *problem)], timer.t
     ref_prec = fmt.precision + REF_EXTRA
     try:
         impl = implementations.of(task, o, fmt)
@@ -113,18 +128,21 @@ def evaluate(task: Task):
     pending = [r for r in pending if r not in problems]
     if not pending:
         return rows, timer.t
+    quantized = None
     try:
         with timer("sampling"):
             d = impl.select(draw(task, o, fmt))
+            if task.scheme is not None:
+                d, quantized = quantize_draws(task, d, pending)
     except Exception as exc:                                  # noqa: BLE001
         for route in pending:
             rows += status_rows(task, o, route, "error", f"sampling: {one_line(exc)}")
         return rows, timer.t
-    rows += _measure_routes(task, impl, d, fmt, pending, reference, timer)
+    rows += _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized)
     return rows, timer.t
 
 
-def _measure_routes(task, impl, d, fmt, pending, reference, timer):
+def _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized=None):
     rows = []
     with timer("evaluation"):
         got = impl.evaluate(d, pending)
@@ -135,7 +153,7 @@ def _measure_routes(task, impl, d, fmt, pending, reference, timer):
         ref = run_routes(reference, d, ok)
         exact, precs = _settle(d, fmt, [r for r in ok if not isinstance(ref[r], Exception)],
                                ref, reference.xp.prec)
-    bounded = [r for r in ok if impl.model_task(r) is not None]
+    bounded = [r for r in ok if impl.model_task(r) is not None and quantized is None]
     with timer("bounds"):
         interval = interval_bounds(impl.model_task(bounded[0]), d, fmt, bounded) \
             if bounded else {}
@@ -148,6 +166,13 @@ def _measure_routes(task, impl, d, fmt, pending, reference, timer):
             continue
         if isinstance(exact, Exception):
             rows += status_rows(task, d.op, route, "error", f"reference: {one_line(exact)}")
+            continue
+        if quantized is not None:
+            with timer("measurement"):
+                measured = _scaled_rows(task, d, fmt, impl.numbers, route, got[route],
+                                        exact[route], max(precs), quantized)
+            impl.annotate(route, measured)
+            rows += measured
             continue
         model = impl.model_task(route)
         with timer("bounds"):
@@ -197,5 +222,56 @@ def _rows(task, d, fmt, backend, route, got, ref, prec, bounds):
         if ulp is not None:
             size = int(np.prod(port.shape, dtype=np.int64)) if port.shape else 1
             row["worst"] = worst_case(d, ulp, where, comp, exact, route, fmt, size)
+        out.append(row)
+    return out
+
+
+def _scaled_rows(task, d, fmt, backend, route, got, ref, prec, quantized):
+    """The rows of one route of a scaled task: each value output quantized into the route's
+    scheme along its last axis, draw by draw, measured against the exact value in ulps of
+    the element format at the exact value's block scale (reports/measuring.py); index,
+    Boolean and integer outputs compared exactly.  Every row says the scheme, the block axes
+    of the inputs and of its port, and what the quantization of its port and inputs did
+    (BlockCounts)."""
+    scheme = route_scheme(task, route)
+    b64 = formats.get("binary64")          # the reproducer's inputs: dequantized, binary64
+    out = []
+    for i, name, port in route_ports(d.op, route):
+        row = base_row(task, route, name, "ok")
+        row.update(ref_prec=prec, scheme=scheme.label,
+                   scaled_inputs=quantized.fields(route),
+                   scale_axis=f"{quantized.axes(route)}; {name}:{axis_text(scheme, -1)}")
+        if not port.scalar:
+            comp, _ = _concat(got, i, fmt, backend, False)
+            exact, _ = _concat(ref, i, fmt, None)
+            measure_port(row, comp, exact, fmt, None)
+            out.append(row)
+            continue
+        comps, scales, exacts, counts = [], [], [], None
+        for k, ys in enumerate(got):
+            deq, _, c = quantize_port(_computed(ys[i], fmt, backend), scheme, -1,
+                                      quantize_seed(task, route, name, k))
+            # Exact values beyond binary64's range clamped to +-2**1025 and +-2**-1138
+            # (they quantize and measure alike: a NaN scale, the least scale), so that no
+            # rational of exp(-1e38)'s exponent is formed.
+            e = clamp_exact(ref[k][i], b64)
+            _, qe, _ = quantize_port(e, scheme, -1, 0, exact=True)
+            comps.append(deq.reshape(-1))
+            scales.append(element_scales(qe).reshape(-1))
+            exacts.append(e)
+            if counts is None:
+                counts = c
+            else:
+                counts.add(c)
+        _, where = _concat(got, i, fmt, backend, True)
+        exact, _ = _concat([(e,) for e in exacts], 0, fmt, None)
+        comp = np.concatenate(comps) if comps else np.zeros(0)
+        ulp = measure_scaled_port(row, comp, exact,
+                                  np.concatenate(scales) if scales else np.zeros(0),
+                                  scheme, fmt, *per_sample(d, where))
+        if counts is not None:
+            row.update(counts.fields())
+        size = int(np.prod(port.shape, dtype=np.int64)) if port.shape else 1
+        row["worst"] = worst_case(d, ulp, where, comp, exact, route, b64, size)
         out.append(row)
     return out

@@ -507,3 +507,121 @@ def _enclosure_bound(y, undecided):
     if undecided or a.dtype.names is None:
         return np.full(a.shape, np.inf)
     return np.asarray(numerics.BoundingBackend.error_bound(a), dtype=np.float64)
+
+
+# ----- scaled formats --------------------------------------------------------------------------
+
+# What a scaled row's ulp fields count (the rows' ``error_unit``, the module docstring).
+SCALED_UNIT = "ulp of {element} at the exact value's block scale"
+
+
+def _kinds_of(flat):
+    """(float64 stand-ins, exact NaN mask, exact infinity mask) of exact values (mpmath or
+    float64): the nearest binary64 of each, so that a finite value beyond binary64's range is
+    +-inf in the stand-in but not an infinity of the exact value."""
+    x = np.empty(flat.size, dtype=np.float64)
+    nan = np.zeros(flat.size, dtype=bool)
+    inf = np.zeros(flat.size, dtype=bool)
+    for i, v in enumerate(flat):
+        m = getattr(v, "_mpf_", None)
+        if m is None:
+            x[i] = float(v)
+            nan[i], inf[i] = x[i] != x[i], np.isinf(x[i])
+        else:
+            nan[i], inf[i] = m == libmp.fnan, m in (libmp.finf, libmp.fninf)
+            x[i] = libmp.to_float(m, rnd=libmp.round_nearest)
+    return x, nan, inf
+
+
+def scaled_errors(comp, exact, scale, grid, top):
+    """(ulp, rel, codes) of computed scaled-format values ``comp`` (float64) against
+    ``exact`` (mpmath values or float64), ``scale`` the exact value's block scale D of each
+    (float64; NaN where the exact block holds an Inf or NaN); ``grid`` the element grid
+    (its precision p and qmin), ``top`` the element format's emax (module docstring).
+    Special values: an exact NaN, or a finite exact value in a NaN block, against a
+    computed NaN (the scheme's image of that block) is 0 ulp, else NaN (``missed_nan``); an
+    exact infinity against a computed NaN is 0 (``nan_from_inf``: scaled formats store no
+    infinities); a computed NaN against a finite exact value in a finite block is NaN
+    (``nan_from_finite``); a computed infinity (``nosat`` elements) NaN (``overflow_to_inf``).
+    The exact value is read as its nearest binary64 (p <= 8 here: the error moves by at most
+    2**(p - 53) ulp), except where that stand-in equals the computed value: there the error
+    is recomputed from the exact value, so 0 ulp means computed = exact."""
+    code = {name: i for i, name in enumerate(metrics.CLASSES)}
+    c = np.asarray(comp, dtype=np.float64).reshape(-1)
+    d = np.asarray(scale, dtype=np.float64).reshape(-1)
+    flat = np.asarray(exact, dtype=object).reshape(-1)
+    x, xnan, xinf = _kinds_of(flat)
+    n = c.size
+    ulp, rel = np.full(n, np.nan), np.full(n, np.nan)
+    codes = np.zeros(n, dtype=np.int8)
+    cnan, cinf = np.isnan(c), np.isinf(c)
+    dok = np.isfinite(d) & (d > 0)
+    xfin = ~xnan & ~xinf
+    ulp[(xnan | (xfin & ~dok)) & cnan] = 0.0
+    codes[(xnan | (xfin & ~dok)) & ~cnan] = code["missed_nan"]
+    ulp[xinf & cnan] = 0.0
+    codes[xinf & cnan] = code["nan_from_inf"]
+    codes[xinf & ~cnan] = code["missed_inf"]
+    live = xfin & dok
+    codes[live & cnan] = code["nan_from_finite"]
+    codes[live & cinf] = code["overflow_to_inf"]
+    m = live & ~cnan & ~cinf & np.isfinite(x)
+    codes[m & (c == 0) & (x != 0)] = code["underflow_to_zero"]
+    if m.any():
+        xm, cm, dm = x[m], c[m], d[m]
+        v = np.abs(xm) / dm
+        e = np.frexp(v)[1].astype(np.int64) - 1
+        q = np.where(v == 0, grid.qmin, np.maximum(np.minimum(e, top) - grid.precision + 1,
+                                                   grid.qmin))
+        unit = np.ldexp(dm, q.astype(np.int32))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            ulp[m] = (cm - xm) / unit + 0.0
+            rel[m] = np.where(xm != 0, (cm - xm) / np.where(xm == 0, 1.0, xm),
+                              np.where(cm == 0, 0.0, np.copysign(np.inf, cm)))
+        _exact_where_equal(ulp, rel, m, c, flat, x, unit)
+    return ulp, rel, codes
+
+
+def _exact_where_equal(ulp, rel, m, c, flat, x, unit):
+    """Where the binary64 stand-in of the exact value equals the computed value but the exact
+    value is not that binary64 number, the errors from the exact value (rationals)."""
+    from fractions import Fraction
+    where = np.flatnonzero(m)
+    for j, i in enumerate(where):
+        if ulp[i] != 0:
+            continue
+        mpf = getattr(flat[i], "_mpf_", None)
+        if mpf is None or not mpf[1]:
+            continue
+        sign, man, exp, _ = mpf
+        exact = Fraction(-man if sign else man) * (Fraction(2) ** exp)
+        if exact == Fraction(x[i]):
+            continue
+        diff = Fraction(c[i]) - exact
+        ulp[i] = float(diff / Fraction(unit[j]))
+        rel[i] = float(diff / exact)
+
+
+def measure_scaled_port(row, comp, exact, scale, scheme, fmt, kinds=None, inputs=None):
+    """Fill ``row``'s metrics from one port's computed values after quantization
+    (``comp``, float64), exact values and the exact values' block scales (``scale``), in
+    ulps of ``scheme``'s element format at that scale (scaled_errors); ``fmt`` the compute
+    format (the binades of ``by_magnitude``); ``kinds``, ``inputs`` as measure_port takes
+    them.  Returns the ulp errors."""
+    ulp, rel, codes = scaled_errors(comp, exact, scale, scheme.element_grid, scheme.emax_elem)
+    stats = metrics.summary(ulp)
+    row["samples"] = int(ulp.size)
+    row.update({k: v for k, v in statistics(ulp, None, codes, stats).items()
+                if k != "samples"})
+    row.update(min_signed_ulp=stats["min_signed"], max_signed_ulp=stats["max_signed"],
+               histogram=stats["histogram"]["counts"],
+               error_unit=SCALED_UNIT.format(element=scheme.element.label))
+    r = np.abs(rel[~np.isnan(rel)])
+    row["max_rel"] = float(r.max()) if r.size else None
+    row["by_magnitude"] = by_magnitude(ulp, exact, fmt)
+    if kinds is not None:
+        row["by_kind"] = {k: statistics(ulp[kinds == k], None, codes[kinds == k])
+                          for k in dict.fromkeys(kinds.tolist())}
+    row["inside"] = inside(ulp, codes, kinds, inputs)
+    row["by_input"] = by_input(ulp, kinds, inputs)
+    return ulp

@@ -295,7 +295,54 @@ def _kind_field_problems(row) -> list:
         v = row.get(name)
         if v is not None and not isinstance(v, dict):
             out.append((name, f"{name} must be an object or null (got {_shown(v)})"))
+    return out + _scaled_problems(row)
+
+
+def _scaled_problems(row) -> list:
+    """field_problems of a scaled task's fields (rows.SCALED_FIELDS; null elsewhere): text
+    fields text, ``scale_exponents`` [[exponent, blocks], ...], zero and NaN blocks no more
+    than the blocks, ``scaled_inputs`` an object of the same counts per input."""
+    out = []
+    for name in ("scheme", "scale_axis", "error_unit"):
+        v = row.get(name)
+        if v is not None and not isinstance(v, str):
+            out.append((name, f"{name} must be text or null (got {_shown(v)})"))
+    problem = _blocks_problem(row)
+    if problem:
+        out.append(("scale_exponents" if "scale_exponents" in problem else "blocks", problem))
+    v = row.get("scaled_inputs")
+    if v is not None:
+        problem = "must map inputs to objects" if not isinstance(v, dict) else next(
+            (f"[{k!r}] {p}" for k, c in v.items()
+             for p in [_blocks_problem(c) if isinstance(c, dict) else "is not an object"]
+             if p), None)
+        if problem:
+            out.append(("scaled_inputs", f"scaled_inputs {problem}"))
     return out
+
+
+def _blocks_problem(c) -> str | None:
+    """What is wrong with the block counts of one quantized port (blocks, clipped,
+    zero_blocks, nan_blocks, scale_exponents), or None."""
+    for name in ("blocks", "clipped", "zero_blocks", "nan_blocks"):
+        if c.get(name) is not None and not _count(c[name]):
+            return f"{name} must be a non-negative integer or null (got {_shown(c[name])})"
+    v = c.get("scale_exponents")
+    if v is not None and not (isinstance(v, list) and all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], int)
+            and not isinstance(p[0], bool) and _count(p[1]) for p in v)):
+        return (f"scale_exponents must be a list of [exponent, blocks] integer pairs "
+                f"(got {_shown(v)})")
+    blocks = c.get("blocks")
+    if _count(blocks):
+        parts = [c.get(n) for n in ("zero_blocks", "nan_blocks")]
+        if sum(n for n in parts if _count(n)) > blocks:
+            return (f"zero_blocks and nan_blocks add up to more than the {blocks} blocks "
+                    f"(got {parts[0]} and {parts[1]})")
+        if isinstance(v, list) and sum(p[1] for p in v) + (parts[1] or 0) > blocks:
+            return (f"scale_exponents count more blocks than the {blocks} blocks with a "
+                    f"finite scale")
+    return None
 
 
 def _buckets_problem(v, samples) -> str | None:

@@ -124,9 +124,38 @@ FIELDS = (
           "(a quantizer)"),
     Field("quantizer", NESTED, doc="a quantizer's counts by input case, largest absolute "
           "difference and first differing blocks with their contents"),
+    # The coverage run under a scaled format (reports/draws.py quantizes the inputs,
+    # reports/measuring.py the outputs): the row's ulp fields count ulps of the element
+    # format at the exact value's block scale (``error_unit``); no bits of error.
+    Field("scheme", TEXT, doc="the scaled format the port's values were quantized into (a "
+          "scaled task: its format, or under a recipe policy the recipe's scheme of the "
+          "route)"),
+    Field("scale_axis", TEXT, doc="the block axis of each quantized input and of the "
+          "measured port (name:axis, counted from the end; -2,-1: 2-D blocks over the last "
+          "two axes; tensor: one scale per tensor)"),
+    Field("error_unit", TEXT, doc="what the ulp fields count where it is not an ulp of the "
+          "format at the exact value: for a scaled format, ulps of the element format at "
+          "the exact value's block scale"),
+    Field("blocks", COUNT, doc="blocks of the measured port quantized, over the draws "
+          "(a scaled format)"),
+    Field("clipped", COUNT, doc="elements of the measured port whose |value| / scale "
+          "exceeded the element range: clamped to the element max (or overflowed under "
+          "nosat)"),
+    Field("zero_blocks", COUNT, doc="blocks of the measured port with a nonzero value "
+          "whose elements all became zero"),
+    Field("nan_blocks", COUNT, doc="blocks of the measured port with a NaN scale (an Inf "
+          "or NaN in the block, or a scale beyond the scale format)"),
+    Field("scale_exponents", NESTED, doc="the spread of the measured port's block scales "
+          "D (x the tensor scale): [[floor(log2 D), blocks], ...] by exponent"),
+    Field("scaled_inputs", NESTED, doc="what quantizing the route's inputs did, per input "
+          "(x, tangent x, cotangent y): axis, blocks, clipped, zero_blocks, nan_blocks, "
+          "scale_exponents"),
 )
 
 BY_NAME = {f.name: f for f in FIELDS}
+# The fields only a scaled task's rows fill (null elsewhere).
+SCALED_FIELDS = ("scheme", "scale_axis", "error_unit", "blocks", "clipped", "zero_blocks",
+                 "nan_blocks", "scale_exponents", "scaled_inputs")
 ROW_FIELDS = tuple(f.name for f in FIELDS)
 KEY_FIELDS = tuple(f.name for f in FIELDS if f.kind == KEY)
 NONNEGATIVE_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, RATIO, REL, ERROR_BITS))

@@ -67,6 +67,9 @@ class Selection:
     draws: int = DEFAULT_DRAWS
     seed: int = 0
     exhaustive: bool = False
+    # User-defined scaled formats (--formats-file): ((label, ScaledFormat), ...); the tasks
+    # carry them, so workers need no file.
+    schemes: tuple = ()
 
     def __post_init__(self):
         # Operators in registry order, so the same set gives the same fingerprint and file.
@@ -104,9 +107,12 @@ class Selection:
 
     def fingerprint(self) -> str:
         """A hash of everything that decides the rows (checkpoints must match it)."""
-        text = json.dumps([list(self.ops), list(self.formats), list(self.modes),
-                           list(self.routes), list(self.policies), list(self.implementations),
-                           self.draws, self.seed, self.exhaustive, results.SCHEMA])
+        parts = [list(self.ops), list(self.formats), list(self.modes), list(self.routes),
+                 list(self.policies), list(self.implementations), self.draws, self.seed,
+                 self.exhaustive, results.SCHEMA]
+        if self.schemes:                  # a user scheme's definition decides its rows too
+            parts.append([[label, repr(s)] for label, s in self.schemes])
+        text = json.dumps(parts)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -123,6 +129,7 @@ def instances(name: str):
 def plan(sel: Selection) -> list[Task]:
     """Every task of the selection, in a deterministic order."""
     tasks = []
+    schemes = dict(sel.schemes)
     for name in sel.ops:
         for first, (label, attrs, cap, kinds) in enumerate(instances(name)):
             o = routes.op(name, **attrs)
@@ -135,7 +142,8 @@ def plan(sel: Selection) -> list[Task]:
                         for policy in policies:
                             tasks.append(Task(name, label, canon, fmt, mode, policy, impl,
                                               tuple(sel.routes), draws, sel.seed,
-                                              sel.exhaustive and first == 0, kinds))
+                                              sel.exhaustive and first == 0, kinds,
+                                              scheme=schemes.get(fmt)))
     return tasks
 
 
@@ -173,7 +181,7 @@ def footprint(task: Task) -> int:
         return 0
     o, n, kinds = sizes
     if task.exhaustive:
-        return (1 << min(formats.get(task.format).bits, 16)) * len(o.inputs + o.outputs)
+        return (1 << min(task.fmt.bits, 16)) * len(o.inputs + o.outputs)
     return n * kinds * task.draws
 
 
@@ -292,12 +300,14 @@ def _unit_name(key) -> str:
 
 
 def check_selection(sel: Selection) -> None:
-    """ValueError (one line) for names the run cannot use."""
+    """ValueError (one line) for names the run cannot use (a scaled format is measured as
+    a storage format: reports/task.py)."""
+    known = dict(sel.schemes)
     for f in sel.formats:
-        if isinstance(formats.get(f), formats.ScaledFormat):
-            raise ValueError(f"{f} is a scaled format: the coverage run measures element "
-                             f"formats only so far (see `roundoff-coverage formats {f}` and "
-                             f"formats.quantize)")
+        fmt = known.get(f) or formats.get(f)
+        if not isinstance(fmt, formats.ScaledFormat) and not fmt.fits_binary64:
+            raise ValueError(f"format {fmt.label}: the coverage run measures formats that "
+                             f"fit binary64")
     for m in sel.modes:
         formats.mode_code(m)
     for p in sel.policies:

@@ -4,10 +4,18 @@
 the routes asked for; ``route_ports`` the ports a route measures; ``base_row`` and
 ``status_rows`` the rows before (or instead of) measurement; ``batchable`` and
 ``exhaustible`` which sampling an operator gets (reports/draws.py).
+
+A task whose format is a scaled format (``mxfp8_e4m3``, ``nvfp4``...) carries it as
+``scheme`` and computes in ``COMPUTE_FORMAT`` (its ``fmt``): the scheme is the storage
+format of the tensors at the operator's ports (reports/draws.py quantizes the inputs,
+reports/measuring.py the outputs).  ``route_scheme`` says which scheme a route's values
+take (a recipe policy, numerics.policy.RECIPES, puts gradients in another), and
+``scaled_problem`` why a task cannot be measured that way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass, field
 
@@ -23,7 +31,11 @@ BATCH_FAMILIES = ("elementwise", "transcendental", "rounding", "extrema", "activ
 # Families whose one-value-input operators are enumerated exhaustively in small formats.
 EXHAUSTIVE_FAMILIES = ("elementwise", "transcendental", "rounding", "activation")
 EXHAUSTIVE_MAX_BITS = 16
-
+# The format a scaled task computes in: the rule runs in binary32 on the dequantized inputs
+# (as MX, NVFP4 and FP8 GEMMs accumulate in FP32), with the policy's order and FMA.
+COMPUTE_FORMAT = "binary32"
+# The implementations that measure scaled tasks (the others' kernels take no scaled inputs).
+SCALED_IMPLEMENTATIONS = ("emulated", "native")
 
 
 @dataclass(frozen=True)
@@ -34,7 +46,9 @@ class Task:
     ``format`` and ``policy`` are the rows' labels; ``fmt`` (the BinaryFormat) and
     ``accumulation`` (the numerics Policy; None where the implementation follows its
     library's own order, as native numpy does) are resolved from them once, where the task
-    is made (planning), and travel with it to the workers."""
+    is made (planning), and travel with it to the workers.  For a scaled format, ``scheme``
+    (the ScaledFormat; given by the planner for a user-defined one) and ``fmt`` the compute
+    format, COMPUTE_FORMAT."""
 
     op: str
     instance: str
@@ -50,10 +64,15 @@ class Task:
     kinds: tuple = ()             # sample kinds drawn (empty: every kind, evaluate.sample_kinds)
     fmt: formats.BinaryFormat = field(default=None, compare=False, repr=False)
     accumulation: numerics.Policy | None = field(default=None, compare=False, repr=False)
+    scheme: formats.ScaledFormat | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.fmt is None:
-            object.__setattr__(self, "fmt", formats.get(self.format))
+            fmt = formats.get(self.format) if self.scheme is None else self.scheme
+            if isinstance(fmt, formats.ScaledFormat):
+                object.__setattr__(self, "scheme", fmt)
+                fmt = formats.get(COMPUTE_FORMAT)
+            object.__setattr__(self, "fmt", fmt)
         if self.accumulation is None and numerics.policy.is_name(self.policy):
             object.__setattr__(self, "accumulation",
                                numerics.policy.preset(self.policy, self.fmt))
@@ -106,6 +125,88 @@ def exhaustible(o, fmt) -> bool:
     values = [p for p in o.inputs if p.differentiable]
     return (o.family in EXHAUSTIVE_FAMILIES and len(values) == 1 and "shape" in o.attrs
             and batchable(o) and formats.get(fmt).bits <= EXHAUSTIVE_MAX_BITS)
+
+
+# ----- scaled formats -------------------------------------------------------------------------
+
+def route_scheme(task, route) -> formats.ScaledFormat:
+    """The scaled format of a route's values: the task's scheme, or under a recipe policy
+    (numerics.policy.RECIPES) the scheme with the recipe's forward element for the forward
+    and tangent routes and its gradient element for the gradient route (its cotangents and
+    its outputs).  Its inputs keep the forward element: the backward products of FP8
+    training multiply E5M2 gradients by the E4M3 operands."""
+    recipe = numerics.policy.recipe(task.policy)
+    if recipe is None:
+        return task.scheme
+    return with_element(task.scheme, recipe.gradient if route == "gradient" else
+                        recipe.forward)
+
+
+def with_element(scheme, element: str) -> formats.ScaledFormat:
+    """``scheme`` with elements of the format ``element``: the catalog scheme of that name
+    where one has the same blocks and scales (mxfp8_e4m3 -> mxfp8_e5m2, fp8_e4m3_tensor ->
+    fp8_e5m2_tensor), with the same options; else the scheme renamed ``NAME+ELEMENT``."""
+    elem = formats.get(element)
+    if scheme.element == elem:
+        return scheme
+    old, new = scheme.element.name.removeprefix("float8_"), elem.name.removeprefix("float8_")
+    twin = formats.SCALED.get(scheme.name.replace(old.rstrip("fn"), new.rstrip("fn")))
+    changed = dataclasses.replace(scheme, element=elem)
+    if twin is not None and twin.name != scheme.name:
+        options = {k: getattr(scheme, k) for k in _OPTIONS}
+        if dataclasses.replace(twin, **options) == changed:
+            return dataclasses.replace(changed, name=twin.name, source=twin.source,
+                                       base=twin.base)
+    return dataclasses.replace(changed, name=f"{scheme.name}+{elem.name}")
+
+
+# The options of a scaled format (formats/scaled.py: what a name's ``:OPTION`` sets).
+_OPTIONS = ("rule", "pow2", "amax", "margin", "rounding", "saturate_elements")
+
+
+def scaled_problem(task, o) -> tuple | None:
+    """(status, reason, need) when ``task`` cannot be measured as a scaled task, else None:
+    a recipe policy on an element format or on a scheme without FP8 elements, an
+    implementation that takes no scaled inputs, delayed scaling (no amax history), a scheme
+    whose dequantized values do not fit binary64, an operator with nothing to quantize
+    (every input an index, a Boolean or an integer word)."""
+    recipe = numerics.policy.recipe(task.policy)
+    if task.scheme is None:
+        if recipe is None:
+            return None
+        return ("no_rule", f"policy {task.policy} ({recipe.doc}) quantizes into a scaled "
+                           f"format with FP8 elements; {task.format} is an element format "
+                           f"(give --formats fp8_e4m3_tensor, mxfp8_e4m3...)", "scaled format")
+    name = task.scheme.label
+    if recipe is not None and getattr(task.scheme.element, "name", None) not in (
+            "float8_e4m3fn", "float8_e5m2"):
+        return ("no_rule", f"policy {task.policy} ({recipe.doc}) needs a scheme with FP8 "
+                           f"elements; {name} has {task.scheme.element.label} elements",
+                "FP8 scheme")
+    if task.implementation not in SCALED_IMPLEMENTATIONS:
+        return ("no_rule", f"scaled format {name}: the {task.implementation} implementation "
+                           f"takes no scaled inputs (measured: "
+                           f"{', '.join(SCALED_IMPLEMENTATIONS)})", "scaled inputs")
+    if task.scheme.amax == "delayed":
+        return ("no_rule", f"scaled format {name}: delayed scaling reads an amax history the "
+                           f"coverage run does not have (it draws each tensor once: use "
+                           f"{task.scheme.name}, current scaling)", "amax history")
+    if not task.scheme.products_fit_binary64:
+        return ("no_rule", f"scaled format {name}: its dequantized values do not all fit "
+                           f"binary64, which the compute format reads", "binary64 values")
+    if not any(quantized_port(p) for p in o.inputs):
+        kinds = ", ".join(f"{n} {p}" for n, p in zip(o.input_names, o.inputs)) or "none"
+        return ("no_rule", f"scaled format {name}: {o.name} has no input holding the model's "
+                           f"scalar to quantize (inputs: {kinds})", "scalar input")
+    return None
+
+
+def quantized_port(port) -> bool:
+    """Whether a scaled task quantizes an input at ``port``: value ports of any rank, and
+    frozen or detached ports of rank >= 1 (an operand read without its gradient, argmax's
+    x); rank-0 frozen ports are numeric attributes (epsilon, a slope, a clamp bound) and
+    keep their compute-format value; indices, Booleans and integer words are not scalars."""
+    return port.kind == "value" or (port.scalar and len(port.shape) > 0)
 
 
 def one_line(exc, limit: int = 300) -> str:

@@ -30,12 +30,15 @@ def add(sub, shared):
     p.add_argument("--ops", metavar="LIST", help="operators (default: all)")
     p.add_argument("--families", metavar="LIST", help="operator families (added to --ops)")
     p.add_argument("--formats", metavar="LIST",
-                   help="formats (default: bfloat16,binary16,float8_e4m3fn,float8_e5m2,binary32)")
+                   help="formats (default: bfloat16,binary16,float8_e4m3fn,float8_e5m2,binary32); "
+                        "scaled formats (mxfp8_e4m3, nvfp4, fp8_e4m3_tensor...) are storage "
+                        "formats: inputs and outputs quantized, binary32 compute")
     p.add_argument("--modes", metavar="LIST", help="rounding modes (default: nearest_even)")
     p.add_argument("--routes", metavar="LIST",
                    help="route kinds among forward,tangent,gradient (default: all three)")
     p.add_argument("--policies", metavar="LIST", help="accumulation policy presets (default: "
-                   "strict)")
+                   "strict); fp8_recipe: E4M3 forward values and E5M2 gradients of a scaled "
+                   "FP8 format")
     p.add_argument("--implementations", metavar="LIST",
                    help="emulated, native, cuda (the operators' CUDA kernels on a GPU, "
                         "or in numba's simulator under NUMBA_ENABLE_CUDASIM=1), torch and/or "
@@ -120,11 +123,20 @@ def _selection(args, user):
     ops = tuple(n for n in routes.names() if n in chosen) if (ops or fams) else routes.names()
     if not ops:
         raise UsageError(f"no registered operator in families {', '.join(fams)}")
-    fmts = []
+    fmts, schemes = [], {}
     listed = runner.DEFAULT_FORMATS if args.formats is None else args.formats.split(",")
     for name in listed:
         if name.strip():
             fmt = formats.get(name.strip(), known=user)
+            if isinstance(fmt, formats.ScaledFormat):
+                # A scaled format runs as a storage format (reports/task.py) under its label
+                # (options that differ from its base's: mxfp8_e4m3:rceil); a user-defined
+                # one travels with the tasks.
+                if fmt.label not in fmts:
+                    fmts.append(fmt.label)
+                if fmt.name in user or fmt.name not in formats.SCALED:
+                    schemes[fmt.label] = fmt
+                continue
             if not fmt.fits_binary64:
                 raise UsageError(f"format {fmt.label}: the coverage run measures formats that "
                                  f"fit binary64")
@@ -148,7 +160,7 @@ def _selection(args, user):
         implementations=name_list(args.implementations, "implementation",
                                   runner.IMPLEMENTATIONS, ("emulated",), "--implementations"),
         draws=samples, seed=seed,
-        exhaustive=bool(args.exhaustive))
+        exhaustive=bool(args.exhaustive), schemes=tuple(schemes.items()))
 
 
 def cmd_run(args) -> int:
@@ -205,7 +217,9 @@ def _warn_unenumerated(sel) -> None:
     from roundoff_coverage import routes
 
     from .. import evaluate
-    fmts = [formats.get(f) for f in sel.formats]
+    known = dict(sel.schemes)
+    fmts = [f for f in (known.get(n) or formats.get(n) for n in sel.formats)
+            if not isinstance(f, formats.ScaledFormat)]      # scaled: sampled, never enumerated
     small = [f for f in fmts if f.bits <= evaluate.EXHAUSTIVE_MAX_BITS]
     for name in sel.ops if small else ():
         decl = routes.declaration(name)

@@ -75,6 +75,7 @@ class Row:
     inside: dict | None = None
     by_input: dict | None = None
     worst: dict | None = None
+    scaled: dict | None = None                        # rows.SCALED_FIELDS of a scaled task
     family: str = "unknown"
     problems: list = field(default_factory=list)
 
@@ -180,6 +181,9 @@ def normalize(index: int, raw, families: dict) -> Row:
     # Words and a figure only: svg.py and views.py check their shapes.
     row.inside = raw.get("inside") if isinstance(raw.get("inside"), dict) else None
     row.by_input = raw.get("by_input") if isinstance(raw.get("by_input"), dict) else None
+    # A scaled task's fields (checked by results.field_problems; the figure checks again).
+    row.scaled = {k: raw.get(k) for k in rows.SCALED_FIELDS} \
+        if isinstance(raw.get("scheme"), str) else None
     row.family = families.get(row.op, "unknown")
     if problems:
         row.problems = problems

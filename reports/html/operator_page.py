@@ -4,7 +4,9 @@ first, and where it broke down (what overflowed or underflowed inside, for which
 then the samples by |error| bucket, the metrics over every draw with their units, the
 histogram of ulp errors, the error by binade of the exact value, the error against the
 input (unary elementwise operators), the bound tightness, the IEEE flags, the exceptional
-outcomes and the worst case with a Python reproducer.
+outcomes and the worst case with a Python reproducer.  A row of a scaled format adds its
+scheme, block axes, unit, what quantization did (clipped elements, blocks that became zero
+or NaN) and the spread of its block scales.
 
 A row that cannot be drawn (a malformed field the model let through, a reproducer that does
 not fit the operator) becomes an error block with the reason; the rest of the page stands.
@@ -132,11 +134,47 @@ def _row(report, r) -> str:
         # Where it breaks down first (unary elementwise operators), then the distributions.
         figures = svg.by_input(r.by_input, r.format) + svg.histogram(r.histogram, report.edges) \
             + svg.magnitude(r.by_magnitude, r.format)
-    return (f'<div class="row" id="r{r.index}">{head}{_by_kind(r)}{_breakdown(r)}'
-            f'{_buckets(r)}<p class="over">Over every draw (the whole range):</p>'
-            f'<dl class="metrics">{dl}</dl>'
+    return (f'<div class="row" id="r{r.index}">{head}{_scaled(r)}{_by_kind(r)}'
+            f'{_breakdown(r)}{_buckets(r)}<p class="over">Over every draw (the whole range):'
+            f'</p><dl class="metrics">{dl}</dl>'
             f'<div class="figures">{figures}{svg.bound_bar(r.max_ulp, r.bound, r.violations)}'
-            f"</div>{_worst(report, r)}</div>")
+            f"{_spread(r)}</div>{_worst(report, r)}</div>")
+
+
+def _scaled(r) -> str:
+    """A scaled format's facts (reports/rows.py SCALED_FIELDS): the scheme, the unit of the
+    errors, the block axes, and what quantizing the port and each input did."""
+    sc = r.scaled
+    if sc is None:
+        return ""
+    facts = [("scheme", sc.get("scheme")),
+             ("unit of the errors", sc.get("error_unit") or "exact comparison"),
+             ("block axes (from the end)", sc.get("scale_axis"))]
+    dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
+    body = [[esc(f"{r.port} (measured)")] + _block_cells(sc)]
+    inputs = sc.get("scaled_inputs")
+    for name, c in (inputs.items() if isinstance(inputs, dict) else ()):
+        if isinstance(c, dict):
+            body.append([esc(name)] + _block_cells(c))
+    return (f'<div class="scaled"><h5>Scaled format</h5><dl class="metrics">{dl}</dl>'
+            + table(("tensor", "blocks", "clipped elements", "blocks become zero",
+                     "NaN blocks", "scales from", "scales to"), body, "scaled num")
+            + "</div>")
+
+
+def _block_cells(c) -> list:
+    exps = c.get("scale_exponents")
+    ks = [p[0] for p in exps if isinstance(p, list) and p] if isinstance(exps, list) else []
+    return [esc("–" if c.get(k) is None else c.get(k))
+            for k in ("blocks", "clipped", "zero_blocks", "nan_blocks")] + \
+        [esc(f"2^{min(ks)}") if ks else "–", esc(f"2^{max(ks)}") if ks else "–"]
+
+
+def _spread(r) -> str:
+    """The spread of the block scales of the measured port (a scaled row)."""
+    if r.scaled is None or r.scaled.get("blocks") is None:
+        return ""
+    return svg.scale_spread(r.scaled.get("scale_exponents"), f"port {r.port}")
 
 
 def _kinds(r) -> list:
@@ -223,6 +261,13 @@ def _worst(report, r) -> str:
         if isinstance(ports, dict):
             for name, v in ports.items():
                 rows.append([esc(f"{what[:-1]} {name}"), f"<code>{esc(_shown(v))}</code>"])
+    if r.scaled is not None:
+        return (f'<div class="worst"><h5>Worst case (inputs, tangents and cotangents: the '
+                f"dequantized values of {esc(r.scaled.get('scheme'))} as binary64 bit "
+                f"patterns, hexadecimal)</h5>{table(('field', 'value'), rows, 'worst')}"
+                '<p class="note">No reproducer snippet for a scaled format: evaluate the '
+                "route under numerics.emulated(\"binary32\") on these inputs, then quantize "
+                "its output with formats.quantize(y, scheme, axis=-1).</p></div>")
     try:
         code = snippet.snippet(r, report.path)
         repro = (f"<details><summary>Python reproducer</summary><pre><code>{esc(code)}"

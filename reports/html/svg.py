@@ -1,6 +1,6 @@
 """Figures as inline SVG text: the heat map with its legend, the histogram of ulp errors,
-the error by binade of the exact value, the error against the input, and the
-bound-tightness bar.
+the error by binade of the exact value, the error against the input, the
+bound-tightness bar, and the spread of a scaled format's block scales.
 
 Each function returns one <figure> with an SVG (title and description for screen readers,
 labelled axes) and a caption.  Cells that carry a status instead of an error use neutral
@@ -384,3 +384,46 @@ def bound_bar(max_ulp, bound, violations) -> str:
     return _figure(svg, f"Bound tightness: max |error| {esc(short(max_ulp))} ulp (bar) against "
                    f"the certified bound {esc(short(bound))} ulp (dashed line); "
                    f"{violations or 0} violation{'' if violations == 1 else 's'}.")
+
+
+def scale_spread(points, what: str) -> str:
+    """The block scales of a scaled format's tensor by exponent, from a row's
+    ``scale_exponents`` [[floor(log2 D), blocks], ...] (D = block scale x tensor scale):
+    one bar per exponent on a log scale of blocks, empty exponents left as gaps."""
+    ok = isinstance(points, list) and points and all(
+        isinstance(p, list) and len(p) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in p) and p[1] >= 0
+        for p in points)
+    if not ok:
+        return f'<p class="note">No scale spread for {esc(what)} (missing or malformed).</p>'
+    w, h, left, bottom, top = 360, 150, 40, 34, 8
+    e0, e1 = min(p[0] for p in points), max(p[0] for p in points)
+    span = e1 - e0 + 1
+    bw = (w - left - 6) / span
+    peak = math.log10(1 + max(p[1] for p in points)) or 1.0
+    total = sum(p[1] for p in points)
+    out = []
+    for dec in range(0, math.floor(peak) + 1):      # gridlines at 1, 10, 100 blocks
+        y = h - bottom - (h - bottom - top) * math.log10(1 + 10 ** dec) / peak
+        out.append(f'<line x1="{left}" x2="{w - 6}" y1="{y:.1f}" y2="{y:.1f}" '
+                   f'stroke="#ddd"/><text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" '
+                   f'class="tick">{10 ** dec}</text>')
+    for k, n in points:
+        if not n:
+            continue
+        bh = (h - bottom - top) * math.log10(1 + n) / peak
+        tip = f"scale in [2^{k}, 2^{k + 1}): {n} block{'' if n == 1 else 's'}"
+        out.append(f'<rect x="{left + bw * (k - e0):.1f}" y="{h - bottom - bh:.1f}" '
+                   f'width="{max(bw - 1, 0.5):.1f}" height="{bh:.1f}" fill="#5ec962" '
+                   f'stroke="#000" stroke-width="0.3"><title>{esc(tip)}</title></rect>')
+    step = max(1, math.ceil(span / 6))
+    for k in range(e0, e1 + 1, step):
+        x = left + bw * (k - e0 + 0.5)
+        out.append(f'<text x="{x:.1f}" y="{h - bottom + 14}" text-anchor="middle" '
+                   f'class="tick">{_pow2(k)}</text>')
+    out.append(_axes(w, h, left, bottom, top, "block scale D (binade, floor(log2 D))",
+                     "blocks (log)"))
+    svg = _svg(w, h, f"Spread of the block scales of {what}", "".join(out), "plot")
+    return _figure(svg, f"Spread of the block scales of {esc(what)}: {total} "
+                   f"block{'' if total == 1 else 's'} with a finite scale over "
+                   f"{span} binade{'' if span == 1 else 's'} (2^{e0} to 2^{e1}).")
