@@ -190,6 +190,13 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None):
     return Settled(values, precs, settled)
 
 
+def agree(a, b, fmt, tol=SETTLE_ULPS) -> bool:
+    """Whether two evaluations of one value (settle's items: nested tuples and lists of
+    arrays) agree to within ``tol`` ulps of ``fmt``: settle's test, for a caller that keeps
+    its own evaluations."""
+    return _agree(a, b, formats.get(fmt), tol)
+
+
 def _agree(a, b, fmt, tol) -> bool:
     """Whether two evaluations of one item agree to within ``tol`` ulps of fmt."""
     if a is None or b is None:

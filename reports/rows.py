@@ -114,6 +114,13 @@ FIELDS = (
     Field("incorrectly_rounded", COUNT, doc="results not correctly rounded (measure)"),
     Field("resolved_exactly", COUNT, doc="inputs resolved exactly (measure)"),
     Field("contract", NESTED, doc="a CUDA kernel's contract and verdict"),
+    # Model runs (reports/model.py): which graph node a row measures, and how.
+    Field("node", TEXT, doc="a model run's graph node (its name), or output:<name> / "
+          "input:<name> for the whole model's outputs and input gradients"),
+    Field("module", TEXT, doc="the node's module path in the model"),
+    Field("node_index", COUNT, doc="the node's position in the graph's execution order"),
+    Field("attribution", TEXT, doc="local (the error the node adds: the node alone on the "
+          "exact inputs rounded into the format) or propagated (the full emulated run)"),
     # measure --scheme (reports/quantizers.py): a quantizer against a scaled format's
     # definition; its max_ulp is in ulps of the element format at the block's scale.
     Field("elements_differ", COUNT, doc="elements unlike the definition's, in blocks whose "
@@ -182,14 +189,21 @@ def empty(**values) -> dict:
 
 
 def key(row) -> tuple:
-    """A row's route key: the KEY_FIELDS, attributes as canonical JSON text."""
-    return (row["op"], json.dumps(row["attrs"], sort_keys=True, separators=(",", ":")),
+    """A row's route key: the KEY_FIELDS, attributes as canonical JSON text; a model run's
+    row (one with a ``node``) adds its node and attribution."""
+    base = (row["op"], json.dumps(row["attrs"], sort_keys=True, separators=(",", ":")),
             row["route"], str(row["port"]), row["format"], row["mode"], row["policy"],
             row["implementation"])
+    node = row.get("node")
+    return base if node is None else base + (str(node), str(row.get("attribution")))
 
 
 def sort_key(row) -> tuple:
     """The order rows are written in: the key's, with the routes in their order (forward,
-    tangent, gradient) and the attributes' JSON spaced as the file has always sorted it."""
+    tangent, gradient) and the attributes' JSON spaced as the file has always sorted it;
+    a model run's rows in the graph's execution order (the whole model's rows first)."""
     k = key(row)
-    return (k[0], json.dumps(row["attrs"], sort_keys=True), ROUTE_ORDER.get(k[2], 9)) + k[2:]
+    return (k[0], json.dumps(row["attrs"], sort_keys=True), ROUTE_ORDER.get(k[2], 9)) + k[2:] \
+        if row.get("node") is None else \
+        ("", -1 if row.get("node_index") is None else row["node_index"],
+         ROUTE_ORDER.get(k[2], 9)) + k[8:] + k[3:8] + k[:2]

@@ -38,7 +38,7 @@ by several nodes receives the latest node's contribution first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -210,6 +210,19 @@ class Graph:
         return GraphRule(self, backend).forward(inputs)
 
 
+@dataclass
+class Trace:
+    """Every value of a graph's sweeps (GraphRule.trace): ``values`` {Ref: value} (inputs,
+    constants, node outputs), ``cotangents`` {Ref: the accumulated cotangent} of the values
+    the reverse sweep reached, ``contributions`` {(node, argument index): the node's pullback
+    output for that argument}, ``tangents`` {Ref: tangent} of the forward-mode sweep."""
+
+    values: dict
+    cotangents: dict = field(default_factory=dict)
+    contributions: dict = field(default_factory=dict)
+    tangents: dict = field(default_factory=dict)
+
+
 class GraphRule:
     """A graph under one backend, with the interface of routes.Rule."""
 
@@ -250,8 +263,10 @@ class GraphRule:
     def _node_error(self, k, exc):
         return RouteError(f"graph node {k} ({self.graph.nodes[k].op.name}): {exc}")
 
-    def _sweep(self, inputs, needs_grad):
-        """Forward sweep recording the tape: values, needs-grad flags and pullbacks."""
+    def _sweep(self, inputs, needs_grad, override=None):
+        """Forward sweep recording the tape: values, needs-grad flags and pullbacks.
+        ``override``: {node index: backend} nodes evaluated under another backend, their
+        outputs read back into this one (``asarray``: rounded once into its format)."""
         g = self.graph
         vals = {Ref(-1, i): x for i, x in enumerate(self._inputs(inputs))}
         active = {Ref(-1, i): bool(f) and p.differentiable
@@ -262,11 +277,15 @@ class GraphRule:
         tape = []
         for k, node in enumerate(g.nodes):
             flags = tuple(active[r] and p.differentiable for r, p in zip(node.args, node.op.inputs))
+            xp = (override or {}).get(k, self.xp)
             try:
-                outs, pull = invoke_prepared(node.op, [vals[r] for r in node.args], self.xp, flags)
-                rule = rule_for(node.op, self.xp)
+                outs, pull = invoke_prepared(node.op, [vals[r] for r in node.args], xp, flags)
+                rule = rule_for(node.op, self.xp)      # the order and alias of this sweep
             except RouteError as exc:
                 raise self._node_error(k, exc) from None
+            if xp is not self.xp:
+                outs, pull = self._read_back(node.op.outputs, outs), \
+                    self._pull_back(node.op.inputs, pull)
             for j, (y, p) in enumerate(zip(outs, node.op.outputs)):
                 vals[Ref(k, j)] = y
                 active[Ref(k, j)] = any(flags) and p.differentiable
@@ -288,23 +307,57 @@ class GraphRule:
         vals, active, tape = self._sweep(inputs, needs)
 
         def pullback(cotangents):
-            cots = {}
-            for ref, c, p in zip(g._outputs, tuple(cotangents), g.outputs):
-                if c is not None and p.differentiable and active[ref]:
-                    cots[ref] = self.alias(cots.get(ref), xp.asarray(c))
-            for k in reversed(range(len(g.nodes))):
-                flags, pull, rule = tape[k]
-                outs = [cots.get(Ref(k, j)) for j in range(len(g.nodes[k].op.outputs))]
-                if not any(flags) or all(c is None for c in outs):
-                    continue
-                grads, args = pull(outs), g.nodes[k].args
-                for i in rule.order:                 # the rule's order and alias rule
-                    if flags[i]:
-                        cots[args[i]] = rule.alias(cots.get(args[i]), grads[i])
+            cots = self._reverse(active, tape, cotangents)
             return tuple((cots.get(Ref(-1, i)) if Ref(-1, i) in cots else
                           xp.zeros_like(vals[Ref(-1, i)])) if need else None
                          for i, need in enumerate(needs))
         return tuple(vals[r] for r in g._outputs), pullback
+
+    def _reverse(self, active, tape, cotangents, contributions=None) -> dict:
+        """The reverse sweep: {Ref: accumulated cotangent}; ``contributions``, when a dict,
+        receives {(node, argument index): the node's pullback output for that argument}."""
+        g, xp = self.graph, self.xp
+        cots = {}
+        for ref, c, p in zip(g._outputs, tuple(cotangents), g.outputs):
+            if c is not None and p.differentiable and active[ref]:
+                cots[ref] = self.alias(cots.get(ref), xp.asarray(c))
+        for k in reversed(range(len(g.nodes))):
+            flags, pull, rule = tape[k]
+            outs = [cots.get(Ref(k, j)) for j in range(len(g.nodes[k].op.outputs))]
+            if not any(flags) or all(c is None for c in outs):
+                continue
+            grads, args = pull(outs), g.nodes[k].args
+            for i in rule.order:                 # the rule's order and alias rule
+                if flags[i]:
+                    if contributions is not None:
+                        contributions[(k, i)] = grads[i]
+                    cots[args[i]] = rule.alias(cots.get(args[i]), grads[i])
+        return cots
+
+    def _read_back(self, ports, values) -> tuple:
+        """Values of another backend read into this one (scalar ports through asarray)."""
+        return tuple(self.xp.asarray(v) if v is not None and p.scalar else v
+                     for v, p in zip(values, ports))
+
+    def _pull_back(self, ports, pull):
+        """A pullback of another backend whose results are read into this one."""
+        return lambda cotangents: self._read_back(ports, pull(cotangents))
+
+    def trace(self, inputs, cotangents=None, tangents=None, override=None) -> "Trace":
+        """Every value of the sweeps, for measuring a graph node by node: the forward sweep
+        (with the reverse sweep from ``cotangents``, one per output or None, when given) and
+        the forward-mode sweep from ``tangents`` (one per input or None) when given.
+        ``override``: {node index: backend}, as in ``_sweep`` (the forward-mode sweep too)."""
+        g = self.graph
+        needs = tuple(p.differentiable for p in g.inputs) if cotangents is not None else \
+            (False,) * len(g.inputs)
+        vals, active, tape = self._sweep(inputs, needs, override)
+        out = Trace(values=vals)
+        if cotangents is not None:
+            out.cotangents = self._reverse(active, tape, cotangents, out.contributions)
+        if tangents is not None:
+            out.tangents = self._tangents(inputs, tangents, override)[2]
+        return out
 
     def backward(self, inputs, cotangents) -> tuple:
         """The gradient at every value input (None elsewhere)."""
@@ -313,6 +366,14 @@ class GraphRule:
 
     def linearize(self, inputs, tangents) -> tuple[tuple, tuple]:
         """(outputs, output tangents): the forward-mode sweep."""
+        g, xp = self.graph, self.xp
+        vals, _, tans = self._tangents(inputs, tangents)
+        outs = tuple(vals[r] for r in g._outputs)
+        return outs, tuple((tans[r] if r in tans else xp.zeros_like(vals[r]))
+                           if p.differentiable else None for r, p in zip(g._outputs, g.outputs))
+
+    def _tangents(self, inputs, tangents, override=None):
+        """The forward-mode sweep: (values, None, {Ref: tangent})."""
         g, xp = self.graph, self.xp
         xs = self._inputs(inputs)
         vals = {Ref(-1, i): x for i, x in enumerate(xs)}
@@ -323,18 +384,20 @@ class GraphRule:
             args = [vals[r] for r in node.args]
             ts = [tans.get(r) if p.differentiable else None for r, p in zip(node.args,
                                                                           node.op.inputs)]
+            bk = (override or {}).get(k, xp)
             try:
-                rule = checked_rule(node.op, args, xp)
+                rule = checked_rule(node.op, args, bk)
                 outs, touts = rule.linearize(args, ts)
             except RouteError as exc:
                 raise self._node_error(k, exc) from None
+            if bk is not xp:
+                outs = self._read_back(node.op.outputs, outs)
+                touts = self._read_back(node.op.outputs, touts)
             for j, (y, t) in enumerate(zip(outs, touts)):
                 vals[Ref(k, j)] = y
                 if t is not None:
                     tans[Ref(k, j)] = t
-        outs = tuple(vals[r] for r in g._outputs)
-        return outs, tuple((tans[r] if r in tans else xp.zeros_like(vals[r]))
-                           if p.differentiable else None for r, p in zip(g._outputs, g.outputs))
+        return vals, None, tans
 
     def jvp(self, inputs, tangents) -> tuple:
         return self.linearize(inputs, tangents)[1]

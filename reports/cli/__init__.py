@@ -20,14 +20,14 @@ import sys
 from roundoff_coverage.formats import FormatError
 
 from ..tomlfile import TomlError
-from . import formats, gate, measure, ops, report, run
+from . import formats, gate, measure, model, ops, report, run
 from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, Parser,
                      UsageError, path_arg)
 
 __all__ = ["main", "build_parser", "UsageError", "PROG", "EXIT_OK", "EXIT_FAILED",
            "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
-SUBCOMMANDS = (formats, ops, run, gate, report, measure)
+SUBCOMMANDS = (formats, ops, run, model, gate, report, measure)
 
 
 def main(argv=None) -> int:

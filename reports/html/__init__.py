@@ -5,6 +5,8 @@ The report is a folder that opens from disk (file://) with no server and no netw
 - ``index.html``: what was run, coverage by family and format, what is missing, the heat
   map (inline SVG) and the sortable, filterable table of every row;
 - ``ops/<operator>.html``: one page per operator (operator_page.py);
+- ``model.html`` for a model run (model_page.py): nodes in execution order with their
+  local and propagated errors, module groups, where to keep precision;
 - ``compare.html`` with ``baseline``: what got better and worse (compare.py);
 - ``assets/``: the style sheet, the table's script and its data (rows.js).
 
@@ -21,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from . import assets, compare, index, model, operator_page
+from . import assets, compare, index, model, model_page, operator_page
 from .markup import esc, page, slug
 
 __all__ = ["build", "prepare", "HtmlError", "Built"]
@@ -68,6 +70,9 @@ def build(results_path, out_dir, baseline=None) -> Built:
         files[f"ops/{slug(op)}.html"] = page(
             f"{op}: roundoff coverage", _guard(lambda: operator_page.page_body(report, op, rows),
                                               None, op), root="../")
+    if isinstance(doc.get("model"), dict):
+        files["model.html"] = page("Model: roundoff coverage", _guard(
+            lambda: model_page.page_body(doc, doc["rows"]), None, "model"))
     if baseline is not None:
         files["compare.html"] = page("Comparison with the baseline",
                                      compare.page_body(cmp, summary, baseline))

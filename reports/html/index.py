@@ -187,6 +187,9 @@ def overview(report: model.Report, comparison_line) -> str:
     counts = report.status_counts()
     items.append(("rows", esc(f"{len(report.rows)} route ports: " + ", ".join(
         f"{n} {s}" for s, n in counts.items()))))
+    if isinstance(report.doc.get("model"), dict):
+        items.append(("model", '<a href="model.html">the model page: every node\'s local '
+                               'and propagated errors</a>'))
     if comparison_line is not None:
         items.append(("baseline", f'<a href="compare.html">{esc(comparison_line)}</a>'))
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in items)

@@ -205,6 +205,7 @@ class Report:
 
     def __init__(self, doc: dict, path: str):
         self.path = os.path.abspath(path)
+        self.doc = doc
         meta = doc.get("meta")
         self.meta = meta if isinstance(meta, dict) else {}
         raw = doc.get("rows") if isinstance(doc.get("rows"), list) else []

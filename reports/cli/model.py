@@ -1,0 +1,173 @@
+"""``roundoff-coverage model TARGET``: a model measured node by node against exact values
+(reports/model.py, reports/model_run.py), then optionally its HTML report and its gate."""
+
+from __future__ import annotations
+
+import sys
+
+from roundoff_coverage import formats
+
+from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
+                     check_jobs, in_range, name_list, path_arg, text_table, user_formats,
+                     writable)
+from .gate import check_gate_baseline, gate_after_run
+from .report import check_report_dir, write_report
+from .run import _policies
+
+MODES = ("nearest_even", "nearest_away", "toward_zero", "upward", "downward", "odd",
+         "stochastic")
+
+
+def add(sub, shared):
+    p = sub.add_parser("model", parents=[shared], help="measure a model node by node: local "
+                       "and propagated errors of every node's forward value, tangent and "
+                       "gradient against exact values",
+                       description="Measure a captured model (a graph artifact, or "
+                                   "file.py:factory returning (torch model, example args)) "
+                                   "under each format, mode and policy against the exact "
+                                   "graph: every node's local error (the node alone on exact "
+                                   "inputs rounded into the format) and propagated error "
+                                   "(the full emulated run), forward, tangent and gradient; "
+                                   "the whole model's outputs and parameter gradients; which "
+                                   "node or module to keep in binary32.  Lists are "
+                                   "comma-separated.")
+    p.add_argument("target", metavar="TARGET",
+                   help="a graph artifact (.json, graph.save), or file.py:factory / "
+                        "module:factory")
+    p.add_argument("--formats", metavar="LIST", help="formats (default: bfloat16)")
+    p.add_argument("--modes", metavar="LIST", help="rounding modes (default: nearest_even)")
+    p.add_argument("--policies", metavar="LIST",
+                   help="accumulation policies (default: fp32_accumulate)")
+    p.add_argument("--routes", metavar="LIST",
+                   help="route kinds among forward,tangent,gradient (default: all three)")
+    p.add_argument("--samples", metavar="N", type=int,
+                   help="samples: the example inputs and draws around them (default: 2)")
+    p.add_argument("--inputs", metavar="NPZ", type=path_arg,
+                   help="input arrays by input name (.npz); a stack with one more leading "
+                        "axis gives several samples")
+    p.add_argument("--seed", metavar="N", type=int, help="seed of every random stream "
+                                                         "(default 0)")
+    p.add_argument("--jobs", metavar="N", type=int,
+                   help="worker processes, one configuration each (default: all cores)")
+    p.add_argument("--out", metavar="PATH", type=path_arg,
+                   help="results file (default results/model.json)")
+    p.add_argument("--artifact", metavar="PATH", type=path_arg,
+                   help="where a captured model's graph artifact is written (default "
+                        "<out>.graph.json)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run from <out>.partial.jsonl")
+    p.add_argument("--html", metavar="DIR", type=path_arg,
+                   help="also write the HTML report (with the model page) into DIR")
+    p.add_argument("--gate", metavar="BASELINE", type=path_arg,
+                   help="then gate the results against the model results file BASELINE")
+    p.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    p.set_defaults(handler=cmd_model)
+
+
+def _selection(args, user):
+    from ..model_run import ModelSelection
+    names = set(formats.CATALOG) | set(user)
+    fmts = name_list(args.formats, "format", names, ("bfloat16",), "--formats")
+    for f in fmts:
+        fmt = formats.get(user.get(f, f))
+        if not fmt.fits_binary64:
+            raise UsageError(f"format {f}: model runs measure formats that fit binary64")
+    modes = name_list(args.modes, "rounding mode", MODES, ("nearest_even",), "--modes")
+    policies = _policies(args.policies) if args.policies else ("fp32_accumulate",)
+    routes = name_list(args.routes, "route", ("forward", "tangent", "gradient"),
+                       ("forward", "tangent", "gradient"), "--routes")
+    samples = 2 if args.samples is None else args.samples
+    if samples < 1:
+        raise UsageError(f"--samples must be >= 1 (got {samples})")
+    seed = 0 if args.seed is None else in_range("--seed", args.seed, 0, SEED_MAX, SEED_WHY)
+    return ModelSelection(target=args.target, artifact="", artifact_hash="", formats=fmts,
+                          modes=modes, policies=policies, routes=routes, samples=samples,
+                          seed=seed, inputs=args.inputs, argv=sys.argv[2:])
+
+
+def cmd_model(args) -> int:
+    """``model``: exit 0 when every configuration ran (error rows are data), 130 when
+    interrupted (the checkpoint is kept for --resume); with --gate, 1 on a regression."""
+    from roundoff_coverage import routes
+
+    from .. import model_run
+    from ..model import ModelError
+    sel = _selection(args, user_formats(args))
+    out = writable(args.out or "results/model.json", "output file")
+    artifact = writable(args.artifact or out + ".graph.json", "artifact file")
+    if args.gate:
+        check_gate_baseline(args.gate, out)
+    if args.html:
+        check_report_dir(args.html)
+    check_jobs(args.jobs, "local", None)
+    try:
+        if args.inputs:
+            model_run.read_inputs(args.inputs)
+        graph, sel.artifact = model_run.load_target(args.target, artifact)
+        sel.artifact_hash = routes.graph_hash(sel.artifact)
+        if args.inputs:
+            from ..model import sample_inputs
+            sample_inputs(graph, sel.samples, sel.seed, model_run.read_inputs(args.inputs))
+        outcome = model_run.run(sel, out, jobs=args.jobs, resume=args.resume,
+                                progress=not args.quiet)
+    except ModelError as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:                      # a checkpoint of another run
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
+    if outcome.interrupted:
+        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} "
+              f"configurations kept in {out}.partial.jsonl; rerun with --resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if not args.quiet:
+        print(summary_text(graph, outcome))
+        print(f"{len(graph.nodes)} nodes, {outcome.total} configurations, "
+              f"{len(outcome.rows)} rows in {outcome.wall:.1f} s: {out} (graph: "
+              f"{sel.artifact})")
+    if args.html:
+        write_report(out, args.html, None, args.quiet)
+    if args.gate:
+        return gate_after_run(args.gate, out)
+    return EXIT_OK
+
+
+def summary_text(graph, outcome) -> str:
+    """The whole model's errors, the nodes adding the most error, what keeping one node or
+    module in binary32 would buy."""
+    parts = []
+    whole = [r for r in outcome.rows if r.get("node_index") is None and r["status"] == "ok"]
+    if whole:
+        parts.append("whole model (propagated):\n" + text_table(
+            ["config", "route", "value", "max ulp", "mean ulp"],
+            [[f"{r['format']} {r['mode']} {r['policy']}", r["route"], r["node"],
+              _num(r["max_ulp"]), _num(r["mean_ulp"])] for r in whole], numeric=(3, 4)))
+    errors = [r for r in outcome.rows if r["status"] == "error"]
+    if errors:
+        parts.append(f"{len(errors)} error rows, e.g. {errors[0]['node']}: "
+                     f"{errors[0]['reason']}")
+    for key, s in outcome.summaries.items():
+        for route, top in (s.get("largest_local") or {}).items():
+            if top:
+                parts.append(f"{key}: nodes adding the most error ({route}, local):\n"
+                             + text_table(["node", "module", "op", "port", "max ulp",
+                                           "mean ulp"],
+                                          [[t["node"], t["module"], t["op"], t["port"],
+                                            _num(t["max_ulp"]), _num(t["mean_ulp"])]
+                                           for t in top[:5]], numeric=(4, 5)))
+        keep = s.get("keep_binary32")
+        if keep:
+            best = sorted(keep, key=lambda e: e["mean_ulp_after"] - e["mean_ulp_before"])[:5]
+            parts.append(f"{key}: keeping one node or module in binary32 (mean ulp of the "
+                         f"whole model, before -> after):\n" + text_table(
+                             ["keep", "route", "before", "after"],
+                             [[e["keep"], e["route"], _num(e["mean_ulp_before"]),
+                               _num(e["mean_ulp_after"])] for e in best], numeric=(2, 3)))
+        elif s.get("keep_note"):
+            parts.append(f"{key}: keep in binary32: {s['keep_note']}")
+    return "\n\n".join(parts)
+
+
+def _num(v) -> str:
+    return "-" if v is None else (v if isinstance(v, str) else f"{v:.4g}")

@@ -1,0 +1,528 @@
+"""The model run: a captured graph (routes.Graph, from routes.from_torch or an artifact)
+measured node by node against exact values (issue: "Measuring a model").
+
+One unit of work is a configuration (format, mode, policy) over every sample.  Per sample:
+
+- inputs: the graph's example inputs (sample 0) or draws around them (value inputs
+  x + 0.1 * std(x) * N(0, 1), seeded; index, Boolean and frozen inputs kept), or the user's
+  arrays (``--inputs``); every float input and float constant rounded once (to nearest
+  even) into the format: the model's numbers are format values, and the exact run starts
+  from the same values, so what is measured is the computation's roundoff;
+- cotangents: 1 for a scalar output (a loss), else N(0, 1) rounded into the format; tangents:
+  N(0, 1) per value input, rounded into the format;
+- the exact run: GraphRule.trace under numerics.reference at format precision + 64 bits
+  and at twice that, doubled (at most twice: REF_DOUBLINGS) until every recorded value
+  agrees to 2**-32 ulp (numerics.settle: agreement is evidence, not proof);
+- the emulated run: the same trace under numerics.emulated(format, mode, policy);
+- per node and route, two errors against the exact trace:
+  **propagated**: the node's value (forward), its pullback's output for each argument
+  (gradient) or its output tangent (tangent) in the emulated run;
+  **local**: the node alone under the format on the exact values of its arguments (and the
+  exact cotangents of its outputs, the exact tangents of its arguments) rounded to nearest
+  into the format, against the exact value of the node on those same rounded values: the
+  error this node adds (its own roundings: a correctly rounded primitive's local error is
+  at most 0.5 ulp in round-to-nearest; the rounding of what it reads is its producer's
+  error, which propagates);
+- the whole model: its outputs (forward, tangent) and the gradients of its inputs and
+  parameters, rows with node ``output:<name>`` / ``input:<name>``, attribution propagated.
+
+Rows are the results schema's (reports/rows.py) with ``node``, ``module``, ``node_index``
+and ``attribution``; statistics over every element of every sample (measuring.measure_port);
+``worst`` names the sample and the element.
+
+The summary (``summarize``): the nodes whose local error is largest per route, and the
+effect of keeping one node, or one module, in binary32: the emulated run again with those
+nodes evaluated by emulated binary32 (same mode and policy) and their results rounded once
+into the format as the next node reads them ("compute in binary32, store in the format"),
+the whole model's errors before and after (ulps against binary64 roundings of the exact
+values: a summary figure, not a measurement).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from roundoff_coverage import formats, numerics
+from roundoff_coverage.numerics.resolve import agree
+from roundoff_coverage.routes.graph import INPUT, GraphRule, Ref
+from roundoff_coverage.routes.invoke import checked_rule, invoke_prepared
+
+from . import rows as row_fields
+from .measuring import _decimal, measure_port
+
+ROUTES = ("forward", "tangent", "gradient")
+LOCAL, PROPAGATED = "local", "propagated"
+SPREAD = 0.1                       # draws around the example: x + SPREAD * std(x) * N(0, 1)
+REF_EXTRA = 64                     # the exact run starts at format precision + 64 bits
+# ... and doubles at most twice.  A value whose exact value is 0 reached through
+# cancellation (the gradient of a key bias of attention: softmax ignores a constant added to
+# a row of scores) shrinks by 2**-prec at each doubling and never agrees with the next
+# evaluation; at 4 * (p + 64) bits it lies far below 2**(qmin - 64), where the measurement
+# clamps exact values (numerics.metrics.clamp_exact), so its measured error is that of an
+# exact 0.  Rows whose values still moved at the last doubling say so in ``reason``.
+REF_DOUBLINGS = 2
+KEEP_FORMAT = "binary32"           # the precision a user may keep one node in
+TOP = 10                           # nodes listed per route in the summary
+
+
+class ModelError(ValueError):
+    """Bad input to a model run (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """One unit of a model run: a format, a rounding mode and a policy."""
+
+    format: str
+    mode: str
+    policy: str
+
+
+# ----- inputs ----------------------------------------------------------------------------------
+
+def _is_float(port) -> bool:
+    return port.kind in ("value", "frozen")
+
+
+def sample_inputs(graph, samples: int, seed: int, given: dict | None = None) -> list:
+    """Per sample, one array per graph input (float64 for float ports, not yet rounded):
+    ``given`` {input name: array, or a stack of arrays with one more leading axis} replaces
+    those inputs (its stack size is the sample count); the rest are the example inputs
+    (sample 0) and draws around them."""
+    names, ports = graph.input_names, graph.inputs
+    example = graph.example_inputs
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ModelError(f"--inputs: no graph input {unknown[0]!r} (inputs: "
+                         f"{', '.join(names)})")
+    stacks = {}
+    for name, port in zip(names, ports):
+        if name not in given:
+            continue
+        a = np.asarray(given[name])
+        if a.shape == tuple(port.shape):
+            a = a[None]
+        if a.shape[1:] != tuple(port.shape):
+            raise ModelError(f"--inputs: {name} has shape {list(a.shape)}; the graph expects "
+                             f"{list(port.shape)} (or a stack of them)")
+        stacks[name] = a
+    sizes = {a.shape[0] for a in stacks.values()}
+    if len(sizes) > 1:
+        raise ModelError(f"--inputs: the stacks have different sample counts "
+                         f"({', '.join(str(s) for s in sorted(sizes))}); give one count")
+    if example is None and len(stacks) < len(names):
+        missing = [n for n in names if n not in stacks]
+        raise ModelError(f"the graph has no example inputs: give {missing[0]} (and every "
+                         f"input) with --inputs")
+    count = sizes.pop() if sizes else samples
+    rng = np.random.default_rng([seed, 0x6D6F64656C])
+    out = []
+    for s in range(count):
+        xs = []
+        for i, (name, port) in enumerate(zip(names, ports)):
+            if name in stacks:
+                xs.append(_typed(stacks[name][s], port))
+                continue
+            x = _typed(np.asarray(example[i]), port)
+            if s > 0 and port.kind == "value" and x.size:
+                scale = float(np.std(x)) or float(np.max(np.abs(x))) or 1.0
+                x = x + SPREAD * scale * rng.standard_normal(x.shape)
+            xs.append(x)
+        out.append(xs)
+    return out
+
+
+def _typed(a, port):
+    return np.asarray(a, dtype=np.float64) if _is_float(port) else np.asarray(a)
+
+
+def in_format(graph, fmt):
+    """A copy of ``graph`` whose float constants are rounded once (nearest even) into fmt."""
+    import copy
+    g = copy.copy(graph)
+    g.constants = [formats.round_to(np.asarray(c, dtype=np.float64), fmt)
+                   if _is_float(p) else c for c, p in zip(graph.constants, graph.constant_ports)]
+    return g
+
+
+def _directions(graph, fmt, xs, seed, s):
+    """(cotangents per output, tangents per input) of sample ``s``, rounded into fmt."""
+    rng = np.random.default_rng([seed, s, 0x636F74])
+    cots = []
+    for port in graph.outputs:
+        if port.kind != "value":
+            cots.append(None)
+        elif tuple(port.shape) == ():
+            cots.append(np.float64(1.0))
+        else:
+            cots.append(formats.round_to(rng.standard_normal(port.shape), fmt))
+    tans = [formats.round_to(rng.standard_normal(np.shape(x)), fmt) if p.kind == "value"
+            else None for x, p in zip(xs, graph.inputs)]
+    return cots, tans
+
+
+# ----- what is measured ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Site:
+    """One measured quantity: ``route``, ``node`` (index, or -1 for the whole model),
+    ``port`` (an output name; an argument name for gradients), and where its values are in
+    a trace: ``where`` ("values", "tangents", "cotangents" or "contributions") and ``ref``
+    (a Ref, or (node, argument index) for contributions)."""
+
+    route: str
+    node: int
+    port: str
+    where: str
+    ref: object
+
+
+def sites(graph, routes) -> list:
+    """Every quantity a model run measures, node by node in execution order, the whole
+    model's outputs and input gradients first."""
+    out = []
+    for j, (ref, port) in enumerate(zip(graph.output_refs, graph.outputs)):
+        if port.kind != "value":
+            continue
+        name = graph.output_names[j]
+        if "forward" in routes:
+            out.append(Site("forward", -1, name, "values", ref))
+        if "tangent" in routes:
+            out.append(Site("tangent", -1, name, "tangents", ref))
+    if "gradient" in routes:
+        for i, (name, port) in enumerate(zip(graph.input_names, graph.inputs)):
+            if port.kind == "value":
+                out.append(Site("gradient", -1, name, "cotangents", Ref(INPUT, i)))
+    for k, node in enumerate(graph.nodes):
+        op = node.op
+        for j, (name, port) in enumerate(zip(op.output_names, op.outputs)):
+            if port.kind != "value":
+                continue
+            if "forward" in routes:
+                out.append(Site("forward", k, name, "values", Ref(k, j)))
+            if "tangent" in routes:
+                out.append(Site("tangent", k, name, "tangents", Ref(k, j)))
+        if "gradient" in routes:
+            for i, (name, port) in enumerate(zip(op.input_names, op.inputs)):
+                if port.kind == "value":
+                    out.append(Site("gradient", k, name, "contributions", (k, i)))
+    return out
+
+
+def _get(trace, site):
+    return getattr(trace, site.where).get(site.ref)
+
+
+# ----- one configuration -------------------------------------------------------------------------
+
+def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
+            progress=None) -> tuple[list, dict, dict]:
+    """(rows, summary, phase seconds) of ``graph`` under one configuration on ``samples``
+    (sample_inputs' lists)."""
+    fmt = formats.get(config.format)
+    if not fmt.fits_binary64:
+        raise ModelError(f"model runs measure formats that fit binary64 ({config.format} "
+                         f"does not)")
+    g = in_format(graph, fmt)
+    xs = [[formats.round_to(x, fmt) if _is_float(p) else x for x, p in zip(s, g.inputs)]
+          for s in samples]
+    dirs = [_directions(g, fmt, x, seed, s) for s, x in enumerate(xs)]
+    want_grad, want_tan = "gradient" in routes, "tangent" in routes
+    emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
+    phases = {}
+    t0 = time.perf_counter()
+    exact, precs, moving = _exact_traces(g, fmt, xs, dirs, want_grad, want_tan)
+    phases["reference"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rule = GraphRule(g, emu)
+    emulated = [rule.trace([emu.asarray(a) if _is_float(p) else a
+                            for a, p in zip(x, g.inputs)],
+                           c if want_grad else None, t if want_tan else None)
+                for x, (c, t) in zip(xs, dirs)]
+    reads = [_rounded(g, fmt, tr, want_grad, want_tan) for tr in exact]
+    local = [_local(g, emu, r) for r in reads]
+    phases["emulation"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    local_exact = _local_exact(g, fmt, reads, [s for s in sites(g, routes) if s.node >= 0])
+    phases["reference"] += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = []
+    for site in sites(g, routes):
+        out += _rows(g, config, fmt, site, exact, emulated, local, local_exact, max(precs),
+                     sorted(s for s, sites_ in moving.items() if site in sites_))
+    phases["measurement"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu)
+    phases["summary"] = time.perf_counter() - t0
+    return out, summary, phases
+
+
+def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan):
+    """(traces, precisions, {sample: the sites whose values still moved at the last
+    doubling}) of every sample by numerics.settle over the samples."""
+    kept, before = {}, {}
+    what = sites(g, ROUTES if want_grad and want_tan else
+                 tuple(r for r in ROUTES if r == "forward" or
+                       (r == "gradient" and want_grad) or (r == "tangent" and want_tan)))
+
+    def fn(prec, items):
+        ref = numerics.reference(prec)
+        rule = GraphRule(g, ref)
+        out = []
+        for s in items:
+            cots, tans = dirs[s]
+            tr = rule.trace([ref.asarray(a) if _is_float(p) else a
+                             for a, p in zip(xs[s], g.inputs)],
+                            cots if want_grad else None, tans if want_tan else None)
+            if s in kept:
+                before[s] = kept[s]
+            kept[s] = tr
+            out.append(tuple(_get(tr, site) for site in what))
+        return out
+    start = fmt.precision + REF_EXTRA
+    settled = numerics.settle(fn, len(xs), fmt, start, start << REF_DOUBLINGS)
+    moving = {s: {site for site in what
+                  if not agree(_get(before[s], site), _get(kept[s], site), fmt)}
+              for s, ok in enumerate(settled.settled) if not ok and s in before}
+    return [kept[s] for s in range(len(xs))], settled.precs, moving
+
+
+def _rounder(fmt):
+    ref = numerics.reference(fmt.precision + REF_EXTRA)
+
+    def rnd(v):
+        """An exact value rounded to nearest into fmt (float64); others unchanged."""
+        if v is None:
+            return None
+        a = np.asarray(v)
+        return ref.cast(a, fmt) if a.dtype == object else a
+    return rnd
+
+
+def _rounded(g, fmt, tr, want_grad, want_tan) -> list:
+    """Per node, what it reads in ``tr`` rounded to nearest into fmt: (arguments, gradient
+    flags, output cotangents, argument tangents)."""
+    rnd = _rounder(fmt)
+    out = []
+    for k, node in enumerate(g.nodes):
+        op = node.op
+        flags = tuple(want_grad and p.differentiable and (k, i) in tr.contributions
+                      for i, p in enumerate(op.inputs))
+        cts = [rnd(tr.cotangents.get(Ref(k, j))) for j in range(len(op.outputs))] \
+            if any(flags) else None
+        ts = [rnd(tr.tangents.get(r)) if p.differentiable else None
+              for r, p in zip(node.args, op.inputs)] if want_tan else None
+        out.append(([rnd(tr.values[r]) for r in node.args], flags, cts, ts))
+    return out
+
+
+def _local(g, bk, reads):
+    """Each node alone under ``bk`` on ``reads`` (_rounded): a Trace of the node outputs,
+    contributions and tangents (the sweeps' keys); a node that fails there is left out."""
+    from roundoff_coverage.routes.graph import Trace
+    out = Trace(values={})
+    for k, (node, (args, flags, cts, ts)) in enumerate(zip(g.nodes, reads)):
+        op = node.op
+        if bk.name.startswith("reference"):
+            args = [bk.asarray(a) if p.scalar else a for a, p in zip(args, op.inputs)]
+        try:
+            ys, pull = invoke_prepared(op, args, bk, flags)
+        except Exception:                                   # noqa: BLE001
+            continue                      # e.g. a check that fails on rounded values
+        for j, y in enumerate(ys):
+            out.values[Ref(k, j)] = y
+        if cts is not None and any(c is not None for c in cts):
+            for i, gi in enumerate(pull(cts)):
+                if flags[i] and gi is not None:
+                    out.contributions[(k, i)] = gi
+        if ts is not None:
+            try:
+                _, touts = checked_rule(op, args, bk).linearize(args, ts)
+            except Exception:                               # noqa: BLE001
+                continue
+            for j, t in enumerate(touts):
+                if t is not None:
+                    out.tangents[Ref(k, j)] = t
+    return out
+
+
+def _local_exact(g, fmt, reads, what):
+    """The exact values of every node alone on its rounded reads (the local errors'
+    reference), per sample, by settle as _exact_traces."""
+    kept = {}
+
+    def fn(prec, items):
+        ref = numerics.reference(prec)
+        out = []
+        for s in items:
+            kept[s] = _local(g, ref, reads[s])
+            out.append(tuple(_get(kept[s], site) for site in what))
+        return out
+    start = fmt.precision + REF_EXTRA
+    numerics.settle(fn, len(reads), fmt, start, start << REF_DOUBLINGS)
+    return [kept[s] for s in range(len(reads))]
+
+
+def _node_label(g, k) -> tuple:
+    """(node, module, op, attrs) of node k; the whole model's for k = -1."""
+    if k < 0:
+        return None, "", "model", {}
+    node = g.nodes[k]
+    names = [a.name for a in node.op.decl.attributes]
+    attrs = {n: f[1] for n, f in zip(names, node.op.record()["fields"])}
+    return g.node_names[k], node.module, node.op.name, attrs
+
+
+def _rows(g, config, fmt, site, exact, emulated, local, local_exact, prec,
+          moving=()) -> list:
+    node, module, op, attrs = _node_label(g, site.node)
+    if node is None:
+        kind = "output" if site.where != "cotangents" else "input"
+        node = f"{kind}:{site.port}"
+    out = []
+    for attribution, traces, exact in ((PROPAGATED, emulated, exact),) + \
+            (((LOCAL, local, local_exact),) if site.node >= 0 else ()):
+        row = row_fields.empty(op=op, attrs=attrs, route=site.route, port=site.port,
+                               format=config.format, mode=config.mode, policy=config.policy,
+                               implementation="emulated", status="ok", node=node,
+                               module=module, node_index=max(site.node, 0) if site.node >= 0
+                               else None, attribution=attribution, ref_prec=prec)
+        comps, exacts, where = [], [], []
+        for s, (tr, ex) in enumerate(zip(traces, exact)):
+            c, e = _get(tr, site), _get(ex, site)
+            if e is None:
+                continue
+            if c is None:
+                row.update(status="error", reason=f"sample {s}: the {attribution} run has "
+                                                  f"no value here (the node failed)")
+                break
+            comps.append(np.asarray(c, dtype=np.float64).reshape(-1))
+            exacts.append(np.asarray(e, dtype=object).reshape(-1))
+            where.append(s)
+        if row["status"] == "ok" and not comps:
+            row.update(status="not_differentiable",
+                       reason="no sample reached this value on this route")
+        if row["status"] == "ok":
+            comp, ex = np.concatenate(comps), np.concatenate(exacts)
+            ulp = measure_port(row, comp, ex, fmt, None)
+            if ulp is not None:
+                row["worst"] = _worst(ulp, comp, ex, [len(c) for c in comps], where)
+            if moving:
+                row["reason"] = (f"the exact values of sample(s) {', '.join(map(str, moving))} "
+                                 f"still moved at {prec} bits (kept: an exact 0 reached by "
+                                 f"cancellation does; see reports/model.py)")
+        out.append(row)
+    return out
+
+
+def _worst(ulp, comp, exact, sizes, samples) -> dict | None:
+    """The sample and element of the largest |error|, with both values."""
+    a = np.abs(ulp)
+    if not a.size or np.isnan(a).all():
+        return None
+    i = int(np.nanargmax(a))
+    ends = np.cumsum(sizes)
+    s = int(np.searchsorted(ends, i, side="right"))
+    return {"sample": samples[s], "element": i - (int(ends[s - 1]) if s else 0),
+            "computed": repr(float(comp[i])), "exact": _decimal(exact[i]),
+            "ulp": float(ulp[i])}
+
+
+# ----- the summary -------------------------------------------------------------------------------
+
+def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu) -> dict:
+    """The nodes with the largest local errors per route, and the effect of keeping each node
+    (and each module) in binary32 on the whole model's errors."""
+    top = {}
+    for route in routes:
+        local = [r for r in measured if r["attribution"] == LOCAL and r["route"] == route
+                 and r["status"] == "ok" and r["max_ulp"] is not None]
+        local.sort(key=lambda r: (-_finite(r["max_ulp"]), r["node_index"] or 0))
+        top[route] = [{"node": r["node"], "module": r["module"], "op": r["op"],
+                       "port": r["port"], "max_ulp": r["max_ulp"], "mean_ulp": r["mean_ulp"]}
+                      for r in local[:TOP]]
+    summary = {"largest_local": top}
+    if fmt.precision >= formats.get(KEEP_FORMAT).precision:
+        summary["keep_binary32"] = None
+        summary["keep_note"] = f"{config.format} is at least as precise as {KEEP_FORMAT}"
+        return summary
+    summary["keep_binary32"] = _keep(g, config, xs, dirs, exact, emulated, routes, emu)
+    return summary
+
+
+def _finite(v):
+    return float("inf") if isinstance(v, str) else float(v)
+
+
+def _whole(g, routes):
+    return [s for s in sites(g, tuple(r for r in routes if r != "tangent")) if s.node < 0]
+
+
+def _errors(g, fmt, traces, exact64, whole) -> dict:
+    """{route: (max |ulp|, mean |ulp|)} of the whole model's values in ``traces`` against
+    binary64 roundings of the exact values."""
+    acc = {}
+    for site in whole:
+        for tr, ex in zip(traces, exact64):
+            c, e = _get(tr, site), ex.get(site)
+            if c is None or e is None:
+                continue
+            c = np.asarray(c, dtype=np.float64).reshape(-1)
+            ulp = np.abs(c - e) / _ulp64(e, fmt)
+            ulp = ulp[np.isfinite(ulp)]
+            acc.setdefault(site.route, []).append(ulp)
+    return {r: (float(np.max(np.concatenate(v))) if sum(map(len, v)) else 0.0,
+                float(np.mean(np.concatenate(v))) if sum(map(len, v)) else 0.0)
+            for r, v in acc.items()}
+
+
+def _ulp64(e, fmt):
+    """The ulp of fmt at binary64 values (the least subnormal's below the normal range)."""
+    with np.errstate(divide="ignore"):
+        exp = np.floor(np.log2(np.maximum(np.abs(e), 2.0 ** fmt.emin)))
+    return np.exp2(exp - (fmt.precision - 1))
+
+
+def _keep(g, config, xs, dirs, exact, emulated, routes, emu) -> list:
+    fmt = emu.fmt
+    whole = _whole(g, routes)
+    if not whole:
+        return []
+    ref = numerics.reference(64)
+    exact64 = [{s: ref.to_float64(np.asarray(_get(tr, s), dtype=object)).reshape(-1)
+                for s in whole if _get(tr, s) is not None} for tr in exact]
+    before = _errors(g, fmt, emulated, exact64, whole)
+    wide = numerics.emulated(KEEP_FORMAT, config.mode, config.policy, seed=emu.seed)
+    groups = [(g.node_names[k], g.node_modules[k], (k,)) for k, n in enumerate(g.nodes)
+              if any(p.kind == "value" for p in n.op.outputs)]
+    modules = {}
+    for k, m in enumerate(g.node_modules):
+        parts = m.split(".") if m else []
+        for d in range(1, len(parts) + 1):
+            modules.setdefault(".".join(parts[:d]), []).append(k)
+    groups += [(f"module:{m}", m, tuple(ks)) for m, ks in modules.items()
+               if len(ks) > 1]
+    want_grad = "gradient" in routes
+    out = []
+    for label, module, ks in groups:
+        rule = GraphRule(g, emu)
+        override = dict.fromkeys(ks, wide)
+        try:
+            traces = [rule.trace([emu.asarray(a) if _is_float(p) else a
+                                  for a, p in zip(x, g.inputs)],
+                                 c if want_grad else None, None, override)
+                      for x, (c, _) in zip(xs, dirs)]
+        except Exception:                                   # noqa: BLE001
+            continue
+        after = _errors(g, fmt, traces, exact64, whole)
+        for route, (mx, mean) in after.items():
+            b = before.get(route, (0.0, 0.0))
+            out.append({"keep": label, "module": module, "nodes": len(ks), "route": route,
+                        "max_ulp_before": b[0], "max_ulp_after": mx,
+                        "mean_ulp_before": b[1], "mean_ulp_after": mean})
+    out.sort(key=lambda e: (e["route"], e["mean_ulp_after"] - e["mean_ulp_before"]))
+    return out

@@ -1,0 +1,190 @@
+"""``roundoff-coverage model``: a model run from its target to its results file.
+
+The target is a graph artifact (routes.load_graph) or ``file.py:factory`` (or
+``module:factory``), a function of no arguments returning ``(model, example_args)`` -- a
+torch ``nn.Module`` and a tuple of tensors, captured with routes.from_torch -- or a
+routes.Graph with ``example_inputs``.  A captured model is saved as an artifact first (by
+default beside the results file, ``<out>.graph.json``): every unit of work reads the graph
+from the artifact, and the results file names it with its sha256 (``meta.model``), so a
+report can be reproduced from the artifact alone, without the model's code.
+
+Units are configurations (format, mode, policy; reports/model.py measures one over every
+sample), run on this machine's workers (reports/orchestrate.py: a unit per worker, a
+worker that dies ends the run with a message), each checkpointed as it finishes in
+``<out>.partial.jsonl`` so an interrupted run resumes with ``--resume``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import orchestrate, results
+from .model import ROUTES, Config, ModelError
+
+REFERENCE_TEXT = ("numerics.reference by numerics.settle over every value of the graph's "
+                  "sweeps: each sample at format precision + 64 bits and at twice that, "
+                  "doubled at most twice while two evaluations differ by more than 2**-32 ulp")
+
+
+@dataclass
+class ModelSelection:
+    """What a model run measures (the results file's meta.selection)."""
+
+    target: str
+    artifact: str
+    artifact_hash: str
+    formats: tuple
+    modes: tuple
+    policies: tuple
+    routes: tuple = ROUTES
+    samples: int = 2
+    seed: int = 0
+    inputs: str | None = None
+    argv: list = field(default_factory=list)
+    reference_text: str = REFERENCE_TEXT
+
+    def configs(self) -> list:
+        return [Config(f, m, p) for f in self.formats for m in self.modes for p in self.policies]
+
+    def command(self) -> str:
+        return " ".join(["roundoff-coverage", "model"] + list(self.argv))
+
+    def describe(self) -> dict:
+        return {"target": self.target, "artifact": self.artifact,
+                "artifact_sha256": self.artifact_hash, "formats": list(self.formats),
+                "modes": list(self.modes), "policies": list(self.policies),
+                "routes": list(self.routes), "samples": self.samples,
+                "inputs": self.inputs}
+
+    def fingerprint(self) -> str:
+        return json.dumps({**self.describe(), "seed": self.seed}, sort_keys=True)
+
+
+def load_target(target: str, artifact_out: str):
+    """(graph, artifact path): an artifact read, or a factory's model captured and saved to
+    ``artifact_out``.  ModelError (one line) for a target that is neither."""
+    from roundoff_coverage import routes
+    if ":" not in target or target.endswith(".json"):
+        if not os.path.isfile(target):
+            raise ModelError(f"{target}: no such artifact (give a graph artifact written by "
+                             f"graph.save, or file.py:factory)")
+        try:
+            return routes.load_graph(target), target
+        except (routes.RouteError, OSError, ValueError) as exc:
+            raise ModelError(str(exc)) from None
+    from .targets import MeasureError, importable
+    try:
+        factory = importable(target)
+    except MeasureError as exc:
+        raise ModelError(str(exc)) from None
+    if factory is None:
+        raise ModelError(f"{target}: give file.py:factory or module:factory")
+    try:
+        made = factory()
+    except Exception as exc:                                  # noqa: BLE001 (user code)
+        raise ModelError(f"{target}: the factory raised {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}") from None
+    graph = made if isinstance(made, routes.Graph) else None
+    if graph is None:
+        if not (isinstance(made, tuple) and len(made) == 2):
+            raise ModelError(f"{target}: the factory must return (model, example_args) or a "
+                             f"routes.Graph (got {type(made).__name__})")
+        model, args = made
+        args = args if isinstance(args, tuple) else (args,)
+        try:
+            graph = routes.from_torch(model, args)
+        except routes.RouteError as exc:
+            raise ModelError(f"{target}: {exc}") from None
+    if graph.example_inputs is None:
+        raise ModelError(f"{target}: the graph has no example inputs")
+    graph.save(artifact_out)
+    return graph, artifact_out
+
+
+def read_inputs(path) -> dict:
+    """The arrays of an ``--inputs`` .npz file by name (ModelError when unreadable)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"--inputs {path}: not a readable .npz file ({exc})") from None
+
+
+def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs) -> dict:
+    """One configuration measured: {"rows", "summary", "phases"} (JSON data)."""
+    from roundoff_coverage import routes
+
+    from . import model
+    graph = routes.load_graph(artifact)
+    given = read_inputs(inputs) if inputs else None
+    xs = model.sample_inputs(graph, samples, seed, given)
+    try:
+        got, summary, phases = model.measure(graph, Config(fmt, mode, policy), xs, seed,
+                                             tuple(routes_))
+    except Exception as exc:                                  # noqa: BLE001 (data)
+        from .executors import one_line
+        from .rows import empty
+        return {"rows": [empty(op="model", route="forward", port="*", format=fmt, mode=mode,
+                               policy=policy, implementation="emulated", status="error",
+                               reason=one_line(exc), node="model", attribution="propagated")],
+                "summary": {}, "phases": {}}
+    return results.clean({"rows": got, "summary": summary, "phases": phases})
+
+
+@dataclass
+class ModelOutcome:
+    rows: list
+    summaries: dict
+    phases: dict
+    wall: float
+    total: int
+    ran: int
+    resumed: int
+    interrupted: bool
+
+
+def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = False,
+        progress: bool = True) -> ModelOutcome:
+    """Measure every configuration of ``sel``, checkpointing each; write ``out`` unless
+    interrupted."""
+    t0 = time.perf_counter()
+    configs = sel.configs()
+    keep = orchestrate.resumed(out, sel.fingerprint(), resume)
+    done = dict(keep)
+    todo = [c for c in configs if _key(c) not in done]
+    units = [(_key(c), (sel.artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
+                        sel.routes, sel.inputs)) for c in todo]
+    ck = orchestrate.Checkpoint(orchestrate.checkpoint_path(out), sel, {},
+                                append=bool(keep))
+    bar = orchestrate.Progress(len(configs), done=len(done), quiet=not progress,
+                               unit="configurations")
+    executor = orchestrate.Executor(jobs=max(1, min(jobs or os.cpu_count() or 1, len(units)
+                                                    or 1)), name=str)
+    ran = orchestrate.orchestrate(unit, units, executor, lambda k, got: done.__setitem__(k, got),
+                                  checkpoint=ck, bar=bar)
+    rows, summaries, phases = [], {}, {}
+    for c in configs:
+        got = done.get(_key(c))
+        if got is None:
+            continue
+        rows += got["rows"]
+        summaries[_key(c)] = got["summary"]
+        for k, v in got.get("phases", {}).items():
+            phases[k] = phases.get(k, 0.0) + v
+    outcome = ModelOutcome(rows, summaries, phases, time.perf_counter() - t0, len(configs),
+                           ran.ran, len(keep), ran.interrupted)
+    if not ran.interrupted:
+        doc = results.document(rows, sel)
+        doc["model"] = results.clean({"target": sel.target, "artifact": sel.artifact,
+                                      "sha256": sel.artifact_hash, "summary": summaries})
+        orchestrate.finish(out, doc)
+    return outcome
+
+
+def _key(c: Config) -> str:
+    return f"{c.format}|{c.mode}|{c.policy}"

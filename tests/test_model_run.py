@@ -1,0 +1,244 @@
+"""The model run (reports/model.py, reports/model_run.py, ``roundoff-coverage model``):
+per-node local and propagated errors against exact rationals on hand-built graphs, the
+certified 0.5 ulp of correctly rounded single-primitive nodes, keeping a node in binary32,
+and the command on a captured torch model (rows, report, gate, refusals)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+
+from roundoff_coverage import formats, routes
+from roundoff_coverage.reports import model as M
+from roundoff_coverage.routes.ports import value
+
+from conftest import one_error, run_cli
+
+BF16 = formats.get("bfloat16")
+
+
+def _graph_chain(n=6):
+    """y = (x * a + b) * c, elementwise, as three nodes."""
+    g = routes.Graph(x=value((n,)), a=value((n,)), b=value((n,)), c=value((n,)))
+    h = g.apply(routes.op("mul", shape=(n,)), g.input("x"), g.input("a"), name="mul")
+    h = g.apply(routes.op("add", shape=(n,)), h, g.input("b"), name="add")
+    g.output(g.apply(routes.op("mul", shape=(n,)), h, g.input("c"), name="scale"))
+    return g
+
+
+def _rn(q: F) -> F:
+    """q rounded to nearest even into bfloat16 (formats.round_exact), as a Fraction."""
+    return F(formats.round_exact(q, BF16, "nearest_even").to_float())
+
+
+def _ulps(computed: F, exact: F) -> float:
+    """|computed - exact| in ulps of bfloat16 at the exact value (normal range)."""
+    e = abs(exact).numerator.bit_length() - abs(exact).denominator.bit_length()
+    if F(2) ** e > abs(exact):
+        e -= 1
+    return float(abs(computed - exact) / F(2) ** (e - 7))
+
+
+def _row(rows, node, route, port, attribution):
+    return next(r for r in rows if r["node"] == node and r["route"] == route
+                and r["port"] == port and r["attribution"] == attribution)
+
+
+def test_local_and_propagated_errors_of_a_chain_match_exact_rationals():
+    g = _graph_chain()
+    rng = np.random.default_rng(3)
+    xs = [list(formats.round_to(rng.uniform(0.5, 2.0, (4, 6)), BF16)) for _ in range(1)]
+    xs = [[xs[0][i] for i in range(4)]]
+    rows, _, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "strict"), xs, 0,
+                           ("forward",))
+    x, a, b, c = ([F(float(v)) for v in arr] for arr in xs[0])
+    exact_h = [p * q + r for p, q, r in zip(x, a, b)]
+    emul_h = [_rn(_rn(p * q) + r) for p, q, r in zip(x, a, b)]
+    exact_y = [h * s for h, s in zip(exact_h, c)]
+    # add, local: the exact product rounded into bfloat16, plus b, rounded once, against
+    # the exact sum of those same rounded values.
+    want = max(_ulps(_rn(_rn(p * q) + r), _rn(p * q) + r) for p, q, r in zip(x, a, b))
+    assert _row(rows, "add", "forward", "out", "local")["max_ulp"] == pytest.approx(want, 1e-9)
+    # scale, propagated: the whole emulated chain against the exact chain; local: exact h
+    # rounded, times c, rounded, against RN(h) * c.
+    prop = max(_ulps(_rn(h * s), e) for h, s, e in zip(emul_h, c, exact_y))
+    loc = max(_ulps(_rn(_rn(h) * s), _rn(h) * s) for h, s in zip(exact_h, c))
+    assert _row(rows, "scale", "forward", "out", "propagated")["max_ulp"] == \
+        pytest.approx(prop, 1e-9)
+    assert _row(rows, "scale", "forward", "out", "local")["max_ulp"] == pytest.approx(loc, 1e-9)
+    whole = _row(rows, "output:out0", "forward", "out0", "propagated")
+    assert whole["max_ulp"] == pytest.approx(prop, 1e-9) and whole["node_index"] is None
+
+
+def test_local_errors_of_correctly_rounded_nodes_are_within_half_an_ulp():
+    # exp, add, mul, sqrt are correctly rounded primitives: their certificate is 0.5 ulp,
+    # whatever the error that reaches them (propagated errors grow past it).
+    n = 32
+    g = routes.Graph(x=value((n,)), y=value((n,)))
+    e = g.apply(routes.op("exp", shape=(n,)), g.input("x"), name="exp")
+    s = g.apply(routes.op("mul", shape=(n,)), e, g.input("y"), name="mul")
+    t = g.apply(routes.op("add", shape=(n,)), s, e, name="add")
+    g.output(g.apply(routes.op("sqrt", shape=(n,)), t, name="sqrt"))
+    g.example_inputs = [np.linspace(-2, 2, n), np.linspace(0.5, 3, n)]
+    rows, _, _ = M.measure(g, M.Config("binary16", "nearest_even", "strict"),
+                           M.sample_inputs(g, 3, 0), 0)
+    local = [r for r in rows if r["attribution"] == "local" and r["route"] == "forward"]
+    assert {r["node"] for r in local} == {"exp", "mul", "add", "sqrt"}
+    for r in local:
+        assert r["status"] == "ok" and r["samples"] == 3 * n
+        assert r["max_ulp"] <= 0.5, r["node"]
+    assert max(r["max_ulp"] for r in rows if r["attribution"] == "propagated") > 0.5
+
+
+def test_keeping_a_bfloat16_sum_in_binary32_removes_its_error():
+    # A 2048-term sum accumulated in bfloat16 (strict) stagnates: once the partial sum
+    # passes 256, adding a term near 1 moves it by half an ulp at most, so it loses many
+    # ulps; the same node in binary32, rounded once into bfloat16, is within an ulp.
+    g = routes.Graph(x=value((2, 2048)))
+    g.output(g.apply(routes.op("reduce", shape=(2, 2048), axes=(1,)), g.input("x"),
+                     name="total", module="head"))
+    g.example_inputs = [np.random.default_rng(1).uniform(0.5, 1.5, (2, 2048))]
+    _, summary, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "strict"),
+                              M.sample_inputs(g, 2, 0), 0, ("forward",))
+    keep = next(e for e in summary["keep_binary32"] if e["keep"] == "total")
+    assert keep["max_ulp_before"] > 8 and keep["max_ulp_after"] <= 1.0
+    assert summary["largest_local"]["forward"][0]["node"] == "total"
+
+
+def test_an_exact_zero_gradient_is_measured_as_zero():
+    # d/db of sum(softmax(x + b)) = 0 exactly (softmax ignores a constant shift): the
+    # reference's cancellation residue shrinks with precision and is clamped, so the
+    # emulated gradient's error is measured against 0.
+    n = 8
+    g = routes.Graph(x=value((2, n)), b=value((2, n)))
+    h = g.apply(routes.op("add", shape=(2, n)), g.input("x"), g.input("b"), name="shift")
+    p = g.apply(routes.op("softmax", shape=(2, n), axis=1), h, name="softmax")
+    g.output(g.apply(routes.op("reduce", shape=(2, n), axes=(0, 1)), p, name="total"))
+    g.example_inputs = [np.random.default_rng(2).standard_normal((2, n)),
+                        np.full((2, n), 0.25)]
+    rows, _, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "fp32_accumulate"),
+                           M.sample_inputs(g, 1, 0), 0, ("forward", "gradient"))
+    r = _row(rows, "input:b", "gradient", "b", "propagated")
+    assert r["status"] == "ok"
+    exact = F(r["worst"]["exact"]) if r["worst"] else F(0)
+    assert abs(exact) < F(2) ** -150
+
+
+# ----- the command on a captured model -------------------------------------------------------
+FACTORY = textwrap.dedent("""
+    import torch
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1, self.l2 = nn.Linear(4, 8), nn.Linear(8, 3)
+
+        def forward(self, x):
+            return torch.softmax(self.l2(torch.relu(self.l1(x))), dim=-1)
+
+    def make():
+        torch.manual_seed(0)
+        return Net(), (torch.randn(5, 4),)
+
+    def broken():
+        raise RuntimeError("no model today")
+""")
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "roundoff_coverage", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    pytest.importorskip("torch")
+    d = tmp_path_factory.mktemp("model")
+    (d / "net.py").write_text(FACTORY)
+    done = _cli("model", "net.py:make", "--out", "r.json", "--samples", "2", "--jobs", "1",
+                "--html", "html", cwd=d)
+    assert done.returncode == 0, done.stderr
+    return d, done
+
+
+def test_model_command_writes_rows_per_node_and_the_artifact(captured):
+    d, done = captured
+    doc = json.loads((d / "r.json").read_text())
+    assert doc["schema"] == "roundoff-coverage/1"
+    assert doc["model"]["artifact"].endswith("r.json.graph.json")
+    assert doc["model"]["sha256"] == routes.graph_hash(str(d / "r.json.graph.json"))
+    g = routes.load_graph(str(d / "r.json.graph.json"))
+    nodes = {r["node"] for r in doc["rows"] if r["node_index"] is not None}
+    assert nodes == set(g.node_names) - {n for n, node in zip(g.node_names, g.nodes)
+                                         if not any(p.kind == "value"
+                                                    for p in node.op.outputs)}
+    assert {r["attribution"] for r in doc["rows"]} == {"local", "propagated"}
+    assert {r["module"] for r in doc["rows"]} >= {"l1", "l2"}
+    grads = {r["node"] for r in doc["rows"] if r["route"] == "gradient"
+             and r["node_index"] is None}
+    assert grads == {"input:x", "input:l1.weight", "input:l1.bias", "input:l2.weight",
+                     "input:l2.bias"}
+    assert all(r["status"] == "ok" for r in doc["rows"]), \
+        [(r["node"], r["reason"]) for r in doc["rows"] if r["status"] != "ok"]
+    assert "nodes adding the most error" in done.stdout
+    page = (d / "html" / "model.html").read_text()
+    assert "linear_1" in page and "module l2" in page and "Reproduce" in page
+
+
+def test_the_artifact_reproduces_the_results(captured):
+    d, _ = captured
+    done = _cli("model", "r.json.graph.json", "--out", "again.json", "--samples", "2",
+                "--jobs", "1", "--quiet", cwd=d)
+    assert done.returncode == 0, done.stderr
+    first, again = (json.loads((d / f).read_text())["rows"] for f in ("r.json", "again.json"))
+    assert first == again
+
+
+def test_the_gate_reads_model_results(captured, tmp_path):
+    d, _ = captured
+    same = _cli("gate", "--baseline", str(d / "r.json"), str(d / "r.json"))
+    assert same.returncode == 0, same.stdout + same.stderr
+    doc = json.loads((d / "r.json").read_text())
+    for r in doc["rows"]:                      # a baseline that was 4x better everywhere
+        if r["node"] == "linear_1" and isinstance(r["max_ulp"], float):
+            for k in ("max_ulp", "p99_ulp", "mean_ulp"):
+                r[k] /= 4
+    (tmp_path / "better.json").write_text(json.dumps(doc))
+    worse = _cli("gate", "--baseline", str(tmp_path / "better.json"), str(d / "r.json"))
+    assert worse.returncode == 1 and "linear_1" in worse.stdout
+
+
+def test_inputs_from_a_file_give_the_samples(captured, tmp_path):
+    d, _ = captured
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((3, 5, 4)))
+    done = _cli("model", str(d / "r.json.graph.json"), "--inputs", str(tmp_path / "in.npz"),
+                "--routes", "forward", "--out", str(tmp_path / "o.json"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "o.json").read_text())["rows"]
+    assert _row(rows, "linear", "forward", "y", "local")["samples"] == 3 * 5 * 8
+
+
+@pytest.mark.parametrize("args, says", [
+    (["nosuch.json"], "no such artifact"),
+    (["net.py:nothere"], "has no callable nothere"),
+    (["net.py:broken"], "the factory raised RuntimeError: no model today"),
+    (["net.py:make", "--formats", "binary128"], "fit binary64"),
+    (["net.py:make", "--formats", "bfloat61"], "unknown format"),
+    (["net.py:make", "--samples", "0"], "--samples must be >= 1"),
+    (["net.py:make", "--routes", "sideways"], "unknown route"),
+    (["net.py:make", "--policies", "fixed_point:x"], "--policies"),
+    (["r.json.graph.json", "--inputs", "missing.npz"], "--inputs"),
+])
+def test_bad_input_is_one_line_and_exit_2(captured, args, says, capsys, monkeypatch):
+    d, _ = captured
+    monkeypatch.chdir(d)
+    status, _, err = run_cli(capsys, "model", *args, "--out", "bad.json")
+    assert status == 2
+    one_error(err, says)
