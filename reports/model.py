@@ -220,9 +220,10 @@ def _get(trace, site):
 # ----- one configuration -------------------------------------------------------------------------
 
 def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
-            progress=None) -> tuple[list, dict, dict]:
+            others=(), target=None) -> tuple[list, dict, dict]:
     """(rows, summary, phase seconds) of ``graph`` under one configuration on ``samples``
-    (sample_inputs' lists)."""
+    (sample_inputs' lists); ``others``: implementations beside emulated that run the model
+    from ``target`` (its factory) on the same samples (reports/model_torch.py)."""
     fmt = formats.get(config.format)
     if not fmt.fits_binary64:
         raise ModelError(f"model runs measure formats that fit binary64 ({config.format} "
@@ -254,6 +255,8 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     for site in sites(g, routes):
         out += _rows(g, config, fmt, site, exact, emulated, local, local_exact, max(precs),
                      sorted(s for s, sites_ in moving.items() if site in sites_))
+    if others:
+        out += _others(g, config, fmt, routes, exact, max(precs), xs, dirs, others, target)
     phases["measurement"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu)
@@ -379,43 +382,82 @@ def _node_label(g, k) -> tuple:
 
 def _rows(g, config, fmt, site, exact, emulated, local, local_exact, prec,
           moving=()) -> list:
+    """The propagated and (for a node) local rows of ``site``."""
+    pairs = ((PROPAGATED, emulated, exact),) + \
+        (((LOCAL, local, local_exact),) if site.node >= 0 else ())
+    out = [_row(g, config, fmt, site, a, traces, ex, prec, moving) for a, traces, ex in pairs]
+    return [r for r in out if r is not None]
+
+
+def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
+         implementation="emulated", policy=None) -> dict | None:
+    """One row: ``traces``' values at ``site`` against ``exact``'s over the samples; None
+    where no sample has an exact value there (a constant's argument, a value no cotangent
+    reaches)."""
     node, module, op, attrs = _node_label(g, site.node)
     if node is None:
-        kind = "output" if site.where != "cotangents" else "input"
-        node = f"{kind}:{site.port}"
+        node = f"{'input' if site.where == 'cotangents' else 'output'}:{site.port}"
+    row = row_fields.empty(op=op, attrs=attrs, route=site.route, port=site.port,
+                           format=config.format, mode=config.mode,
+                           policy=policy or config.policy, implementation=implementation,
+                           status="ok", node=node, module=module,
+                           node_index=site.node if site.node >= 0 else None,
+                           attribution=attribution, ref_prec=prec)
+    comps, exacts, where = [], [], []
+    for s, (tr, ex) in enumerate(zip(traces, exact)):
+        c, e = _get(tr, site), _get(ex, site)
+        if e is None:
+            continue
+        if c is None:
+            return row | {"status": "error", "reason": f"sample {s}: the {attribution} run "
+                                                       f"of {implementation} has no value "
+                                                       f"here (the node failed)"}
+        comps.append(np.asarray(c, dtype=np.float64).reshape(-1))
+        exacts.append(np.asarray(e, dtype=object).reshape(-1))
+        where.append(s)
+    if not comps:
+        return None
+    comp, ex = np.concatenate(comps), np.concatenate(exacts)
+    ulp = measure_port(row, comp, ex, fmt, None)
+    if ulp is not None:
+        row["worst"] = _worst(ulp, comp, ex, [len(c) for c in comps], where)
+    if moving:
+        row["reason"] = (f"the exact values of sample(s) {', '.join(map(str, moving))} still "
+                         f"moved at {prec} bits (kept: an exact 0 reached by cancellation "
+                         f"does; see reports/model.py)")
+    return row
+
+
+def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, target) -> list:
+    """The rows of the implementations beside emulated (reports/model_torch.py): the whole
+    model's outputs and gradients, and every node value they expose, against the same
+    exact traces; one no_rule row for an implementation that cannot run."""
+    from . import model_torch
     out = []
-    for attribution, traces, exact in ((PROPAGATED, emulated, exact),) + \
-            (((LOCAL, local, local_exact),) if site.node >= 0 else ()):
-        row = row_fields.empty(op=op, attrs=attrs, route=site.route, port=site.port,
-                               format=config.format, mode=config.mode, policy=config.policy,
-                               implementation="emulated", status="ok", node=node,
-                               module=module, node_index=max(site.node, 0) if site.node >= 0
-                               else None, attribution=attribution, ref_prec=prec)
-        comps, exacts, where = [], [], []
-        for s, (tr, ex) in enumerate(zip(traces, exact)):
-            c, e = _get(tr, site), _get(ex, site)
-            if e is None:
-                continue
-            if c is None:
-                row.update(status="error", reason=f"sample {s}: the {attribution} run has "
-                                                  f"no value here (the node failed)")
-                break
-            comps.append(np.asarray(c, dtype=np.float64).reshape(-1))
-            exacts.append(np.asarray(e, dtype=object).reshape(-1))
-            where.append(s)
-        if row["status"] == "ok" and not comps:
-            row.update(status="not_differentiable",
-                       reason="no sample reached this value on this route")
-        if row["status"] == "ok":
-            comp, ex = np.concatenate(comps), np.concatenate(exacts)
-            ulp = measure_port(row, comp, ex, fmt, None)
-            if ulp is not None:
-                row["worst"] = _worst(ulp, comp, ex, [len(c) for c in comps], where)
-            if moving:
-                row["reason"] = (f"the exact values of sample(s) {', '.join(map(str, moving))} "
-                                 f"still moved at {prec} bits (kept: an exact 0 reached by "
-                                 f"cancellation does; see reports/model.py)")
-        out.append(row)
+    for impl in implementations:
+        why = model_torch.problem(impl, target, config)
+        traces = None
+        if why is None:
+            try:
+                traces = model_torch.traces(impl, target, g, config, xs,
+                                            [c for c, _ in dirs], "gradient" in routes)
+            except Exception as exc:                        # noqa: BLE001 (data)
+                from .executors import one_line
+                why = f"{impl} failed: {one_line(exc)}"
+        if traces is None:
+            out.append(row_fields.empty(op="model", route="forward", port="*",
+                                        format=config.format, mode=config.mode,
+                                        policy=model_torch.POLICY, implementation=impl,
+                                        status="no_rule", reason=why, node="model",
+                                        attribution=PROPAGATED))
+            continue
+        for site in sites(g, tuple(r for r in routes if r != "tangent")):
+            if site.node >= 0 and (site.where != "values" or impl != "torch"):
+                continue                  # compiled kernels keep no node values
+            row = _row(g, config, fmt, site, PROPAGATED, traces, exact, prec,
+                       implementation=impl, policy=model_torch.POLICY)
+            if row is not None and not (site.node >= 0 and row["status"] == "error"):
+                out.append(row)
     return out
 
 

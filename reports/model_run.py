@@ -45,6 +45,7 @@ class ModelSelection:
     samples: int = 2
     seed: int = 0
     inputs: str | None = None
+    implementations: tuple = ("emulated",)
     argv: list = field(default_factory=list)
     reference_text: str = REFERENCE_TEXT
 
@@ -59,7 +60,7 @@ class ModelSelection:
                 "artifact_sha256": self.artifact_hash, "formats": list(self.formats),
                 "modes": list(self.modes), "policies": list(self.policies),
                 "routes": list(self.routes), "samples": self.samples,
-                "inputs": self.inputs}
+                "inputs": self.inputs, "implementations": list(self.implementations)}
 
     def fingerprint(self) -> str:
         return json.dumps({**self.describe(), "seed": self.seed}, sort_keys=True)
@@ -115,8 +116,10 @@ def read_inputs(path) -> dict:
         raise ModelError(f"--inputs {path}: not a readable .npz file ({exc})") from None
 
 
-def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs) -> dict:
-    """One configuration measured: {"rows", "summary", "phases"} (JSON data)."""
+def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
+         target=None) -> dict:
+    """One configuration measured: {"rows", "summary", "phases"} (JSON data); ``others``:
+    the implementations run beside emulated (model.measure)."""
     from roundoff_coverage import routes
 
     from . import model
@@ -125,7 +128,7 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs) -> dict:
     xs = model.sample_inputs(graph, samples, seed, given)
     try:
         got, summary, phases = model.measure(graph, Config(fmt, mode, policy), xs, seed,
-                                             tuple(routes_))
+                                             tuple(routes_), tuple(others), target)
     except Exception as exc:                                  # noqa: BLE001 (data)
         from .executors import one_line
         from .rows import empty
@@ -157,8 +160,13 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
     keep = orchestrate.resumed(out, sel.fingerprint(), resume)
     done = dict(keep)
     todo = [c for c in configs if _key(c) not in done]
+    others = tuple(i for i in sel.implementations if i != "emulated")
+    # torch ignores the policy: its rows come with the first policy's unit of a format/mode
+    first = {(c.format, c.mode): c for c in reversed(configs)}
     units = [(_key(c), (sel.artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
-                        sel.routes, sel.inputs)) for c in todo]
+                        sel.routes, sel.inputs,
+                        others if first[(c.format, c.mode)] == c else (), sel.target))
+             for c in todo]
     ck = orchestrate.Checkpoint(orchestrate.checkpoint_path(out), sel, {},
                                 append=bool(keep))
     bar = orchestrate.Progress(len(configs), done=len(done), quiet=not progress,

@@ -242,3 +242,36 @@ def test_bad_input_is_one_line_and_exit_2(captured, args, says, capsys, monkeypa
     status, _, err = run_cli(capsys, "model", *args, "--out", "bad.json")
     assert status == 2
     one_error(err, says)
+
+
+def test_torch_runs_the_model_beside_the_emulated_run(captured, tmp_path):
+    # One sample: the example input and parameters rounded into bfloat16.  The oracle for
+    # torch's rows is torch's own float64 run of the model on those same values (another
+    # framework's float64 result: its error, ~1e-16 relative, is 1e-13 ulp of bfloat16).
+    torch = pytest.importorskip("torch")
+    d, _ = captured
+    done = _cli("model", "net.py:make", "--out", str(tmp_path / "t.json"), "--samples", "1",
+                "--routes", "forward", "--implementations", "torch,torch_compile", "--quiet",
+                cwd=d)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
+    eager = [r for r in rows if r["implementation"] == "torch"]
+    assert {r["node"] for r in eager} >= {"linear", "relu", "linear_1", "softmax",
+                                          "output:out0"}
+    assert all(r["policy"] == "torch" and r["status"] == "ok" for r in eager)
+    compiled = [r for r in rows if r["implementation"] == "torch_compile"]
+    assert compiled and all(r["node_index"] is None for r in compiled)
+    sys.path.insert(0, str(d))
+    try:
+        import net
+    finally:
+        sys.path.remove(str(d))
+    model, (x,) = net.make()
+    bf = model.to(torch.bfloat16)
+    got = bf(x.to(torch.bfloat16)).double()
+    ref = model.double()(x.to(torch.bfloat16).double()).detach()
+    e = np.abs(ref.numpy())
+    ulp = np.exp2(np.floor(np.log2(np.maximum(e, 2.0 ** -126))) - 7)
+    want = float(np.max(np.abs(got.detach().numpy() - ref.numpy()) / ulp))
+    r = next(x for x in rows if x["node"] == "output:out0" and x["implementation"] == "torch")
+    assert r["max_ulp"] == pytest.approx(want, rel=1e-6, abs=1e-9)

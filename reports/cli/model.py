@@ -40,6 +40,11 @@ def add(sub, shared):
                    help="accumulation policies (default: fp32_accumulate)")
     p.add_argument("--routes", metavar="LIST",
                    help="route kinds among forward,tangent,gradient (default: all three)")
+    p.add_argument("--implementations", metavar="LIST",
+                   help="emulated (always measured) and torch (eager PyTorch: every node's "
+                        "value, the outputs and gradients) and/or torch_compile "
+                        "(torch.compile: the outputs and gradients); torch runs the model's "
+                        "own code in the format's dtype (file.py:factory targets)")
     p.add_argument("--samples", metavar="N", type=int,
                    help="samples: the example inputs and draws around them (default: 2)")
     p.add_argument("--inputs", metavar="NPZ", type=path_arg,
@@ -76,13 +81,18 @@ def _selection(args, user):
     policies = _policies(args.policies) if args.policies else ("fp32_accumulate",)
     routes = name_list(args.routes, "route", ("forward", "tangent", "gradient"),
                        ("forward", "tangent", "gradient"), "--routes")
+    impls = name_list(args.implementations, "implementation",
+                      ("emulated", "torch", "torch_compile"), ("emulated",),
+                      "--implementations")
+    impls = ("emulated",) + tuple(i for i in impls if i != "emulated")
     samples = 2 if args.samples is None else args.samples
     if samples < 1:
         raise UsageError(f"--samples must be >= 1 (got {samples})")
     seed = 0 if args.seed is None else in_range("--seed", args.seed, 0, SEED_MAX, SEED_WHY)
     return ModelSelection(target=args.target, artifact="", artifact_hash="", formats=fmts,
                           modes=modes, policies=policies, routes=routes, samples=samples,
-                          seed=seed, inputs=args.inputs, argv=sys.argv[2:])
+                          seed=seed, inputs=args.inputs, implementations=impls,
+                          argv=sys.argv[2:])
 
 
 def cmd_model(args) -> int:

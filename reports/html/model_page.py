@@ -12,7 +12,7 @@ import math
 from .markup import esc, short, table
 
 BAR_W, BAR_H = 160, 10
-LOCAL_FILL, PROPAGATED_FILL = "#5ec962", "#3b528b"
+LOCAL_FILL, PROPAGATED_FILL, OTHER_FILL = "#5ec962", "#3b528b", "#e08214"
 LO_EXP = -10                       # bars start at 2**-10 ulp
 
 
@@ -25,15 +25,25 @@ def page_body(doc: dict, rows: list) -> str:
     whole = [r for r in rows if r.get("node_index") is None]
     if whole:
         parts.append("<section><h2>The whole model (propagated)</h2>" + table(
-            ["configuration", "route", "value", "max ulp", "mean ulp", "max rel"],
-            [[esc(_config(r)), esc(r.get("route")), esc(r.get("node")), short(r.get("max_ulp")),
-              short(r.get("mean_ulp")), short(r.get("max_rel"))] for r in whole]) + "</section>")
+            ["configuration", "implementation", "route", "value", "max ulp", "mean ulp",
+             "max rel"],
+            [[esc(_config(r)), esc(r.get("implementation")), esc(r.get("route")),
+              esc(r.get("node")), short(r.get("max_ulp")), short(r.get("mean_ulp")),
+              short(r.get("max_rel")) if r.get("status") in ("ok", None) else
+              f'<span class="bad">{esc(r.get("status"))}: {esc(r.get("reason"))}</span>']
+             for r in sorted(whole, key=lambda r: (_config(r), str(r.get("route")),
+                                                   str(r.get("node")),
+                                                   str(r.get("implementation"))))])
+            + "</section>")
     nodes = [r for r in rows if r.get("node_index") is not None]
     top = max([_value(r.get("max_ulp")) for r in nodes] + [1.0])
+    beside = [r for r in nodes if r.get("implementation") != "emulated"]
     hi = max(1, math.ceil(math.log2(top))) if math.isfinite(top) else 64
-    for config in dict.fromkeys(_config(r) for r in nodes):
+    for config in dict.fromkeys(_config(r) for r in nodes if r not in beside):
         for route in ("forward", "tangent", "gradient"):
-            part = [r for r in nodes if _config(r) == config and r.get("route") == route]
+            part = [r for r in nodes if r.get("route") == route and
+                    (_config(r) == config or (r in beside and config.startswith(
+                        f"{r.get('format')} {r.get('mode')} ")))]
             if part:
                 parts.append(_route_section(config, route, part, hi))
     for key, summary in (info.get("summary") or {}).items():
@@ -42,7 +52,16 @@ def page_body(doc: dict, rows: list) -> str:
 
 
 def _config(r) -> str:
+    """A row's configuration; other implementations' rows (policy ``torch``) sit beside
+    the emulated rows of every policy of their format and mode."""
     return f"{r.get('format')} {r.get('mode')} {r.get('policy')}"
+
+
+def _columns(part) -> list:
+    """(implementation, attribution) columns of a route's table: emulated local, then each
+    implementation's propagated error."""
+    impls = sorted({r.get("implementation") for r in part}, key=lambda i: (i != "emulated", i))
+    return [("emulated", "local")] + [(i, "propagated") for i in impls]
 
 
 def _value(v) -> float:
@@ -78,22 +97,27 @@ def _bar(v, hi, fill) -> str:
 
 
 def _route_section(config, route, part, hi) -> str:
-    by = {}
+    by, columns = {}, _columns(part)
     for r in part:
         by.setdefault((r["node_index"], r.get("node"), r.get("port")), {})[
-            r.get("attribution")] = r
+            (r.get("implementation"), r.get("attribution"))] = r
     body, module = [], None
     for (k, node, port), pair in sorted(by.items(), key=lambda e: (e[0][0], str(e[0][2]))):
         any_row = next(iter(pair.values()))
         if any_row.get("module", "") != module:
             module = any_row.get("module", "")
-            body.append(f'<tr class="group"><td colspan="7"><b>module '
+            body.append(f'<tr class="group"><td colspan="{5 + len(columns)}"><b>module '
                         f'{esc(module or "(top level)")}</b></td></tr>')
-        loc, prop = pair.get("local", {}), pair.get("propagated", {})
+        prop = pair.get(("emulated", "propagated"), {})
         cells = [esc(k), f'<span id="{esc(route)}-{esc(node)}-{esc(port)}">{esc(node)}</span>',
                  esc(any_row.get("op")), esc(port)]
-        for r, fill in ((loc, LOCAL_FILL), (prop, PROPAGATED_FILL)):
-            if r.get("status") not in (None, "ok"):
+        for col in columns:
+            r = pair.get(col, {})
+            fill = LOCAL_FILL if col[1] == "local" else PROPAGATED_FILL if \
+                col[0] == "emulated" else OTHER_FILL
+            if not r:
+                cells.append("–")
+            elif r.get("status") not in (None, "ok"):
                 cells.append(f'<span class="bad">{esc(r.get("status"))}: '
                              f'{esc(r.get("reason"))}</span>')
             else:
@@ -102,12 +126,14 @@ def _route_section(config, route, part, hi) -> str:
         cells.append(esc(f"sample {w.get('sample')}, element {w.get('element')}") if w else "–")
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     head = "".join(f"<th>{esc(h)}</th>" for h in
-                   ("#", "node", "op", "port", "local max ulp", "propagated max ulp",
-                    "worst (propagated)"))
+                   ["#", "node", "op", "port"] +
+                   [f"{a} max ulp" if i == "emulated" else f"{i} max ulp"
+                    for i, a in columns] + ["worst (emulated, propagated)"])
     return (f'<section><h2>{esc(route)}: {esc(config)}</h2><p>Bars: max |error| in ulps '
             f'of the format, log2 scale from 2**{LO_EXP} to 2**{hi}; local (green): the node '
             f'alone on the exact inputs rounded into the format; propagated (blue): the full '
-            f'emulated run.</p><table class="model"><thead><tr>{head}</tr></thead><tbody>'
+            f'emulated run; other implementations (orange): their own run of the model, '
+            f'against the same exact values.</p><table class="model"><thead><tr>{head}</tr></thead><tbody>'
             + "".join(body) + "</tbody></table></section>")
 
 
