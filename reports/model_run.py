@@ -2,8 +2,9 @@
 
 The target is a graph artifact (routes.load_graph) or ``file.py:factory`` (or
 ``module:factory``), a function of no arguments returning ``(model, example_args)`` -- a
-torch ``nn.Module`` and a tuple of tensors, captured with routes.from_torch -- or a
-routes.Graph with ``example_inputs``.  A captured model is saved as an artifact first (by
+torch ``nn.Module`` and a tuple of tensors, captured with routes.from_torch, or a JAX
+function and its arguments, imported with routes.from_jax -- or a routes.Graph with
+``example_inputs``.  A captured model is saved as an artifact first (by
 default beside the results file, ``<out>.graph.json``): every unit of work reads the graph
 from the artifact, and the results file names it with its sha256 (``meta.model``), so a
 report can be reproduced from the artifact alone, without the model's code.
@@ -97,8 +98,20 @@ def load_target(target: str, artifact_out: str):
                              f"routes.Graph (got {type(made).__name__})")
         model, args = made
         args = args if isinstance(args, tuple) else (args,)
+        # A torch nn.Module (torch only when the factory imported it) is captured by
+        # from_torch; any other callable is a JAX function, imported by from_jax.
+        import sys
+        torch = sys.modules.get("torch")
+        is_torch = torch is not None and isinstance(model, torch.nn.Module)
+        if not is_torch and not callable(model):
+            raise ModelError(f"{target}: the factory's model must be a torch nn.Module or a "
+                             f"JAX function (got {type(model).__name__})")
         try:
-            graph = routes.from_torch(model, args)
+            graph = routes.from_torch(model, args) if is_torch else \
+                routes.from_jax(model, args)
+        except ImportError as exc:
+            raise ModelError(f"{target}: a JAX function needs jax (the [jax] extra): "
+                             f"{exc}") from None
         except routes.RouteError as exc:
             raise ModelError(f"{target}: {exc}") from None
     if graph.example_inputs is None:

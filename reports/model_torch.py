@@ -65,6 +65,9 @@ def traces(impl, target, graph, config, xs, cots, want_grad) -> list:
 
     from .targets import importable
     model, args = importable(target)()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"the factory's model is a {type(model).__name__}, not a torch "
+                         f"nn.Module: torch cannot run it")
     args = args if isinstance(args, tuple) else (args,)
     dtype = getattr(torch, DTYPES[config.format])
     n_args = len(args)

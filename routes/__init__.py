@@ -16,6 +16,8 @@ Public names (shared/ARCHITECTURE.md):
 - ``certificates(name)``; ``ports`` (``value``, ``frozen``, ...);
 - ``from_torch(model, args) -> Graph`` (routes.frontends.torch; torch is imported when it
   runs, never by importing routes), ``CaptureError``;
+- ``from_jax(fn, args) -> Graph`` (routes.frontends.jax: a jaxpr's primitives onto the
+  operator table; jax is imported when it runs, never by importing routes);
 - ``Session(backend)`` (routes.session): operators called eagerly (``s.matmul(x, w)``) on
   session values, recorded on a tape; ``s.graph()`` the Graph a capture would give;
 - bound propagation (routes.bounds): ``ibp(op_or_graph, lows, highs) -> (lows, highs)``
@@ -32,6 +34,7 @@ from .bounds import bound_problem, check_bound, crown, ibp
 from .certs import Certificate, certificates
 from .codec import VERSION, attributes_text, decode, encode
 from .errors import DecodeError, RouteError
+from .frontends.jax import from_jax
 from .frontends.torch import CaptureError, from_torch
 from .graph import Graph, Ref
 from .invoke import invoke, invoke_prepared
@@ -43,5 +46,5 @@ from .session import Session
 __all__ = ["CaptureError", "Certificate", "DecodeError", "Graph", "Op", "Port", "Ref",
            "RouteError", "Rule", "Session", "VERSION", "attributes_text", "bound_problem",
            "certificates", "check_bound", "crown", "declaration", "decode", "encode",
-           "from_torch", "graph_hash", "ibp", "invoke", "invoke_prepared", "load_graph",
-           "names", "op", "ports"]
+           "from_jax", "from_torch", "graph_hash", "ibp", "invoke", "invoke_prepared",
+           "load_graph", "names", "op", "ports"]
