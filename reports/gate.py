@@ -21,6 +21,10 @@ A route regressed when, against the baseline:
 - it has more bound violations, more mismatches (exactly compared ports), more unmeasurable
   errors, or an exceptional outcome class (``nan_from_finite``, ``overflow_to_inf``, ...)
   the baseline row did not have;
+- it is a scaled format's row (reports/draws.py ``BlockCounts``) with more ``clipped``
+  elements (beyond the element range at their block's scale) or more ``nan_blocks`` (a NaN
+  scale: an Inf or NaN in the block, or a scale past the scale format) than the baseline
+  row, on the same points: values the format no longer represents, whatever the ulps say;
 - it is a CUDA kernel's row (``--implementations cuda``) whose contract held in the baseline
   and does not now (reports/cuda.py);
 - it was measured (status ``ok``) in the baseline and is now missing or not ``ok``.
@@ -307,6 +311,10 @@ def _judge(b, c, metric, tol, mode):
             worse.append(f"{what} {bv} -> {cv}{extra}")
         elif cv < bv:
             better.append(f"{what} {bv} -> {cv}")
+    for name, what in (("clipped", "clipped elements"), ("nan_blocks", "NaN blocks")):
+        bv, cv = b.get(name), c.get(name)
+        if _is_count(bv) and _is_count(cv) and cv != bv:
+            (worse if cv > bv else better).append(f"{what} {bv} -> {cv}")
     bk, ck = b.get("contract"), c.get("contract")
     if isinstance(ck, dict) and ck.get("held") is False and \
             not (isinstance(bk, dict) and bk.get("held") is False):
@@ -352,6 +360,11 @@ def _finite(v):
 def _count(v) -> int:
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) \
         and math.isfinite(v) else 0
+
+
+def _is_count(v) -> bool:
+    """Whether a row's count field holds a count (not null, as on an element format's row)."""
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _classes(v) -> dict:

@@ -36,6 +36,49 @@ nodes evaluated by emulated binary32 (same mode and policy) and their results ro
 into the format as the next node reads them ("compute in binary32, store in the format"),
 the whole model's errors before and after (ulps against binary64 roundings of the exact
 values: a summary figure, not a measurement).
+
+Scaled formats (``mxfp8_e4m3``, ``nvfp4``, ``fp8_e4m3_tensor``...; class ``Scaled``): the
+scheme is the storage format of the tensors between the nodes, and the nodes compute in
+binary32, as the coverage run does (reports/draws.py, reports/evaluate.py):
+
+- every float input, parameter and constant is rounded to binary32, then quantized with
+  the scheme and dequantized, and the result rounded to binary32 (exact for MX; within
+  2**-24 relative for binary32 scales, as a kernel that dequantizes into FP32 reads it);
+  its blocks run along its natural axis: the contraction axis (draws.SCALE_AXES) of the
+  first product (matmul, linear, conv, contract, attention...) that reads it, else its last
+  axis; rank-0 numeric constants (an epsilon) stay binary32, indices and Booleans as they
+  are.  Tangents are quantized like their input, the cotangents of the outputs (1 for a
+  scalar loss too) like an output, along the last axis;
+- the emulated run is numerics.emulated(binary32, mode, policy) whose node outputs, output
+  tangents and pullback outputs (each node's contribution to its arguments' gradients)
+  pass through the quantizer along their last axis before any later node reads them
+  (GraphRule.trace's ``post``): the forward scheme for values and tangents, the gradient
+  scheme for contributions -- the scheme itself, or under ``fp8_recipe`` its E4M3 form
+  forward and its E5M2 form for gradients.  A value read by several nodes receives the
+  binary32 sum of their quantized contributions;
+- the exact run is the graph's on the same quantized inputs, constants, tangents and
+  cotangents, with nothing quantized between the nodes: a propagated error holds every
+  quantization and every binary32 rounding upstream;
+- local errors: the node alone under emulated binary32 on what it reads in the exact run
+  stored as the emulated run stores it -- a graph input or constant as it is, another
+  node's output (and its tangent) quantized with the forward scheme along the last axis,
+  each output's cotangent as the consumers' exact contributions quantized with the
+  gradient scheme plus the output's own cotangent, summed exactly and rounded once to
+  binary32 -- its outputs quantized as above, against the exact node on those same
+  values: the node's own binary32 roundings and the quantization of its outputs;
+- errors are in ulps of the element format at the exact value's block scale
+  (measuring.measure_scaled_port; the exact value blocked along its last axis), as the
+  coverage run's scaled rows: rows add ``scheme`` (the route's), ``scale_axis`` (the
+  node's quantized arguments and its port: ``x:-1, weight:-1; y:-1``), ``error_unit``, and
+  ``blocks``, ``clipped``, ``zero_blocks``, ``nan_blocks``, ``scale_exponents`` of the
+  quantizations that made the measured values (over the samples; an input's gradient: its
+  contributions');  the summary adds ``scaled_inputs``, the same counts per quantized input
+  and constant;
+- keeping a node "in binary32" means its outputs (values and contributions) are not
+  quantized: every node computes in binary32 already.
+
+A scaled format with delayed scaling (an amax history), one whose dequantized values do
+not fit binary64, and ``fp8_recipe`` on a scheme without FP8 elements are ModelErrors.
 """
 
 from __future__ import annotations
@@ -51,6 +94,7 @@ from roundoff_coverage.routes.graph import INPUT, GraphRule, Ref
 from roundoff_coverage.routes.invoke import checked_rule, invoke_prepared
 
 from . import rows as row_fields
+from .draws import SCALE_AXES
 from .measuring import _decimal, measure_port
 
 ROUTES = ("forward", "tangent", "gradient")
@@ -225,13 +269,16 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     (sample_inputs' lists); ``others``: implementations beside emulated that run the model
     from ``target`` (its factory) on the same samples (reports/model_torch.py)."""
     fmt = formats.get(config.format)
-    if not fmt.fits_binary64:
-        raise ModelError(f"model runs measure formats that fit binary64 ({config.format} "
-                         f"does not)")
-    g = in_format(graph, fmt)
-    xs = [[formats.round_to(x, fmt) if _is_float(p) else x for x, p in zip(s, g.inputs)]
-          for s in samples]
-    dirs = [_directions(g, fmt, x, seed, s) for s, x in enumerate(xs)]
+    scaled = _scaled(fmt, config, seed) if isinstance(fmt, formats.ScaledFormat) else None
+    if scaled is not None:
+        fmt = scaled.compute
+        g, xs, dirs = scaled.prepare(graph, samples)
+    else:
+        check(config, fmt)
+        g = in_format(graph, fmt)
+        xs = [[formats.round_to(x, fmt) if _is_float(p) else x for x, p in zip(s, g.inputs)]
+              for s in samples]
+        dirs = [_directions(g, fmt, x, seed, s) for s, x in enumerate(xs)]
     want_grad, want_tan = "gradient" in routes, "tangent" in routes
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
     phases = {}
@@ -242,24 +289,27 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     rule = GraphRule(g, emu)
     emulated = [rule.trace([emu.asarray(a) if _is_float(p) else a
                             for a, p in zip(x, g.inputs)],
-                           c if want_grad else None, t if want_tan else None)
-                for x, (c, t) in zip(xs, dirs)]
-    reads = [_rounded(g, fmt, tr, want_grad, want_tan) for tr in exact]
-    local = [_local(g, emu, r) for r in reads]
+                           c if want_grad else None, t if want_tan else None,
+                           post=scaled and scaled.hook(g, "emulated", s))
+                for s, (x, (c, t)) in enumerate(zip(xs, dirs))]
+    reads = [_rounded(g, fmt, tr, want_grad, want_tan) if scaled is None else
+             scaled.reads(g, tr, c, want_grad, want_tan) for tr, (c, _) in zip(exact, dirs)]
+    local = [_local(g, emu, r, scaled and scaled.hook(g, "local", s))
+             for s, r in enumerate(reads)]
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    local_exact = _local_exact(g, fmt, reads, [s for s in sites(g, routes) if s.node >= 0])
+    local_exact = _local_exact(g, reads, max(precs))
     phases["reference"] += time.perf_counter() - t0
     t0 = time.perf_counter()
     out = []
     for site in sites(g, routes):
         out += _rows(g, config, fmt, site, exact, emulated, local, local_exact, max(precs),
-                     sorted(s for s, sites_ in moving.items() if site in sites_))
+                     sorted(s for s, sites_ in moving.items() if site in sites_), scaled)
     if others:
         out += _others(g, config, fmt, routes, exact, max(precs), xs, dirs, others, target)
     phases["measurement"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu)
+    summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled)
     phases["summary"] = time.perf_counter() - t0
     return out, summary, phases
 
@@ -323,9 +373,10 @@ def _rounded(g, fmt, tr, want_grad, want_tan) -> list:
     return out
 
 
-def _local(g, bk, reads):
+def _local(g, bk, reads, post=None):
     """Each node alone under ``bk`` on ``reads`` (_rounded): a Trace of the node outputs,
-    contributions and tangents (the sweeps' keys); a node that fails there is left out."""
+    contributions and tangents (the sweeps' keys); a node that fails there is left out.
+    ``post``: what each node produces goes through it, as in GraphRule.trace."""
     from roundoff_coverage.routes.graph import Trace
     out = Trace(values={})
     for k, (node, (args, flags, cts, ts)) in enumerate(zip(g.nodes, reads)):
@@ -337,11 +388,12 @@ def _local(g, bk, reads):
         except Exception:                                   # noqa: BLE001
             continue                      # e.g. a check that fails on rounded values
         for j, y in enumerate(ys):
-            out.values[Ref(k, j)] = y
+            out.values[Ref(k, j)] = y if post is None or y is None else post("value", k, j, y)
         if cts is not None and any(c is not None for c in cts):
             for i, gi in enumerate(pull(cts)):
                 if flags[i] and gi is not None:
-                    out.contributions[(k, i)] = gi
+                    out.contributions[(k, i)] = gi if post is None else \
+                        post("contribution", k, i, gi)
         if ts is not None:
             try:
                 _, touts = checked_rule(op, args, bk).linearize(args, ts)
@@ -349,25 +401,17 @@ def _local(g, bk, reads):
                 continue
             for j, t in enumerate(touts):
                 if t is not None:
-                    out.tangents[Ref(k, j)] = t
+                    out.tangents[Ref(k, j)] = t if post is None else post("tangent", k, j, t)
     return out
 
 
-def _local_exact(g, fmt, reads, what):
+def _local_exact(g, reads, prec):
     """The exact values of every node alone on its rounded reads (the local errors'
-    reference), per sample, by settle as _exact_traces."""
-    kept = {}
-
-    def fn(prec, items):
-        ref = numerics.reference(prec)
-        out = []
-        for s in items:
-            kept[s] = _local(g, ref, reads[s])
-            out.append(tuple(_get(kept[s], site) for site in what))
-        return out
-    start = fmt.precision + REF_EXTRA
-    numerics.settle(fn, len(reads), fmt, start, start << REF_DOUBLINGS)
-    return [kept[s] for s in range(len(reads))]
+    reference), per sample, at ``prec`` bits: the precision the exact trace settled at
+    (each node on format values near the trace's own values is no worse conditioned than
+    in the trace; one evaluation instead of a second precision loop)."""
+    ref = numerics.reference(prec)
+    return [_local(g, ref, r) for r in reads]
 
 
 def _node_label(g, k) -> tuple:
@@ -381,16 +425,17 @@ def _node_label(g, k) -> tuple:
 
 
 def _rows(g, config, fmt, site, exact, emulated, local, local_exact, prec,
-          moving=()) -> list:
-    """The propagated and (for a node) local rows of ``site``."""
+          moving=(), scaled=None) -> list:
+    """The propagated and (for a node) local rows of ``site`` (``scaled``: a Scaled)."""
     pairs = ((PROPAGATED, emulated, exact),) + \
         (((LOCAL, local, local_exact),) if site.node >= 0 else ())
-    out = [_row(g, config, fmt, site, a, traces, ex, prec, moving) for a, traces, ex in pairs]
+    out = [_row(g, config, fmt, site, a, traces, ex, prec, moving, scaled=scaled)
+           for a, traces, ex in pairs]
     return [r for r in out if r is not None]
 
 
 def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
-         implementation="emulated", policy=None) -> dict | None:
+         implementation="emulated", policy=None, scaled=None) -> dict | None:
     """One row: ``traces``' values at ``site`` against ``exact``'s over the samples; None
     where no sample has an exact value there (a constant's argument, a value no cotangent
     reaches)."""
@@ -418,7 +463,9 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
     if not comps:
         return None
     comp, ex = np.concatenate(comps), np.concatenate(exacts)
-    ulp = measure_port(row, comp, ex, fmt, None)
+    ulp = measure_port(row, comp, ex, fmt, None) if scaled is None else \
+        scaled.measure(g, row, site, attribution, comp, ex,
+                       [_get(exact[s], site) for s in where], where)
     if ulp is not None:
         row["worst"] = _worst(ulp, comp, ex, [len(c) for c in comps], where)
     if moving:
@@ -476,9 +523,12 @@ def _worst(ulp, comp, exact, sizes, samples) -> dict | None:
 
 # ----- the summary -------------------------------------------------------------------------------
 
-def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu) -> dict:
+def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
+              scaled=None) -> dict:
     """The nodes with the largest local errors per route, and the effect of keeping each node
-    (and each module) in binary32 on the whole model's errors."""
+    (and each module) in binary32 on the whole model's errors; for a scaled format
+    (``scaled``), what quantizing the inputs did, and keeping a node means leaving its
+    outputs unquantized."""
     top = {}
     for route in routes:
         local = [r for r in measured if r["attribution"] == LOCAL and r["route"] == route
@@ -488,11 +538,17 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu) 
                        "port": r["port"], "max_ulp": r["max_ulp"], "mean_ulp": r["mean_ulp"]}
                       for r in local[:TOP]]
     summary = {"largest_local": top}
-    if fmt.precision >= formats.get(KEEP_FORMAT).precision:
+    if scaled is not None:
+        summary["scaled_inputs"] = scaled.input_fields(g)
+        summary["keep_note"] = (f"{config.format}: every node computes in {KEEP_FORMAT}; "
+                                f"keeping a node leaves its outputs (values and gradient "
+                                f"contributions) unquantized")
+    elif fmt.precision >= formats.get(KEEP_FORMAT).precision:
         summary["keep_binary32"] = None
         summary["keep_note"] = f"{config.format} is at least as precise as {KEEP_FORMAT}"
         return summary
-    summary["keep_binary32"] = _keep(g, config, xs, dirs, exact, emulated, routes, emu)
+    summary["keep_binary32"] = _keep(g, config, xs, dirs, exact, emulated, routes, emu,
+                                     scaled)
     return summary
 
 
@@ -504,17 +560,20 @@ def _whole(g, routes):
     return [s for s in sites(g, tuple(r for r in routes if r != "tangent")) if s.node < 0]
 
 
-def _errors(g, fmt, traces, exact64, whole) -> dict:
+def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
     """{route: (max |ulp|, mean |ulp|)} of the whole model's values in ``traces`` against
-    binary64 roundings of the exact values."""
+    binary64 roundings of the exact values (``scaled``: in ulps of its element format at
+    their block scale)."""
     acc = {}
     for site in whole:
         for tr, ex in zip(traces, exact64):
             c, e = _get(tr, site), ex.get(site)
             if c is None or e is None:
                 continue
+            shape = np.shape(c)
             c = np.asarray(c, dtype=np.float64).reshape(-1)
-            ulp = np.abs(c - e) / _ulp64(e, fmt)
+            ulp = np.abs(c - e) / _ulp64(e, fmt) if scaled is None else \
+                np.abs(scaled.ulps64(c, e, shape, site.route))
             ulp = ulp[np.isfinite(ulp)]
             acc.setdefault(site.route, []).append(ulp)
     return {r: (float(np.max(np.concatenate(v))) if sum(map(len, v)) else 0.0,
@@ -529,7 +588,7 @@ def _ulp64(e, fmt):
     return np.exp2(exp - (fmt.precision - 1))
 
 
-def _keep(g, config, xs, dirs, exact, emulated, routes, emu) -> list:
+def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None) -> list:
     fmt = emu.fmt
     whole = _whole(g, routes)
     if not whole:
@@ -537,7 +596,7 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu) -> list:
     ref = numerics.reference(64)
     exact64 = [{s: ref.to_float64(np.asarray(_get(tr, s), dtype=object)).reshape(-1)
                 for s in whole if _get(tr, s) is not None} for tr in exact]
-    before = _errors(g, fmt, emulated, exact64, whole)
+    before = _errors(g, fmt, emulated, exact64, whole, scaled)
     wide = numerics.emulated(KEEP_FORMAT, config.mode, config.policy, seed=emu.seed)
     groups = [(g.node_names[k], g.node_modules[k], (k,)) for k, n in enumerate(g.nodes)
               if any(p.kind == "value" for p in n.op.outputs)]
@@ -552,15 +611,16 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu) -> list:
     out = []
     for label, module, ks in groups:
         rule = GraphRule(g, emu)
-        override = dict.fromkeys(ks, wide)
+        override = dict.fromkeys(ks, wide) if scaled is None else None
         try:
             traces = [rule.trace([emu.asarray(a) if _is_float(p) else a
                                   for a, p in zip(x, g.inputs)],
-                                 c if want_grad else None, None, override)
-                      for x, (c, _) in zip(xs, dirs)]
+                                 c if want_grad else None, None, override,
+                                 post=scaled and scaled.hook(g, "emulated", s, ks, False))
+                      for s, (x, (c, _)) in enumerate(zip(xs, dirs))]
         except Exception:                                   # noqa: BLE001
             continue
-        after = _errors(g, fmt, traces, exact64, whole)
+        after = _errors(g, fmt, traces, exact64, whole, scaled)
         for route, (mx, mean) in after.items():
             b = before.get(route, (0.0, 0.0))
             out.append({"keep": label, "module": module, "nodes": len(ks), "route": route,
@@ -568,3 +628,40 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu) -> list:
                         "mean_ulp_before": b[1], "mean_ulp_after": mean})
     out.sort(key=lambda e: (e["route"], e["mean_ulp_after"] - e["mean_ulp_before"]))
     return out
+
+
+# ----- scaled formats ----------------------------------------------------------------------------
+
+# The operators whose inputs' natural axis (draws.SCALE_AXES) is the axis they contract: a
+# graph input takes its blocks from the first of them that reads it.
+PRODUCTS = frozenset(SCALE_AXES) | {"contract", "linear"}
+FP8_ELEMENTS = ("float8_e4m3fn", "float8_e5m2")
+# An exact sum of binary32 values (2**-149 .. 2**128: 24 + 277 bits) with room for 2**19
+# terms: a local cotangent read summing the quantized contributions of several consumers.
+EXACT_SUM_PREC = 320
+B64 = formats.get("binary64")
+
+
+def check(config, fmt=None) -> None:
+    """ModelError (one line) when a model run cannot measure ``config``: an element format
+    that does not fit binary64 or under a recipe policy, a scaled format Scaled refuses.
+    ``fmt``: the format, where ``config.format`` names one of a --formats-file."""
+    fmt = formats.get(config.format) if fmt is None else fmt
+    if isinstance(fmt, formats.ScaledFormat):
+        _scaled(fmt, config, 0)
+        return
+    recipe = numerics.policy.recipe(config.policy)
+    if recipe is not None:
+        raise ModelError(f"policy {config.policy} ({recipe.doc}) quantizes into a scaled "
+                         f"format with FP8 elements; {config.format} is an element format "
+                         f"(give --formats fp8_e4m3_tensor, mxfp8_e4m3...)")
+    if not fmt.fits_binary64:
+        raise ModelError(f"model runs measure formats that fit binary64 ({config.format} "
+                         f"does not)")
+
+
+def _scaled(fmt, config, seed):
+    """The Scaled of a scaled format (reports/model_scaled.py, imported here: it builds on
+    this module)."""
+    from .model_scaled import Scaled
+    return Scaled(fmt, config, seed)

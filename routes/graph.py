@@ -263,10 +263,11 @@ class GraphRule:
     def _node_error(self, k, exc):
         return RouteError(f"graph node {k} ({self.graph.nodes[k].op.name}): {exc}")
 
-    def _sweep(self, inputs, needs_grad, override=None):
+    def _sweep(self, inputs, needs_grad, override=None, post=None):
         """Forward sweep recording the tape: values, needs-grad flags and pullbacks.
         ``override``: {node index: backend} nodes evaluated under another backend, their
-        outputs read back into this one (``asarray``: rounded once into its format)."""
+        outputs read back into this one (``asarray``: rounded once into its format);
+        ``post``: as in ``trace``."""
         g = self.graph
         vals = {Ref(-1, i): x for i, x in enumerate(self._inputs(inputs))}
         active = {Ref(-1, i): bool(f) and p.differentiable
@@ -286,6 +287,9 @@ class GraphRule:
             if xp is not self.xp:
                 outs, pull = self._read_back(node.op.outputs, outs), \
                     self._pull_back(node.op.inputs, pull)
+            if post is not None:
+                outs = _posted(post, "value", k, outs)
+                pull = _posted_pull(post, k, pull)
             for j, (y, p) in enumerate(zip(outs, node.op.outputs)):
                 vals[Ref(k, j)] = y
                 active[Ref(k, j)] = any(flags) and p.differentiable
@@ -343,20 +347,29 @@ class GraphRule:
         """A pullback of another backend whose results are read into this one."""
         return lambda cotangents: self._read_back(ports, pull(cotangents))
 
-    def trace(self, inputs, cotangents=None, tangents=None, override=None) -> "Trace":
+    def trace(self, inputs, cotangents=None, tangents=None, override=None,
+              post=None) -> "Trace":
         """Every value of the sweeps, for measuring a graph node by node: the forward sweep
         (with the reverse sweep from ``cotangents``, one per output or None, when given) and
         the forward-mode sweep from ``tangents`` (one per input or None) when given.
-        ``override``: {node index: backend}, as in ``_sweep`` (the forward-mode sweep too)."""
+        ``override``: {node index: backend}, as in ``_sweep`` (the forward-mode sweep too).
+
+        ``post(kind, node, index, value) -> value``, when given, replaces what each node
+        produces before anything reads or records it: ``"value"`` its output ``index`` (in
+        the forward sweep and again in the forward-mode sweep), ``"contribution"`` its
+        pullback's output for argument ``index`` (None outputs are not passed),
+        ``"tangent"`` its output tangent ``index`` -- a storage format between the nodes (a
+        scaled format's quantizer, reports/model.py).  Without it every value is the
+        backend's own."""
         g = self.graph
         needs = tuple(p.differentiable for p in g.inputs) if cotangents is not None else \
             (False,) * len(g.inputs)
-        vals, active, tape = self._sweep(inputs, needs, override)
+        vals, active, tape = self._sweep(inputs, needs, override, post)
         out = Trace(values=vals)
         if cotangents is not None:
             out.cotangents = self._reverse(active, tape, cotangents, out.contributions)
         if tangents is not None:
-            out.tangents = self._tangents(inputs, tangents, override)[2]
+            out.tangents = self._tangents(inputs, tangents, override, post)[2]
         return out
 
     def backward(self, inputs, cotangents) -> tuple:
@@ -372,8 +385,9 @@ class GraphRule:
         return outs, tuple((tans[r] if r in tans else xp.zeros_like(vals[r]))
                            if p.differentiable else None for r, p in zip(g._outputs, g.outputs))
 
-    def _tangents(self, inputs, tangents, override=None):
-        """The forward-mode sweep: (values, None, {Ref: tangent})."""
+    def _tangents(self, inputs, tangents, override=None, post=None):
+        """The forward-mode sweep: (values, None, {Ref: tangent}); ``post`` as in
+        ``trace``."""
         g, xp = self.graph, self.xp
         xs = self._inputs(inputs)
         vals = {Ref(-1, i): x for i, x in enumerate(xs)}
@@ -393,6 +407,8 @@ class GraphRule:
             if bk is not xp:
                 outs = self._read_back(node.op.outputs, outs)
                 touts = self._read_back(node.op.outputs, touts)
+            if post is not None:
+                outs, touts = _posted(post, "value", k, outs), _posted(post, "tangent", k, touts)
             for j, (y, t) in enumerate(zip(outs, touts)):
                 vals[Ref(k, j)] = y
                 if t is not None:
@@ -401,3 +417,13 @@ class GraphRule:
 
     def jvp(self, inputs, tangents) -> tuple:
         return self.linearize(inputs, tangents)[1]
+
+
+def _posted(post, kind, k, values) -> tuple:
+    """``values`` of node ``k`` through GraphRule.trace's ``post`` (None stays None)."""
+    return tuple(None if v is None else post(kind, k, j, v) for j, v in enumerate(values))
+
+
+def _posted_pull(post, k, pull):
+    """Node ``k``'s pullback whose outputs go through ``post`` as contributions."""
+    return lambda cotangents: _posted(post, "contribution", k, pull(cotangents))

@@ -158,6 +158,33 @@ def test_each_kind_of_regression_fails(capsys, tmp_path, before, after, words):
     assert words in out and "gate: FAIL: 1 regression" in out
 
 
+def scaled_row(**fields) -> dict:
+    """A scaled format's row (reports/draws.py BlockCounts: 8 blocks, 2 elements clipped)."""
+    return row(**{"format": "mxfp8_e4m3", "scheme": "mxfp8_e4m3", "error_unit": "ulp of "
+                  "float8_e4m3fn at the exact value's block scale", "scale_axis": "x:-1; y:-1",
+                  "blocks": 8, "clipped": 2, "zero_blocks": 0, "nan_blocks": 0,
+                  "scale_exponents": [[-8, 8]], "bound": None, "bound_ratio": None,
+                  "violations": None, **fields})
+
+
+@pytest.mark.parametrize("after, words, back", [
+    ({"clipped": 3}, "clipped elements 2 -> 3", "clipped elements 3 -> 2"),
+    ({"nan_blocks": 1, "scale_exponents": [[-8, 7]]}, "NaN blocks 0 -> 1", "NaN blocks 1 -> 0"),
+])
+def test_more_clipping_or_nan_blocks_on_a_scaled_row_fails(capsys, tmp_path, after, words,
+                                                           back):
+    """The same ulps, but a value more clipped or a block more with a NaN scale: the format
+    no longer holds what it held; the reverse is an improvement, and a row without counts
+    (an element format's, null) is not compared on them."""
+    status, out, err = gate_files(capsys, tmp_path, [scaled_row()], [scaled_row(**after)])
+    assert (status, err) == (1, "")
+    assert words in out and "gate: FAIL: 1 regression" in out
+    status, out, _ = gate_files(capsys, tmp_path, [scaled_row(**after)], [scaled_row()])
+    assert status == 0 and "improvements (1)" in out and back in out
+    status, out, _ = gate_files(capsys, tmp_path, [row()], [row(clipped=5, nan_blocks=2)])
+    assert status == 0 and "REGRESSIONS" not in out
+
+
 def test_a_route_missing_now_fails(capsys, tmp_path):
     status, out, _ = gate_files(capsys, tmp_path, [row(), row(route="gradient", port="x")],
                                 [row()])

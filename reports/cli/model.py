@@ -8,8 +8,8 @@ import sys
 from roundoff_coverage import formats
 
 from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
-                     check_jobs, in_range, name_list, path_arg, text_table, user_formats,
-                     writable)
+                     check_jobs, empty_list, in_range, name_list, path_arg, text_table,
+                     user_formats, writable)
 from .gate import check_gate_baseline, gate_after_run
 from .report import check_report_dir, write_report
 from .run import _policies
@@ -71,14 +71,9 @@ def add(sub, shared):
 
 def _selection(args, user):
     from ..model_run import ModelSelection
-    names = set(formats.CATALOG) | set(user)
-    fmts = name_list(args.formats, "format", names, ("bfloat16",), "--formats")
-    for f in fmts:
-        fmt = formats.get(user.get(f, f))
-        if not fmt.fits_binary64:
-            raise UsageError(f"format {f}: model runs measure formats that fit binary64")
     modes = name_list(args.modes, "rounding mode", MODES, ("nearest_even",), "--modes")
     policies = _policies(args.policies) if args.policies else ("fp32_accumulate",)
+    fmts = _formats(args.formats, user, policies)
     routes = name_list(args.routes, "route", ("forward", "tangent", "gradient"),
                        ("forward", "tangent", "gradient"), "--routes")
     impls = name_list(args.implementations, "implementation",
@@ -93,6 +88,41 @@ def _selection(args, user):
                           modes=modes, policies=policies, routes=routes, samples=samples,
                           seed=seed, inputs=args.inputs, implementations=impls,
                           argv=sys.argv[2:])
+
+
+def _formats(text, user, policies) -> tuple:
+    """--formats: catalog (or --formats-file) element formats that fit binary64, and the
+    catalog's scaled formats with their options (``mxfp8_e4m3:rceil``, under their labels;
+    reports/model.py class Scaled), each measurable under every policy."""
+    from ..model import Config, ModelError, check
+    names = set(formats.CATALOG) | set(user)
+    out = []
+    for name in (n.strip() for n in ("bfloat16" if text is None else text).split(",")):
+        base = name.split(":", 1)[0].strip()
+        if not name:
+            continue
+        if base.lower() in formats.SCALED or isinstance(user.get(base), formats.ScaledFormat):
+            fmt = formats.get(name, known=user)             # FormatError: a bad option
+            if fmt.name in user or fmt.name not in formats.SCALED:
+                raise UsageError(f"format {name}: model runs take the catalog's scaled "
+                                 f"formats (with options), not one from --formats-file")
+            label = fmt.label
+        else:
+            label = name_list(name, "format", names, (), "--formats")[0]
+            fmt = formats.get(user.get(label, label))
+            if not fmt.fits_binary64:
+                raise UsageError(f"format {label}: model runs measure formats that fit "
+                                 f"binary64")
+        for policy in policies:
+            try:
+                check(Config(label, "nearest_even", policy), fmt)
+            except ModelError as exc:
+                raise UsageError(str(exc)) from None
+        if label not in out:
+            out.append(label)
+    if not out:
+        raise UsageError(empty_list("--formats", "format"))
+    return tuple(out)
 
 
 def cmd_model(args) -> int:
@@ -169,8 +199,9 @@ def summary_text(graph, outcome) -> str:
         keep = s.get("keep_binary32")
         if keep:
             best = sorted(keep, key=lambda e: e["mean_ulp_after"] - e["mean_ulp_before"])[:5]
-            parts.append(f"{key}: keeping one node or module in binary32 (mean ulp of the "
-                         f"whole model, before -> after):\n" + text_table(
+            note = f" ({s['keep_note']})" if s.get("keep_note") else ""   # scaled formats
+            parts.append(f"{key}: keeping one node or module in binary32{note} (mean ulp of "
+                         f"the whole model, before -> after):\n" + text_table(
                              ["keep", "route", "before", "after"],
                              [[e["keep"], e["route"], _num(e["mean_ulp_before"]),
                                _num(e["mean_ulp_after"])] for e in best], numeric=(2, 3)))
