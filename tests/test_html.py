@@ -22,7 +22,7 @@ import pytest
 
 from roundoff_coverage.reports import html, runner
 from roundoff_coverage.reports.cli import main
-from roundoff_coverage.reports.html import model, palette, snippet
+from roundoff_coverage.reports.html import markup, model, palette, snippet
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import cdp  # noqa: E402
@@ -373,3 +373,27 @@ def test_a_results_file_without_kinds_renders_the_whole_range_with_a_note(browse
                              ".slice(0, 10).map(td => td.getAttribute('data-v'))")
     assert [float(v) for v in shown] == _values(doc, "max_ulp", True)[:10]
     assert browser.errors == []
+
+
+def test_implementations_stand_side_by_side_on_the_operator_page(tmp_path):
+    # Two implementations of one route and format: one line each with the numbers of its
+    # row in the results file (the oracle), linking to the row; one implementation: none.
+    path = tmp_path / "two.json"
+    runner.run(runner.Selection(ops=("exp",), formats=("bfloat16",), draws=1,
+                                implementations=("emulated", "native")), str(path), jobs=1,
+               progress=False)
+    out = tmp_path / "r"
+    html.build(str(path), str(out))
+    page = (out / "ops" / "exp.html").read_text()
+    assert page.count("Implementations side by side") == 3          # one per route
+    fwd = [r for r in _doc(path)["rows"] if r["route"] == "forward"]
+    assert {r["implementation"] for r in fwd} == {"emulated", "native"}
+    section = page.split("forward in bfloat16")[1].split("</table>")[0]
+    for r in fwd:
+        assert f">{r['implementation']}</a>" in section
+        assert markup.ulp(r["max_ulp"]) in section
+    one = tmp_path / "one.json"
+    runner.run(runner.Selection(ops=("neg",), formats=("bfloat16",), draws=1), str(one),
+               jobs=1, progress=False)
+    html.build(str(one), str(tmp_path / "one"))
+    assert "side by side" not in (tmp_path / "one" / "ops" / "neg.html").read_text()

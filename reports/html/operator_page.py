@@ -46,11 +46,31 @@ def page_body(report: model.Report, op: str, rows: list) -> str:
                 continue
             parts.append(f'<section class="fmt" id="{esc(cell_anchor(route, fmt))}">'
                          f"<h3>{esc(route)} in {esc(fmt)}</h3>")
+            parts.append(_side_by_side(block))
             parts += [_safe_row(report, r) for r in block]
             parts.append("</section>")
         parts.append("</section>")
     parts.append("</main>")
     return "".join(parts)
+
+
+def _side_by_side(block) -> str:
+    """The implementations of one route and format side by side (one line each, linking to
+    its row below), when more than one measured it."""
+    if len({r.implementation for r in block}) < 2:
+        return ""
+    lines = [[esc(r.instance or r.attrs_text or "default"),
+              f'<a href="#r{r.index}">{esc(r.implementation)}</a>', esc(r.device),
+              esc(r.port), esc(r.mode), esc(r.policy), esc(r.status), ulp(r.max_ulp),
+              ulp(r.p99_ulp), ulp(r.mean_ulp), ratio(r.bound_ratio)]
+             for r in sorted(block, key=lambda r: (r.instance or r.attrs_text or "",
+                                                   str(r.port), r.mode, r.implementation,
+                                                   r.policy))]
+    return ('<p class="note">Implementations side by side, against the same exact values '
+            '(each links to its row):</p>' + table(
+                ["instance", "implementation", "device", "port", "mode", "policy", "status",
+                 "max ulp",
+                 "p99 ulp", "mean ulp", "bound ratio"], lines, "side"))
 
 
 def _declaration(table, op: str) -> str:
