@@ -247,9 +247,8 @@ class Backend:
                         inner.add(run, inner.multiply(x[..., j], y[..., j]))
                 run = acc.to_storage(run, inner)
                 total = run if total is None else acc.add(total, run)
-            if total is None:
-                total = acc.to_storage(self.multiply(a[..., :0].sum(-1), b[..., :0].sum(-1)),
-                                       self)
+            if total is None:                  # an empty inner dimension: the empty sum, +0
+                total = acc.asarray(np.zeros(a.shape[:-1]))
             return self.to_storage(total, acc)
         return self.to_storage(self._fixed_point_dot(a, b, acc), acc)
 

@@ -39,6 +39,18 @@ def _svg(width, height, title, body, cls="") -> str:
             f"<title>{esc(title)}</title>{body}</svg>")
 
 
+def _count_gridlines(w, h, left, bottom, top, peak) -> list:
+    """Horizontal gridlines of a count axis on the log10(1 + count) scale whose top is
+    ``peak``: at 1, 10, 100, ... (SVG elements, one per line)."""
+    out = []
+    for dec in range(0, math.floor(peak) + 1):
+        y = h - bottom - (h - bottom - top) * math.log10(1 + 10 ** dec) / peak
+        out.append(f'<line x1="{left}" x2="{w - 6}" y1="{y:.1f}" y2="{y:.1f}" '
+                   f'stroke="#ddd"/><text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" '
+                   f'class="tick">{10 ** dec}</text>')
+    return out
+
+
 def _pow2(k: int) -> str:
     return f"2<tspan dy='-5' font-size='8'>{k}</tspan>" if k not in (0, 1) else str(2 ** k)
 
@@ -176,12 +188,7 @@ def histogram(counts, edges) -> str:
     w, h, left, bottom, top = 360, 150, 40, 34, 8
     bw = (w - left - 6) / len(counts)
     peak = math.log10(1 + max(counts))
-    out = []
-    for dec in range(0, math.floor(peak) + 1):      # gridlines at 1, 10, 100 samples
-        y = h - bottom - (h - bottom - top) * math.log10(1 + 10 ** dec) / peak
-        out.append(f'<line x1="{left}" x2="{w - 6}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="#ddd"/><text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" '
-                   f'class="tick">{10 ** dec}</text>')
+    out = _count_gridlines(w, h, left, bottom, top, peak)      # 1, 10, 100 samples
     for i, c in enumerate(counts):
         if not c:                                    # an empty bin draws nothing
             continue
@@ -402,12 +409,7 @@ def scale_spread(points, what: str) -> str:
     bw = (w - left - 6) / span
     peak = math.log10(1 + max(p[1] for p in points)) or 1.0
     total = sum(p[1] for p in points)
-    out = []
-    for dec in range(0, math.floor(peak) + 1):      # gridlines at 1, 10, 100 blocks
-        y = h - bottom - (h - bottom - top) * math.log10(1 + 10 ** dec) / peak
-        out.append(f'<line x1="{left}" x2="{w - 6}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="#ddd"/><text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" '
-                   f'class="tick">{10 ** dec}</text>')
+    out = _count_gridlines(w, h, left, bottom, top, peak)      # 1, 10, 100 blocks
     for k, n in points:
         if not n:
             continue
