@@ -227,7 +227,9 @@ class Site:
 
 def sites(graph, routes) -> list:
     """Every quantity a model run measures, node by node in execution order, the whole
-    model's outputs and input gradients first."""
+    model's outputs and input gradients first.  On the gradient route a node has the
+    cotangent its output receives (port ``d<output>``, the sum of its consumers'
+    contributions: propagated only) and its pullback's output for each argument."""
     out = []
     for j, (ref, port) in enumerate(zip(graph.output_refs, graph.outputs)):
         if port.kind != "value":
@@ -250,6 +252,8 @@ def sites(graph, routes) -> list:
                 out.append(Site("forward", k, name, "values", Ref(k, j)))
             if "tangent" in routes:
                 out.append(Site("tangent", k, name, "tangents", Ref(k, j)))
+            if "gradient" in routes:          # the cotangent the node's output receives
+                out.append(Site("gradient", k, f"d{name}", "cotangents", Ref(k, j)))
         if "gradient" in routes:
             for i, (name, port) in enumerate(zip(op.input_names, op.inputs)):
                 if port.kind == "value":
@@ -499,7 +503,7 @@ def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, targ
                                         attribution=PROPAGATED))
             continue
         for site in sites(g, tuple(r for r in routes if r != "tangent")):
-            if site.node >= 0 and (site.where != "values" or impl != "torch"):
+            if site.node >= 0 and (site.where == "contributions" or impl != "torch"):
                 continue                  # compiled kernels keep no node values
             row = _row(g, config, fmt, site, PROPAGATED, traces, exact, prec,
                        implementation=impl, policy=model_torch.POLICY)

@@ -5,9 +5,9 @@
   float16, float32, float64), its parameters and arguments set to the sample's values (the
   same format values the emulated run reads), exported and decomposed exactly as
   routes.from_torch captures it, then run node by node by an ``fx.Interpreter`` (the aten
-  kernels eager mode calls), recording every node's value: a graph node whose name is the
-  FX node's (the node of the translation that gives the aten result) is measured against
-  its exact value.  The whole model's outputs and the gradients of its arguments and
+  kernels eager mode calls), recording every node's value and, from autograd, the
+  cotangent its output receives: a graph node whose name is the FX node's (the node of the
+  translation that gives the aten result) is measured against its exact values.  The whole model's outputs and the gradients of its arguments and
   parameters come from the module itself with autograd, the cotangents those of the
   emulated run.
 - ``torch_compile``: ``torch.compile`` of the model (inductor; on CPU it needs a C
@@ -82,7 +82,7 @@ def traces(impl, target, graph, config, xs, cots, want_grad) -> list:
                     params[name].copy_(_tensor(torch, v, dtype))
         tr = Trace(values={})
         if impl == "torch":
-            _node_values(torch, m, targs, graph, tr)
+            _node_values(torch, m, targs, graph, tr, c if want_grad else None)
         run = torch.compile(m) if impl == "torch_compile" else m
         if want_grad:
             for t in targs:
@@ -115,10 +115,11 @@ def _array(t) -> np.ndarray:
     return (t.double() if t.is_floating_point() else t).numpy()
 
 
-def _node_values(torch, model, targs, graph, tr) -> None:
-    """Every graph node's value as eager torch computes it: the model exported and
-    decomposed as routes.from_torch does, run by an fx Interpreter; nodes matched by name
-    and shape."""
+def _node_values(torch, model, targs, graph, tr, cots=None) -> None:
+    """Every graph node's value as eager torch computes it, and with ``cots`` (output
+    cotangents) the cotangent its output receives from autograd: the model exported and
+    decomposed as routes.from_torch does, run by an fx Interpreter keeping each node's
+    tensor (``retain_grad``); nodes matched by name and shape."""
     from roundoff_coverage.routes.frontends.aten import TABLE
     ep = torch.export.export(model, tuple(targs))
     table = torch.export.default_decompositions()
@@ -131,18 +132,28 @@ def _node_values(torch, model, targs, graph, tr) -> None:
     class Recorder(torch.fx.Interpreter):
         def run_node(self, n):
             value = super().run_node(n)
-            if isinstance(value, torch.Tensor):
-                seen[n.name] = value
-            elif isinstance(value, (tuple, list)) and value and \
-                    isinstance(value[0], torch.Tensor):
-                seen[n.name] = value[0]
+            first = value[0] if isinstance(value, (tuple, list)) and value else value
+            if isinstance(first, torch.Tensor):
+                seen[n.name] = first
+                if first.requires_grad:
+                    first.retain_grad()
             return value
 
-    with torch.no_grad():
-        Recorder(ep.module()).run(*targs)
+    leaves = [t.detach().requires_grad_(cots is not None and t.is_floating_point())
+              for t in targs]
+    with torch.set_grad_enabled(cots is not None):
+        outs = Recorder(ep.module()).run(*leaves)
+    if cots is not None:
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        pairs = [(o, torch.as_tensor(np.asarray(ct), dtype=o.dtype))
+                 for o, ct in zip(outs, cots) if ct is not None and o.requires_grad]
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [ct for _, ct in pairs])
     for k, (name, node) in enumerate(zip(graph.node_names, graph.nodes)):
         v = seen.get(name)
         port = node.op.outputs[0]
         if v is not None and v.is_floating_point() and port.kind == "value" and \
                 tuple(v.shape) == tuple(port.shape):
             tr.values[Ref(k, 0)] = _array(v)
+            if v.grad is not None:
+                tr.cotangents[Ref(k, 0)] = _array(v.grad)

@@ -251,13 +251,17 @@ def test_torch_runs_the_model_beside_the_emulated_run(captured, tmp_path):
     torch = pytest.importorskip("torch")
     d, _ = captured
     done = _cli("model", "net.py:make", "--out", str(tmp_path / "t.json"), "--samples", "1",
-                "--routes", "forward", "--implementations", "torch,torch_compile", "--quiet",
-                cwd=d)
+                "--routes", "forward,gradient", "--implementations", "torch,torch_compile",
+                "--quiet", cwd=d)
     assert done.returncode == 0, done.stderr
     rows = json.loads((tmp_path / "t.json").read_text())["rows"]
     eager = [r for r in rows if r["implementation"] == "torch"]
     assert {r["node"] for r in eager} >= {"linear", "relu", "linear_1", "softmax",
-                                          "output:out0"}
+                                          "output:out0", "input:l1.weight"}
+    # every node's output cotangent from autograd, beside the emulated one
+    assert {r["node"] for r in eager if r["port"] == "dy"} >= {"linear", "relu", "linear_1"}
+    assert {r["node"] for r in rows if r["port"] == "dy" and r["implementation"] ==
+            "emulated"} >= {"linear", "relu", "linear_1", "softmax"}
     assert all(r["policy"] == "torch" and r["status"] == "ok" for r in eager)
     compiled = [r for r in rows if r["implementation"] == "torch_compile"]
     assert compiled and all(r["node_index"] is None for r in compiled)
@@ -273,5 +277,6 @@ def test_torch_runs_the_model_beside_the_emulated_run(captured, tmp_path):
     e = np.abs(ref.numpy())
     ulp = np.exp2(np.floor(np.log2(np.maximum(e, 2.0 ** -126))) - 7)
     want = float(np.max(np.abs(got.detach().numpy() - ref.numpy()) / ulp))
-    r = next(x for x in rows if x["node"] == "output:out0" and x["implementation"] == "torch")
+    r = next(x for x in rows if x["node"] == "output:out0" and x["implementation"] == "torch"
+             and x["route"] == "forward")
     assert r["max_ulp"] == pytest.approx(want, rel=1e-6, abs=1e-9)
