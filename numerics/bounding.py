@@ -23,7 +23,8 @@ rounds an endpoint to inf (unbounded), or NaN in fn/fnuz formats; saturating for
 max_finite, which is what the emulated backend computes.  A policy's compute format rounds
 twice (compute, then storage: a composition of monotone roundings); reductions, dot and
 matmul are the base class's, so the policy's order, accumulation format and FMA are
-followed step by step.
+followed step by step; Policy.fixed_point's aligned blocks are enclosed block by block
+(``_aligned_block``: each term truncated by less than the largest possible quantum).
 
 Interval arithmetic in binary64 (Moore, Kearfott, Cloud 2009, "Introduction to Interval
 Analysis", ch. 2-5): + and - use the error-free TwoSum (Knuth; Higham 2002, alg. 4.4) to
@@ -163,6 +164,72 @@ def _sqrt(a):
 
 def _fma(a, b, c):
     return _add(_mul(a, b), c)
+
+
+def _exact_product(x, y):
+    """Whether binary64 holds x * y exactly: a zero factor, or odd significands of w_x and
+    w_y bits with w_x + w_y <= 53 whose lowest bits multiply to at least 2**-1074, and no
+    overflow (the products of format values of <= 26 bits: Backend._fixed_point_dot)."""
+    def parts(v):                         # v = odd M * 2**low, M of width bits (v != 0)
+        m, e = np.frexp(np.where(np.isfinite(v) & (v != 0), v, 1.0))
+        big = np.abs(np.ldexp(m, 53)).astype(np.int64)          # in [2**52, 2**53)
+        zeros = np.frexp((big & -big).astype(np.float64))[1] - 1
+        return 53 - zeros, e - 53 + zeros
+    (wx, lx), (wy, ly) = parts(x), parts(y)
+    fits = (wx + wy <= 53) & (lx + ly >= -1074) & np.isfinite(x * y)
+    return (x == 0) | (y == 0) | fits
+
+
+def _product(a, b):
+    """_mul, leaving the corner products binary64 holds exactly (_exact_product) as they
+    are: products of format values stay points."""
+    pairs = [(a[i], b[j]) for i in (0, 1) for j in (0, 1)]
+    return _hull([x * y for x, y in pairs], [_exact_product(x, y) for x, y in pairs])
+
+
+def _quantum(m, bits):
+    """2**max(floor(log2 m) - bits, -1074); 2**-1074 where m = 0, NaN where m is not finite
+    (Backend._fixed_point_dot's quantum for the largest magnitude m)."""
+    ok = np.isfinite(m) & (m > 0)
+    e = np.frexp(np.where(ok, m, 1.0))[1] - 1
+    q = np.where(ok, np.ldexp(1.0, np.maximum(e - bits, -1074)), 2.0 ** -1074)
+    return np.where(np.isfinite(m), q, np.nan)
+
+
+def _trunc_to(t, q):
+    """t truncated toward zero to a multiple of the power of two q, exactly: t / q is exact,
+    and where |t| >= 2**52 q, t is a multiple of q already."""
+    return np.where(np.abs(t) >= q * 2.0 ** 52, t, np.trunc(t / q) * q)
+
+
+def _aligned_block(lo, hi, bits):
+    """(lo, hi) enclosing every sum of one fixed_point block (Backend._fixed_point_dot): the
+    terms t_j in [lo[..., j], hi[..., j]] (the running sum, then the block's products), each
+    truncated toward zero to a multiple of q = 2**(e - bits), e = floor(log2 max_j |t_j|),
+    summed exactly (the alignment of NVIDIA tensor cores: Fasi, Higham, Mikaitis, Pranesh,
+    "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021; about 14 bits kept on FP8
+    tensor cores: DeepSeek-V3 technical report, 2024, sec. 3.3.2).
+
+    Derivation.  mig_j <= |t_j| <= mag_j (the least and largest |t| over [lo_j, hi_j]) and
+    floor(log2) is monotone, so qmin <= q <= Q with Q = _quantum(max_j mag_j), qmin =
+    _quantum(max_j mig_j): powers of two (the model's quantum stops at 2**-1074 too), each
+    dividing the larger.  trunc_q is nondecreasing, and a coarser quantum truncates further
+    toward zero: for t >= 0, trunc_Q(t) <= trunc_q(t) <= trunc_qmin(t) <= t, mirrored for
+    t <= 0.  So trunc_q(t_j) lies in [lo_j >= 0 ? trunc_Q(lo_j) : trunc_qmin(lo_j),
+    hi_j >= 0 ? trunc_qmin(hi_j) : trunc_Q(hi_j)]; as |t - trunc_Q(t)| < Q, the block's sum
+    lies at most (terms) * Q below or above the interval sum of the untruncated terms, and
+    is the model's exact sum where the terms are points.  Sums outward rounded; a NaN or
+    infinite end leaves a non-finite sum (poisoned by ``pack``)."""
+    mag = np.maximum(np.abs(lo), np.abs(hi))
+    mig = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
+    big_q = _quantum(np.max(mag, axis=-1), bits)[..., None]
+    small_q = _quantum(np.max(mig, axis=-1), bits)[..., None]
+    low = np.where(lo >= 0, _trunc_to(lo, big_q), _trunc_to(lo, small_q))
+    high = np.where(hi >= 0, _trunc_to(hi, small_q), _trunc_to(hi, big_q))
+    slo, shi = low[..., 0], high[..., 0]
+    for j in range(1, lo.shape[-1]):
+        slo, shi = _sum_down(slo, low[..., j]), _sum_up(shi, high[..., j])
+    return slo, shi
 
 
 # ----- transcendental primitives: trusted libm values, widened -------------------------------
@@ -359,6 +426,18 @@ for _name in _MONOTONE:
     _ROUNDED[_name] = (lambda n: lambda a: _monotone(n, a))(_name)
 
 
+def interval(name: str, *boxes) -> tuple:
+    """(lo, hi): the range of primitive ``name`` (numerics.primitives) over the argument
+    boxes, each a (lo, hi) pair of float64 arrays (broadcast), outward rounded in binary64:
+    the function the bounding backend applies to each of its intervals (the module
+    docstring).  A NaN end means unknown (a box outside the domain, a pole, a divisor box
+    holding 0)."""
+    f = _EXACT[name] if name in EXACT_PRIMITIVES else _ROUNDED[name]
+    with np.errstate(all="ignore"):
+        return f(*[(np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64))
+                   for lo, hi in boxes])
+
+
 # ----- comparisons: when is a decision certain for every pair of values -----------------------
 
 def _certain(name, alo, ahi, blo, bhi):
@@ -375,6 +454,13 @@ def _certain(name, alo, ahi, blo, bhi):
     same = (alo == ahi) & (blo == bhi) & (alo == blo)
     apart = (ahi < blo) | (alo > bhi)
     return (same, apart) if name == "equal" else (apart, same)
+
+
+def decided(name, alo, ahi, blo, bhi) -> tuple:
+    """(always, never) of the comparison ``name`` (less, less_equal, greater,
+    greater_equal, equal, not_equal) between every a in [alo, ahi] and b in [blo, bhi]:
+    it holds for every pair / for none; both False where an end is NaN."""
+    return _certain(name, alo, ahi, blo, bhi)
 
 
 class BoundingBackend(Backend):
@@ -520,6 +606,31 @@ class BoundingBackend(Backend):
         if source is self or source.fmt == self.fmt:
             return a
         return self.cast(a, self.fmt)
+
+    def _fixed_point_dot(self, a, b, acc):
+        """Policy.fixed_point (Backend._fixed_point_dot) on enclosures, in ``acc``'s numbers:
+        E the exact dot product of the E operands; C every value of the model on operands in
+        C: products (exact in the model; enclosed, points where binary64 holds them), per
+        block the hull of the aligned, truncated sum (_aligned_block) with the running sum
+        as a term, rounded into ``acc`` (a monotone rounding: the module docstring)."""
+        p = self.policy
+        if 2 * self.fmt.precision > 53:
+            raise ValueError(f"{self.name}: fixed_point needs products exact in binary64 "
+                             f"(storage precision at most 26 bits; got {self.fmt.label})")
+        a, b = np.broadcast_arrays(self._as(a), self._as(b))
+        with np.errstate(all="ignore"):
+            plo, phi = _product((a["clo"], a["chi"]), (b["clo"], b["chi"]))
+            qlo, qhi = _product((a["elo"], a["ehi"]), (b["elo"], b["ehi"]))
+            clo = chi = elo = ehi = np.zeros(a.shape[:-1])
+            for j in range(a.shape[-1]):
+                elo, ehi = _sum_down(elo, qlo[..., j]), _sum_up(ehi, qhi[..., j])
+            for i in range(0, a.shape[-1], p.block):
+                clo, chi = _aligned_block(
+                    np.concatenate([clo[..., None], plo[..., i:i + p.block]], axis=-1),
+                    np.concatenate([chi[..., None], phi[..., i:i + p.block]], axis=-1),
+                    p.fixed_point)
+                clo, chi = acc._round(clo, chi, acc.fmt)
+        return self.pack(clo, chi, elo, ehi)
 
     # ----- comparisons and predicates --------------------------------------------------------
     def _compare(self, name, a, b):
