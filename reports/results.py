@@ -274,7 +274,21 @@ def field_problems(row) -> list:
     if values.get("mean_bits", 0.0) > values.get("max_bits", math.inf):
         out.append(("mean_bits", f"mean_bits {_shown(row['mean_bits'])} exceeds max_bits "
                                  f"{_shown(row['max_bits'])}: it must be <= max_bits"))
-    return out + _kind_field_problems(row)
+    return out + _kind_field_problems(row) + _box_problems(row)
+
+
+def _box_problems(row) -> list:
+    """field_problems of ``box`` (roundoff-coverage bound): null, or [low, high], two finite
+    numbers with low <= high."""
+    v = row.get("box")
+    if v is None:
+        return []
+    ends = [number(x) for x in v] if isinstance(v, list) and len(v) == 2 else None
+    if ends is None or any(e is None or not math.isfinite(e) for e in ends) \
+            or ends[0] > ends[1]:
+        return [("box", f"box must be [low, high], two finite numbers with low <= high, or "
+                        f"null (got {_shown(v)})")]
+    return []
 
 
 def _kind_field_problems(row) -> list:

@@ -94,6 +94,12 @@ FIELDS = (
     Field("interval_bound", ULP, "ulp", "the rigorous per-sample bound, largest"),
     Field("interval_bound_ratio", RATIO, doc="the largest measured / rigorous bound"),
     Field("interval_unbounded", COUNT, doc="samples the rigorous bound does not cover"),
+    # roundoff-coverage bound (reports/bound.py, routes.bounds.domain): a bound over a box.
+    Field("domain_bound", ULP, "ulp", "the bound over every input in the box "
+          "(routes.bounds.domain: max |computed - exact| / ulp at the least |exact| of each "
+          "piece), largest over the port's elements; inf where none holds"),
+    Field("box", NESTED, doc="the input box of domain_bound: [low, high] of every value "
+          "input, shrunk to the format's values"),
     Field("exceptional", NESTED, doc="counts of exceptional outcomes by class", default=dict),
     Field("flags", NESTED, doc="the IEEE flags the route raised (emulated)"),
     Field("unmeasured", COUNT, doc="samples whose error is not a number", default=0),

@@ -20,19 +20,23 @@ def test_ops_lists_every_registered_operator(capsys):
     assert status == 0 and err == ""
     header, rows = table(out)
     assert header == ["name", "family", "needs", "inputs", "outputs", "cuda",
-                      "certificates"]
+                      "certificates", "bounds"]
     assert list(rows) == list(routes.names())
     assert rows["clamp"]["inputs"] == "x:value[3],lo:frozen[],hi:frozen[]"
     assert rows["clamp"] == {**rows["clamp"], "family": "extrema", "needs": "-",
                              "outputs": "y:value[3]", "cuda": "yes"}
     assert rows["exp"]["certificates"] == "algebraic,derivative,prepared,roundoff"
+    # The Bounds column computed from routes.bounds's arms, in the spec's cells.
+    assert rows["add"]["bounds"] == "checker,IBP,CROWN;enclosure"
+    assert rows["softmax"]["bounds"] == "IBP;enclosure"
+    assert rows["argmax"]["bounds"] == "none"
     assert f"{len(rows)} of the spec's 154 operators are registered" in out
 
 
 def test_ops_name_shows_attributes_ports_and_notes(capsys):
     status, out, _ = run(capsys, "ops", "max")
     assert status == 0
-    assert out.startswith("max: family extrema; rule needs -; cuda yes")
+    assert out.startswith("max: family extrema; rule needs -; cuda yes; bounds IBP")
     assert "  element: enum, default 'scalar'" in out
     assert "  inputs:  x:value[3],y:value[3]" in out
     assert "each operand takes half" in out

@@ -11,8 +11,12 @@ def add(sub, shared):
                        description="Without NAME: every registered operator with its family, "
                                    "the capability its rule needs, its ports at the default "
                                    "attributes, whether a CUDA kernel serves it (computed "
-                                   "from the kernel table) and its certificate kinds.  With NAME: that operator in detail.  With --certs "
-                                   "NAME: its certificates and the checks that back them.")
+                                   "from the kernel table), its certificate kinds and its "
+                                   "bound propagations (computed from the arms of "
+                                   "routes.bounds: checker, IBP, CROWN; enclosure where an "
+                                   "enclosure certificate is registered).  With NAME: that "
+                                   "operator in detail.  With --certs NAME: its certificates "
+                                   "and the checks that back them.")
     p.add_argument("name", nargs="?", metavar="NAME", help="an operator name (spec spelling)")
     p.add_argument("--certs", metavar="NAME", help="list the certificates of operator NAME")
     p.set_defaults(handler=cmd_ops)
@@ -47,25 +51,35 @@ def cmd_ops(args) -> int:
         print("\n".join(_op_detail(_operator(args.name))))
         return EXIT_OK
     rows = []
-    cuda = _cuda_column()
+    computed = _computed()
     for name in routes.names():
         o = routes.op(name)
         kinds = sorted({c.kind for c in routes.certificates(name)})
+        row = computed.get(name)
         rows.append([name, o.family, _need(o), _ports(o.input_names, o.inputs),
-                     _ports(o.output_names, o.outputs), cuda.get(name, "-"),
-                     ",".join(kinds) or "none"])
-    print(text_table(("name", "family", "needs", "inputs", "outputs", "cuda", "certificates"),
-                     rows))
+                     _ports(o.output_names, o.outputs), row.cuda_entry if row else "-",
+                     ",".join(kinds) or "none", _bounds_cell(row)])
+    print(text_table(("name", "family", "needs", "inputs", "outputs", "cuda", "certificates",
+                      "bounds"), rows))
     print(f"\n{len(rows)} of the spec's {len(VOCABULARY)} operators are registered; ports at "
           f"the default attributes; cuda: a kernel at every attribute, at some, or none "
-          f"(computed from the kernel table)")
+          f"(computed from the kernel table); bounds: the propagations with an arm "
+          f"(checker, IBP, CROWN) and enclosure certificates (computed from routes.bounds)")
     return EXIT_OK
 
 
-def _cuda_column() -> dict:
-    """{operator: its CUDA cell} computed from the kernel table (kernels.table.vocabulary)."""
+def _computed() -> dict:
+    """{operator: its row of the vocabulary computed from the code} (kernels.table.vocabulary:
+    the CUDA column from the kernel table, the Bounds column from routes.bounds's arms)."""
     from roundoff_coverage.kernels import table
-    return {r.operator: r.cuda_entry for r in table.vocabulary()}
+    return {r.operator: r for r in table.vocabulary()}
+
+
+def _bounds_cell(row) -> str:
+    """The Bounds cell as one word (``checker,IBP,CROWN;enclosure``, ``IBP``, ``none``)."""
+    if row is None:
+        return "-"
+    return row.bound_propagations.replace(", ", ",").replace("; ", ";")
 
 
 def _need(o) -> str:
@@ -82,8 +96,9 @@ def _op_detail(decl) -> list[str]:
     """Lines describing one operator at its default attributes."""
     from roundoff_coverage import routes
     o = routes.op(decl.name)
+    row = _computed().get(decl.name)
     lines = [f"{decl.name}: family {decl.family}; rule needs {_need(o)}; cuda "
-             f"{_cuda_column().get(decl.name, '-')}", "attributes:"]
+             f"{row.cuda_entry if row else '-'}; bounds {_bounds_cell(row)}", "attributes:"]
     lines += [f"  {at.name}: {at.wire}, default {at.to_field(at.default)[1]!r}"
               + (f" ({at.doc})" if at.doc else "") for at in decl.attributes] or ["  none"]
     lines += ["ports at the default attributes:",

@@ -9,7 +9,12 @@ the certificate checker, each with arms keyed by the spec's operator names.
   by the forward pass, the sweep ending at ``ENDS``;
 - ``check_bound(op, lows, highs, claimed_lows, claimed_highs)`` and ``bound_problem(...)``
   (routes.bounds.checker): a claimed output box checked against the operator's real
-  values; arms in ``CHECKER``.
+  values; arms in ``CHECKER``;
+- ``domain_bound(op, lows, highs, fmt, mode, policy, route, budget, ...) -> DomainBound``
+  (routes.bounds.domain): roundoff over a domain, a bound in ulps on the error of a route
+  under a format, mode and policy at every format-valued input in the boxes, the box
+  bisected into at most ``budget`` pieces (routes.bounds.tracking: enclosures of the exact
+  value, the computed value and their difference).
 
 Boxes: one float64 array per port for each end (routes.bounds.boxes), the exact array as
 both ends at an index, bool or integer port.  Importing the package registers the
@@ -23,6 +28,7 @@ from __future__ import annotations
 from .. import certs
 from .checker import CHECKER, bound_problem, check_bound
 from .crown import CROWN_ARMS, ENDS, crown
+from .domain import DomainBound, domain_bound
 from .ibp import IBP_ARMS, ibp
 
 PROPAGATION_ARMS = {"checker": CHECKER, "IBP": frozenset(IBP_ARMS), "CROWN": CROWN_ARMS}
@@ -42,5 +48,6 @@ for _name in ENCLOSURES:
         "the IBP arm's boxes enclose the real forward value at every input of the input "
         "boxes, outward rounded in binary64 (routes.bounds)"),))
 
-__all__ = ["CHECKER", "CROWN_ARMS", "ENCLOSURES", "ENDS", "IBP_ARMS", "PROPAGATION_ARMS",
-           "bound_problem", "check_bound", "crown", "has_arm", "ibp"]
+__all__ = ["CHECKER", "CROWN_ARMS", "DomainBound", "ENCLOSURES", "ENDS", "IBP_ARMS",
+           "PROPAGATION_ARMS", "bound_problem", "check_bound", "crown", "domain_bound",
+           "has_arm", "ibp"]
