@@ -24,13 +24,15 @@ Public names (shared/ARCHITECTURE.md):
   (interval boxes of every output, outward rounded), ``crown(op_or_graph, lows, highs)``
   (CROWN's backward sweep, never looser than IBP), ``check_bound(op, lows, highs,
   claimed_lows, claimed_highs)`` (a claimed output box against the operator's real values;
-  RouteError with a one-line reason) and ``bound_problem(...)`` (that reason, or None).
+  RouteError with a one-line reason) and ``bound_problem(...)`` (that reason, or None);
+  ``domain_bound(op, lows, highs, fmt, ...)``: a route's roundoff over an input box
+  (routes.bounds.domain).
 """
 
 from . import apriori, families  # noqa: F401  (families registers every operator)
 from . import ports
 from .artifact import graph_hash, load_graph
-from .bounds import bound_problem, check_bound, crown, ibp
+from .bounds import bound_problem, check_bound, crown, domain_bound, ibp
 from .certs import Certificate, certificates
 from .codec import VERSION, attributes_text, decode, encode
 from .errors import DecodeError, RouteError
@@ -45,6 +47,6 @@ from .session import Session
 
 __all__ = ["CaptureError", "Certificate", "DecodeError", "Graph", "Op", "Port", "Ref",
            "RouteError", "Rule", "Session", "VERSION", "attributes_text", "bound_problem",
-           "certificates", "check_bound", "crown", "declaration", "decode", "encode",
-           "from_jax", "from_torch", "graph_hash", "ibp", "invoke", "invoke_prepared",
-           "load_graph", "names", "op", "ports"]
+           "certificates", "check_bound", "crown", "declaration", "decode", "domain_bound",
+           "encode", "from_jax", "from_torch", "graph_hash", "ibp", "invoke",
+           "invoke_prepared", "load_graph", "names", "op", "ports"]
