@@ -37,6 +37,7 @@ import numpy as np
 
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.metrics import clamp_exact
+from roundoff_coverage.routes import bounds as routes_bounds
 
 from . import implementations
 from .draws import (Draws, axis_text, draw, element_scales, quantize_draws, quantize_port,
@@ -184,8 +185,57 @@ def _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized=Non
             measured = _rows(task, d, fmt, impl.numbers, route, got[route], exact[route],
                              max(precs), b)
         impl.annotate(route, measured)
+        if route == "forward" and task.domain_bounds:
+            with timer("bounds"):
+                _domain_bounds(task, d, fmt, measured)
         rows += measured
     return rows
+
+
+DOMAIN_BUDGET = 16          # pieces of the box per element (run --domain-bounds)
+
+
+def _domain_bounds(task, d, fmt, rows) -> None:
+    """``domain_bound`` and ``box`` of the emulated forward rows: the bound of the route's
+    roundoff (routes.bounds.domain_bound) over the box of the task's ordinary draws -- entry
+    by entry the least and the largest drawn value (for an elementwise operator, whose
+    draws are batched into one instance, the least and largest of every element), the other
+    inputs fixed where every ordinary draw holds the same array.  The rows' ordinary errors
+    lie inside this box, so their max_ulp there cannot exceed the bound (reports/evaluate's
+    test).  Nothing is added where there is no ordinary draw, a non-value input varies, or
+    the bound cannot be computed (the row's other fields stand)."""
+    if task.implementation != "emulated" or task.scheme is not None:
+        return
+    keep = [i for i, k in enumerate(d.kinds) if k == "ordinary"]
+    if not keep:
+        return
+    lows, highs = [], []
+    for j, p in enumerate(d.op.inputs):
+        vals = [np.asarray(d.inputs[i][j]) for i in keep]
+        if p.differentiable:
+            stack = np.stack([v.astype(np.float64) for v in vals])
+            lo, hi = stack.min(axis=0), stack.max(axis=0)
+            if d.elementwise:
+                lo, hi = np.full(lo.shape, lo.min()), np.full(hi.shape, hi.max())
+        elif all(np.array_equal(vals[0], v) for v in vals[1:]):
+            lo = hi = vals[0]
+        else:
+            return
+        lows.append(lo)
+        highs.append(hi)
+    try:
+        bound = routes_bounds.domain_bound(d.op, lows, highs, fmt, task.mode,
+                                           task.accumulation, "forward", DOMAIN_BUDGET,
+                                           elementwise=d.elementwise)
+    except Exception:                                          # noqa: BLE001 (no bound)
+        return
+    box = [float(min(np.min(lo) for lo, p in zip(lows, d.op.inputs) if p.differentiable)),
+           float(max(np.max(hi) for hi, p in zip(highs, d.op.inputs) if p.differentiable))]
+    for row in rows:
+        if row["status"] in ("ok", "convention") and row["port"] in bound.ports:
+            u = bound.ulps[bound.ports.index(row["port"])]
+            row["domain_bound"] = float(np.max(u)) if np.size(u) else 0.0
+            row["box"] = box
 
 
 def _settle(d, fmt, routes, first, start):

@@ -70,6 +70,9 @@ class Selection:
     # User-defined scaled formats (--formats-file): ((label, ScaledFormat), ...); the tasks
     # carry them, so workers need no file.
     schemes: tuple = ()
+    # Each emulated forward row also gets the bound of its roundoff over the box of its
+    # ordinary draws (reports/evaluate.py, routes.bounds.domain).
+    domain_bounds: bool = False
 
     def __post_init__(self):
         # Operators in registry order, so the same set gives the same fingerprint and file.
@@ -96,6 +99,8 @@ class Selection:
         parts.append(f"--samples {self.draws} --seed {self.seed}")
         if self.exhaustive:
             parts.append("--exhaustive")
+        if self.domain_bounds:
+            parts.append("--domain-bounds")
         return " ".join(parts)
 
     def describe(self) -> dict:
@@ -103,7 +108,8 @@ class Selection:
         return {"ops": list(self.ops), "formats": list(self.formats), "modes": list(self.modes),
                 "routes": list(self.routes), "policies": list(self.policies),
                 "implementations": list(self.implementations), "samples": self.draws,
-                "exhaustive": self.exhaustive}
+                "exhaustive": self.exhaustive} | (
+                    {"domain_bounds": True} if self.domain_bounds else {})
 
     def fingerprint(self) -> str:
         """A hash of everything that decides the rows (checkpoints must match it)."""
@@ -112,6 +118,8 @@ class Selection:
                  self.exhaustive, results.SCHEMA]
         if self.schemes:                  # a user scheme's definition decides its rows too
             parts.append([[label, repr(s)] for label, s in self.schemes])
+        if self.domain_bounds:
+            parts.append("domain_bounds")
         text = json.dumps(parts)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -143,7 +151,8 @@ def plan(sel: Selection) -> list[Task]:
                             tasks.append(Task(name, label, canon, fmt, mode, policy, impl,
                                               tuple(sel.routes), draws, sel.seed,
                                               sel.exhaustive and first == 0, kinds,
-                                              scheme=schemes.get(fmt)))
+                                              scheme=schemes.get(fmt),
+                                              domain_bounds=sel.domain_bounds))
     return tasks
 
 

@@ -65,6 +65,9 @@ class Task:
     fmt: formats.BinaryFormat = field(default=None, compare=False, repr=False)
     accumulation: numerics.Policy | None = field(default=None, compare=False, repr=False)
     scheme: formats.ScaledFormat | None = field(default=None, compare=False, repr=False)
+    # Add the domain bound of the forward rows over the ordinary draws' box (evaluate.py);
+    # not part of the key: it adds fields, it changes no measured number.
+    domain_bounds: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self):
         if self.fmt is None:

@@ -11,6 +11,7 @@ operators every format value of the box.
 
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 
 import numpy as np
@@ -327,3 +328,28 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment, tmp_path):
     assert lines[0].startswith(ERROR) and fragment in lines[0], lines[0]
     if "IBP arm" in fragment:
         assert "operators with one: add, sub, mul" in lines[0]
+
+
+def test_run_domain_bounds_cover_the_ordinary_draws(tmp_path):
+    # run --domain-bounds: every emulated forward row gets the bound over the box of its
+    # ordinary draws; those draws lie in the box, so their measured maximum (by_kind) can
+    # never exceed it.  Without the flag the rows have no domain_bound.
+    from roundoff_coverage.reports import runner
+    path = tmp_path / "db.json"
+    sel = runner.Selection(ops=("exp", "sigmoid", "softmax", "matmul", "reduce"),
+                           formats=("bfloat16", "binary16"), routes=("forward",), draws=3,
+                           domain_bounds=True)
+    runner.run(sel, str(path), jobs=1, progress=False)
+    doc = json.loads(path.read_text())
+    assert doc["meta"]["selection"]["domain_bounds"] is True
+    bounded = [r for r in doc["rows"] if r["status"] == "ok" and r["domain_bound"] is not None]
+    assert len(bounded) >= 20
+    for r in bounded:
+        measured = r["by_kind"]["ordinary"]["max_ulp"]
+        assert measured <= r["domain_bound"] * (1 + 1e-9) + 1e-12, (r["op"], r["instance"])
+        lo, hi = r["box"]
+        assert lo <= hi
+    plain = tmp_path / "plain.json"
+    runner.run(runner.Selection(ops=("exp",), formats=("bfloat16",), routes=("forward",),
+                                draws=1), str(plain), jobs=1, progress=False)
+    assert all(r["domain_bound"] is None for r in json.loads(plain.read_text())["rows"])

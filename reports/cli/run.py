@@ -16,7 +16,7 @@ from .report import check_report_dir, write_report
 
 RUN_LISTS = ("ops", "families", "formats", "modes", "routes", "policies", "implementations")
 RUN_KEYS = RUN_LISTS + ("samples", "seed", "exhaustive", "jobs", "out", "csv", "gate",
-                        "executor", "scheduler", "whole_range")
+                        "executor", "scheduler", "whole_range", "domain_bounds")
 
 
 def add(sub, shared):
@@ -50,6 +50,10 @@ def add(sub, shared):
     p.add_argument("--exhaustive", action="store_true", default=None,
                    help="every finite input for elementwise unary operators in formats of at "
                         "most 16 bits")
+    p.add_argument("--domain-bounds", action="store_true", default=None,
+                   help="add to each emulated forward row the bound of its roundoff over the "
+                        "box of its ordinary draws (routes.bounds.domain; the row's domain_bound "
+                        "and box)")
     p.add_argument("--jobs", metavar="N", type=int, help="worker processes (default: all cores)")
     add_executor(p)
     p.add_argument("--out", metavar="PATH", type=path_arg,
@@ -99,7 +103,8 @@ def read_config(path) -> dict:
         elif key in ("samples", "seed", "jobs"):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise UsageError(f"config file {path}: {key} must be an integer")
-        elif key in ("exhaustive", "whole_range") and not isinstance(value, bool):
+        elif key in ("exhaustive", "whole_range", "domain_bounds") and \
+                not isinstance(value, bool):
             raise UsageError(f"config file {path}: {key} must be true or false")
         elif key in ("out", "csv", "gate") and (not isinstance(value, str)
                                                 or not value.strip()):
@@ -160,7 +165,8 @@ def _selection(args, user):
         implementations=name_list(args.implementations, "implementation",
                                   runner.IMPLEMENTATIONS, ("emulated",), "--implementations"),
         draws=samples, seed=seed,
-        exhaustive=bool(args.exhaustive), schemes=tuple(schemes.items()))
+        exhaustive=bool(args.exhaustive), schemes=tuple(schemes.items()),
+        domain_bounds=bool(args.domain_bounds))
 
 
 def cmd_run(args) -> int:
