@@ -463,7 +463,30 @@ def decided(name, alo, ahi, blo, bhi) -> tuple:
     return _certain(name, alo, ahi, blo, bhi)
 
 
-class BoundingBackend(Backend):
+class EnclosureFormats:
+    """How a backend of enclosures (BoundingBackend; routes/bounds/tracking.py's
+    TrackingBackend) reaches other formats: its accumulator and siblings are backends of its
+    own class in those formats sharing its state (``_state``), and storing a value of another
+    format is ``cast``'s one more rounding.  Mixed in before numerics.Backend."""
+
+    def accumulator(self):
+        acc = self.policy.accumulate
+        if acc == self.fmt:
+            return self
+        if self._acc is None:
+            self._acc = type(self)(acc, self.mode, None, _state=self._state)
+        return self._acc
+
+    def sibling(self, fmt):
+        return type(self)(fmt, self.mode, None, _state=self._state)
+
+    def to_storage(self, a, source):
+        if source is self or source.fmt == self.fmt:
+            return a
+        return self.cast(a, self.fmt)
+
+
+class BoundingBackend(EnclosureFormats, Backend):
     """Enclosures of the emulated backend's computed values (C) and of the exact values (E);
     see the module docstring.  ``undecided`` is set by a comparison or predicate that the
     enclosures cannot decide; ``reset()`` clears it."""
@@ -590,22 +613,6 @@ class BoundingBackend(Backend):
         a = self._as(a)
         clo, chi = self._round(a["clo"], a["chi"], formats.get(fmt), mode)
         return self.pack(clo, chi, a["elo"], a["ehi"])
-
-    def accumulator(self):
-        acc = self.policy.accumulate
-        if acc == self.fmt:
-            return self
-        if self._acc is None:
-            self._acc = BoundingBackend(acc, self.mode, None, _state=self._state)
-        return self._acc
-
-    def sibling(self, fmt):
-        return BoundingBackend(fmt, self.mode, None, _state=self._state)
-
-    def to_storage(self, a, source):
-        if source is self or source.fmt == self.fmt:
-            return a
-        return self.cast(a, self.fmt)
 
     def _fixed_point_dot(self, a, b, acc):
         """Policy.fixed_point (Backend._fixed_point_dot) on enclosures, in ``acc``'s numbers:

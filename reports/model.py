@@ -576,20 +576,13 @@ def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
                 continue
             shape = np.shape(c)
             c = np.asarray(c, dtype=np.float64).reshape(-1)
-            ulp = np.abs(c - e) / _ulp64(e, fmt) if scaled is None else \
+            ulp = np.abs(c - e) / formats.ulp(e, fmt) if scaled is None else \
                 np.abs(scaled.ulps64(c, e, shape, site.route))
             ulp = ulp[np.isfinite(ulp)]
             acc.setdefault(site.route, []).append(ulp)
     return {r: (float(np.max(np.concatenate(v))) if sum(map(len, v)) else 0.0,
                 float(np.mean(np.concatenate(v))) if sum(map(len, v)) else 0.0)
             for r, v in acc.items()}
-
-
-def _ulp64(e, fmt):
-    """The ulp of fmt at binary64 values (the least subnormal's below the normal range)."""
-    with np.errstate(divide="ignore"):
-        exp = np.floor(np.log2(np.maximum(np.abs(e), 2.0 ** fmt.emin)))
-    return np.exp2(exp - (fmt.precision - 1))
 
 
 def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None) -> list:

@@ -120,13 +120,8 @@ def _node_values(torch, model, targs, graph, tr, cots=None) -> None:
     cotangents) the cotangent its output receives from autograd: the model exported and
     decomposed as routes.from_torch does, run by an fx Interpreter keeping each node's
     tensor (``retain_grad``); nodes matched by name and shape."""
-    from roundoff_coverage.routes.frontends.aten import TABLE
-    ep = torch.export.export(model, tuple(targs))
-    table = torch.export.default_decompositions()
-    for overload in list(table):
-        if str(overload) in TABLE:
-            del table[overload]
-    ep = ep.run_decompositions(table)
+    from roundoff_coverage.routes.frontends.torch import exported
+    ep = exported(model, targs)
     seen = {}
 
     class Recorder(torch.fx.Interpreter):

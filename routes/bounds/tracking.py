@@ -88,7 +88,7 @@ import numpy as np
 from roundoff_coverage import formats
 from roundoff_coverage.numerics import Backend
 from roundoff_coverage.numerics.backend import EXACT_PRIMITIVES
-from roundoff_coverage.numerics.bounding import decided, interval
+from roundoff_coverage.numerics.bounding import EnclosureFormats, decided, interval
 from roundoff_coverage.numerics.policy import for_backend
 
 DTYPE = np.dtype([(k, np.float64) for k in ("elo", "ehi", "clo", "chi", "dlo", "dhi", "rlo",
@@ -318,7 +318,7 @@ def _compose(r, rho):
     return _less_one(_mul(_add(ONE, r), _add(ONE, rho)))
 
 
-class TrackingBackend(Backend):
+class TrackingBackend(EnclosureFormats, Backend):
     """Enclosures of the exact value (E), the computed value (C) and computed - exact (D)
     over a box piece; see the module docstring."""
 
@@ -514,22 +514,6 @@ class TrackingBackend(Backend):
         e, c, d, r = self.parts(self._as(a))
         w, err, rho = self._rounding(c, formats.get(fmt), mode)
         return self.pack(e, w, _meet(_add(d, err), _sub(w, e)), _compose(r, rho))
-
-    def accumulator(self):
-        acc = self.policy.accumulate
-        if acc == self.fmt:
-            return self
-        if self._acc is None:
-            self._acc = TrackingBackend(acc, self.mode, None, _state=self._state)
-        return self._acc
-
-    def sibling(self, fmt):
-        return TrackingBackend(fmt, self.mode, None, _state=self._state)
-
-    def to_storage(self, a, source):
-        if source is self or source.fmt == self.fmt:
-            return a
-        return self.cast(a, self.fmt)
 
     # ----- comparisons and predicates --------------------------------------------------------
     def _compare(self, name, a, b):

@@ -119,17 +119,7 @@ def from_torch(model, args, kwargs=None, *, dropout_seed: int = 0) -> Graph:
     args = tuple(args)
     kwargs = dict(kwargs or {})
     _refuse_cumulative_batch_norm(torch, model)
-    try:
-        ep = torch.export.export(model, args, kwargs)
-    except Exception as exc:                  # torch raises many kinds; one line for all
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise CaptureError(f"from_torch: torch.export could not capture the model: "
-                           f"{first}") from None
-    table = torch.export.default_decompositions()
-    for overload in list(table):
-        if str(overload) in TABLE:
-            del table[overload]
-    ep = ep.run_decompositions(table)
+    ep = exported(model, args, kwargs)
     leaves = pytree.tree_leaves((args, kwargs))
     capture = _Capture(torch, ep, dropout_seed)
     graph = capture.run(leaves)
@@ -138,6 +128,25 @@ def from_torch(model, args, kwargs=None, *, dropout_seed: int = 0) -> Graph:
     if capture.updated:
         graph.source["updates"] = list(capture.updated)
     return graph
+
+
+def exported(model, args, kwargs=None):
+    """``torch.export`` of ``model(*args, **kwargs)`` decomposed to the aten operators the
+    table translates (the default decompositions but those of TABLE's operators): the
+    program from_torch reads, and the one reports/model_torch.py runs node by node so its
+    node names are the graph's.  CaptureError (one line) when export fails."""
+    import torch
+    try:
+        ep = torch.export.export(model, tuple(args), dict(kwargs or {}))
+    except Exception as exc:                  # torch raises many kinds; one line for all
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CaptureError(f"from_torch: torch.export could not capture the model: "
+                           f"{first}") from None
+    table = torch.export.default_decompositions()
+    for overload in list(table):
+        if str(overload) in TABLE:
+            del table[overload]
+    return ep.run_decompositions(table)
 
 
 def _refuse_cumulative_batch_norm(torch, model):
