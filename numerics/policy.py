@@ -122,7 +122,7 @@ def _positive(v, what):
 
 
 PRESETS = ("strict", "fp32_accumulate", "fp32_accumulate_fma", "pairwise", "blocked32",
-           "fp8_recipe")
+           "scaled_recipe", "fp8_recipe")
 # Policies with parameters, NAME:ARG[:ARG]: how accelerators accumulate (see Policy).
 PARAMETRIZED = ("fixed_point:B[:K]", "promote:K[:FORMAT]", "acc:FORMAT", "split_k:S", "tree")
 
@@ -141,8 +141,8 @@ def preset(name: str, storage) -> Policy:
     acc:FORMAT: accumulation in FORMAT (a narrow accumulator: acc:e8m13).
     split_k:S: binary32 accumulation in S contiguous chunks, then their sums (split-k).
     tree: binary32 accumulation in pairwise order (a reduction tree).
-    fp8_recipe: the FP8 training recipe (``recipe``): binary32 accumulation, as
-    fp32_accumulate; which scaled formats it quantizes into is ``recipe``'s to say.
+    scaled_recipe, fp8_recipe: the recipes (``Recipe``): binary32 accumulation, as
+    fp32_accumulate; what they quantize, and where, is ``recipe``'s to say.
     """
     storage = formats.get(storage)
     if name == "strict":
@@ -158,7 +158,7 @@ def preset(name: str, storage) -> Policy:
     if name == "tree":
         return Policy(storage, accumulate="binary32", order="pairwise", name="tree")
     if name in RECIPES:
-        return Policy(storage, accumulate="binary32", name=name)
+        return Policy(storage, accumulate=RECIPES[name].accumulate, name=name)
     head, _, rest = name.partition(":")
     args = rest.split(":") if rest else []
     try:
@@ -188,25 +188,42 @@ def _int(text):
 
 @dataclass(frozen=True)
 class Recipe:
-    """A scaled-format training recipe: the element format of forward values (inputs and
-    outputs of the forward route, tangents) and of gradients (cotangents and the gradient
-    route's outputs); each quantized with the blocking and scale rule of the scaled format
-    the task names, products accumulated in binary32 (``preset`` gives the policy)."""
+    """A scaled-format recipe for the products, as low-precision training and inference
+    apply one: the operands of each product (matmul, linear, conv, contract, attention:
+    reports/draws.py ``OPERANDS``) quantized into the scaled format the task names, the
+    product accumulated in ``accumulate``, its outputs -- and every tensor outside the
+    products -- stored in ``storage``.  ``forward`` and ``gradient``: the element formats of
+    the forward operands (and tangents) and of the gradient operands (the cotangents the
+    backward products read), each quantized with the blocking and scale rule of the scaled
+    format the task names; None keeps that format's own element.  ``preset`` gives the policy
+    of the storage format (accumulation in ``accumulate``)."""
 
     name: str
-    forward: str
-    gradient: str
+    forward: str | None
+    gradient: str | None
     doc: str
+    storage: str = "bfloat16"
+    accumulate: str = "binary32"
 
 
-# The common FP8 training recipe (Micikevicius et al., "FP8 Formats for Deep Learning",
-# arXiv:2209.05433, sec. 3; TransformerEngine's Format.HYBRID): activations and weights in
-# E4M3 (more precision: 4 significant bits, max 448), gradients in E5M2 (more range: max
-# 57344, down to 2**-16), binary32 accumulation.  With fp8_e4m3_tensor it is
-# TransformerEngine's Float8CurrentScaling (current per-tensor scales); with mxfp8_e4m3 its
+# Both store in bfloat16 and accumulate in binary32, as FP8 and MX training does
+# (Micikevicius et al., "FP8 Formats for Deep Learning", arXiv:2209.05433, sec. 3: the GEMM
+# inputs in FP8, its outputs in higher precision; TransformerEngine casts only the inputs of
+# its GEMMs (Linear, LayerNormLinear, attention) and writes their outputs in bfloat16;
+# Rouhani et al., "Microscaling Data Formats for Deep Learning", arXiv:2310.10537: MX for
+# the operands of the matrix multiplications, the vector operations in bfloat16 or FP32).
+# fp8_recipe: E4M3 forward operands (more precision: 4 significant bits, max 448), E5M2
+# gradient operands (more range: max 57344, down to 2**-16): TransformerEngine's
+# Format.HYBRID; with fp8_e4m3_tensor its Float8CurrentScaling, with mxfp8_e4m3 its
 # MXFP8BlockScaling.
-RECIPES = {"fp8_recipe": Recipe("fp8_recipe", "float8_e4m3fn", "float8_e5m2",
-                                "E4M3 forward values, E5M2 gradients, binary32 accumulation")}
+RECIPES = {
+    "scaled_recipe": Recipe("scaled_recipe", None, None,
+                            "products' operands in the scaled format, binary32 "
+                            "accumulation, bfloat16 storage"),
+    "fp8_recipe": Recipe("fp8_recipe", "float8_e4m3fn", "float8_e5m2",
+                         "products' operands in E4M3 forward and E5M2 for gradients, "
+                         "binary32 accumulation, bfloat16 storage"),
+}
 
 
 def recipe(name: str) -> Recipe | None:

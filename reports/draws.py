@@ -12,13 +12,14 @@ once (nearest even) into the format, from RNGs of their own.
 ``run_routes(rule, draws, wanted)``: every draw's forward values, output tangents and input
 gradients under a rule (Rule.routes), with the IEEE flags each route raised.
 
-Scaled formats (a task with a ``scheme``, reports/task.py): the draws are made in the
-compute format, one tensor per draw (never batched: a block or a tensor scale must not span
-two draws), then ``quantize_draws`` replaces every quantized input (task.quantized_port),
-tangent and cotangent by its dequantized value in the scheme (formats.quantize, then
-``dequantize``: exact products), the blocks running along the port's natural axis
-(``SCALE_AXES``); ``quantize_port`` quantizes one tensor and counts what happened to its
-blocks (``BlockCounts``).
+Scaled formats (a task with a ``scheme`` whose ``task.scaling`` is not None): the draws are
+made in the task's format (the compute format; a recipe's storage format), one tensor per
+draw (never batched: a block or a tensor scale must not span two draws), then
+``quantize_draws`` replaces every quantized input (task.quantized_port; under a recipe the
+operands of the product only, task.OPERANDS), tangent and cotangent by its dequantized
+value in the scheme (formats.quantize, then ``dequantize``: exact products), the blocks
+running along the port's natural axis (``SCALE_AXES``); ``quantize_port`` quantizes one
+tensor and counts what happened to its blocks (``BlockCounts``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import numpy as np
 
 from roundoff_coverage import formats, routes
 
-from .task import Task, batchable, exhaustible, quantized_port, rng_for, route_scheme
+from .task import (COMPUTE_FORMAT, OPERANDS, Task, batchable, exhaustible, quantized_port,
+                   rng_for, route_scheme, scaling)
 
 class Draws:
     """The sample inputs of a task: ``inputs`` (one tuple per draw), ``kinds`` (the sample
@@ -81,7 +83,7 @@ def draw(task: Task, o, fmt) -> Draws:
         return Draws(big, [xs], ["exhaustive"], True, fmt, task)
     kinds = [k for k in sample_kinds(o) if not task.kinds or k in task.kinds] or ["ordinary"]
     size = int(np.prod(o.attrs["shape"], dtype=np.int64)) if "shape" in o.attrs else 0
-    if batchable(o) and size > 0 and task.draws > 1 and task.scheme is None:
+    if batchable(o) and size > 0 and task.draws > 1 and scaling(task) is None:
         big = o.replace(shape=(size * task.draws,))
         inputs = [big.samples(rng_for(task.seed, task.op, task.attrs, task.format, k),
                               _fmt_name(fmt), k) for k in kinds]
@@ -378,11 +380,14 @@ def quantize_draws(task: Task, d: Draws, routes_wanted) -> tuple:
     rounded once to nearest even into binary32, as a kernel that dequantizes into FP32 reads
     it.  Exact for the MX schemes (a 4-bit element times a power of two is a binary32
     number); within 2**-24 relative for binary32 scales (FP8 per-tensor and blockwise,
-    NVFP4's tensor scale), whose products can carry up to 30 significant bits.  The rule
-    and the reference both read these values, so the error of a route is its own and the
-    output quantization's."""
+    NVFP4's tensor scale), whose products can carry up to 30 significant bits.  Under
+    ``storage`` scaling the rule and the reference both read these values, so the error of
+    a route is its own and the output quantization's; under a recipe (``operands``) only
+    the rule reads them and the reference reads the draws as they were, so the error holds
+    the quantization of the operands (reports/evaluate.py)."""
     o = d.op
-    compute = task.fmt
+    compute = formats.get(COMPUTE_FORMAT)
+    operands = OPERANDS[o.name] if scaling(task) == "operands" else None
 
     def quantized(x, scheme, axis, *seed):
         deq, _, counts = quantize_port(x, scheme, axis, quantize_seed(task, *seed))
@@ -391,7 +396,8 @@ def quantize_draws(task: Task, d: Draws, routes_wanted) -> tuple:
     out = d.subset(range(len(d.inputs)))
     got = Quantized()
     ins = [(i, n, p, scale_axis(o, n, p)) for i, (n, p) in
-           enumerate(zip(o.input_names, o.inputs)) if quantized_port(p)]
+           enumerate(zip(o.input_names, o.inputs))
+           if quantized_port(p) and (operands is None or n in operands)]
     outs = [(i, n, p) for i, (n, p) in enumerate(zip(o.output_names, o.outputs))
             if p.differentiable]
     for k in range(len(out.inputs)):

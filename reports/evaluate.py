@@ -46,8 +46,9 @@ from .measuring import (REPRO_MAX_ELEMENTS, Bounds, _apriori, _bound, _computed,
                         by_magnitude, interval_bounds, measure_port, measure_scaled_port,
                         per_sample, worst_case)
 from .task import (BATCH_FAMILIES, EXHAUSTIVE_FAMILIES, EXHAUSTIVE_MAX_BITS, ROUTES, Task,
-                   attrs_text, base_row, batchable, exhaustible, jsonable, one_line, rng_for,
-                   route_ports, route_scheme, scaled_problem, status_rows)
+                   attrs_text, base_row, batchable, compute_task, exhaustible, jsonable,
+                   one_line, rng_for, route_ports, route_scheme, scaled_problem, scaling,
+                   status_rows)
 
 # The coverage run's names, in one place for its readers (runner, tests): the task, its
 # draws, measurement and the driver.
@@ -113,8 +114,11 @@ def evaluate(task: Task):
         return rows + [r for route in pending
                        for r in status_rows(task, o, route, *problem)], timer.t
     ref_prec = fmt.precision + REF_EXTRA
+    scaled = scaling(task)
     try:
-        impl = implementations.of(task, o, fmt)
+        # A recipe's product computes in binary32 and stores into the task's format.
+        runs = compute_task(task) if scaled == "operands" else task
+        impl = implementations.of(runs, o, runs.fmt)
         problems = impl.problems(pending)
     except Exception as exc:                                  # noqa: BLE001
         impl, problems = None, dict.fromkeys(pending, ("error", one_line(exc), None))
@@ -133,20 +137,33 @@ def evaluate(task: Task):
     try:
         with timer("sampling"):
             d = impl.select(draw(task, o, fmt))
-            if task.scheme is not None:
-                d, quantized = quantize_draws(task, d, pending)
+            computed_on = d
+            if scaled is not None:
+                computed_on, quantized = quantize_draws(task, d, pending)
+                if scaled == "storage":
+                    d = computed_on
     except Exception as exc:                                  # noqa: BLE001
         for route in pending:
             rows += status_rows(task, o, route, "error", f"sampling: {one_line(exc)}")
         return rows, timer.t
-    rows += _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized)
+    rows += _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized,
+                            computed_on)
     return rows, timer.t
 
 
-def _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized=None):
+def _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized=None,
+                    computed_on=None):
+    """The rows of the routes ``pending``: the implementation evaluated on ``computed_on``
+    (the draws ``d``, or under a recipe their operands quantized), the reference on ``d``."""
     rows = []
+    operands = quantized is not None and scaling(task) == "operands"
     with timer("evaluation"):
-        got = impl.evaluate(d, pending)
+        got = impl.evaluate(computed_on if computed_on is not None else d, pending)
+        if operands:
+            got = {r: v if isinstance(v, Exception) else
+                   _stored(v, d.op.inputs if r == "gradient" else d.op.outputs, fmt,
+                           task.mode, impl.numbers)
+                   for r, v in got.items()}
     ok = [r for r in pending if not isinstance(got[r], Exception)]
     with timer("reference"):
         if d.op is not reference.op:            # batched draws: a longer instance
@@ -167,6 +184,14 @@ def _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized=Non
             continue
         if isinstance(exact, Exception):
             rows += status_rows(task, d.op, route, "error", f"reference: {one_line(exact)}")
+            continue
+        if operands:
+            with timer("measurement"):
+                measured = _rows(task, d, fmt, None, route, got[route], exact[route],
+                                 max(precs), Bounds())
+                _recipe_fields(task, route, measured, quantized)
+            impl.annotate(route, measured)
+            rows += measured
             continue
         if quantized is not None:
             with timer("measurement"):
@@ -274,6 +299,26 @@ def _rows(task, d, fmt, backend, route, got, ref, prec, bounds):
             row["worst"] = worst_case(d, ulp, where, comp, exact, route, fmt, size)
         out.append(row)
     return out
+
+
+def _stored(per_draw, ports, fmt, mode, backend) -> list:
+    """A recipe product's route outputs (per draw, one per port of ``ports``) stored: every
+    scalar one (computed in binary32) rounded once into the recipe's storage format ``fmt``
+    under the task's mode, as a GEMM's epilogue converts its FP32 accumulator; indices
+    and Booleans as they are."""
+    return [tuple(formats.round_to(_computed(y, backend.fmt, backend), fmt, mode)
+                  if y is not None and p.scalar else y for y, p in zip(ys, ports))
+            for ys in per_draw]
+
+
+def _recipe_fields(task, route, rows, quantized) -> None:
+    """A recipe product's rows: the scheme its operands took, their block axes and what
+    their quantization did (the rows measure the stored outputs in ulps of the storage
+    format, against the exact route on the unquantized operands)."""
+    scheme = route_scheme(task, route)
+    for row in rows:
+        row.update(scheme=scheme.label, scaled_inputs=quantized.fields(route),
+                   scale_axis=quantized.axes(route))
 
 
 def _scaled_rows(task, d, fmt, backend, route, got, ref, prec, quantized):

@@ -94,7 +94,6 @@ from roundoff_coverage.routes.graph import INPUT, GraphRule, Ref
 from roundoff_coverage.routes.invoke import checked_rule, invoke_prepared
 
 from . import rows as row_fields
-from .draws import SCALE_AXES
 from .measuring import _decimal, measure_port
 
 ROUTES = ("forward", "tangent", "gradient")
@@ -273,12 +272,18 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     (sample_inputs' lists); ``others``: implementations beside emulated that run the model
     from ``target`` (its factory) on the same samples (reports/model_torch.py)."""
     fmt = formats.get(config.format)
-    scaled = _scaled(fmt, config, seed) if isinstance(fmt, formats.ScaledFormat) else None
-    if scaled is not None:
+    scaled = recipe = None
+    if isinstance(fmt, formats.ScaledFormat) and numerics.policy.recipe(config.policy):
+        recipe = _recipe(fmt, config, seed)
+        fmt = recipe.storage
+    elif isinstance(fmt, formats.ScaledFormat):
+        scaled = _scaled(fmt, config, seed)
         fmt = scaled.compute
+    if scaled is not None:
         g, xs, dirs = scaled.prepare(graph, samples)
     else:
-        check(config, fmt)
+        if recipe is None:
+            check(config, fmt)
         g = in_format(graph, fmt)
         xs = [[formats.round_to(x, fmt) if _is_float(p) else x for x, p in zip(s, g.inputs)]
               for s in samples]
@@ -291,14 +296,17 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     phases["reference"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     rule = GraphRule(g, emu)
+    override = recipe and recipe.products(g)
     emulated = [rule.trace([emu.asarray(a) if _is_float(p) else a
                             for a, p in zip(x, g.inputs)],
-                           c if want_grad else None, t if want_tan else None,
-                           post=scaled and scaled.hook(g, "emulated", s))
+                           c if want_grad else None, t if want_tan else None, override,
+                           post=scaled and scaled.hook(g, "emulated", s),
+                           pre=recipe and recipe.pre(g, "emulated", s))
                 for s, (x, (c, t)) in enumerate(zip(xs, dirs))]
     reads = [_rounded(g, fmt, tr, want_grad, want_tan) if scaled is None else
              scaled.reads(g, tr, c, want_grad, want_tan) for tr, (c, _) in zip(exact, dirs)]
-    local = [_local(g, emu, r, scaled and scaled.hook(g, "local", s))
+    local = [_local(g, emu, r, scaled and scaled.hook(g, "local", s), override,
+                    recipe and recipe.pre(g, "local", s))
              for s, r in enumerate(reads)]
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -308,12 +316,14 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     out = []
     for site in sites(g, routes):
         out += _rows(g, config, fmt, site, exact, emulated, local, local_exact, max(precs),
-                     sorted(s for s, sites_ in moving.items() if site in sites_), scaled)
+                     sorted(s for s, sites_ in moving.items() if site in sites_), scaled,
+                     recipe)
     if others:
         out += _others(g, config, fmt, routes, exact, max(precs), xs, dirs, others, target)
     phases["measurement"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled)
+    summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled,
+                        recipe)
     phases["summary"] = time.perf_counter() - t0
     return out, summary, phases
 
@@ -377,33 +387,46 @@ def _rounded(g, fmt, tr, want_grad, want_tan) -> list:
     return out
 
 
-def _local(g, bk, reads, post=None):
+def _local(g, bk, reads, post=None, override=None, pre=None):
     """Each node alone under ``bk`` on ``reads`` (_rounded): a Trace of the node outputs,
     contributions and tangents (the sweeps' keys); a node that fails there is left out.
-    ``post``: what each node produces goes through it, as in GraphRule.trace."""
+    ``post``, ``pre`` and ``override`` (its results read back into ``bk``) as in
+    GraphRule.trace."""
     from roundoff_coverage.routes.graph import Trace
     out = Trace(values={})
+
+    def hooked(hook, kind, k, values):
+        return values if hook is None or values is None else \
+            [None if v is None else hook(kind, k, i, v) for i, v in enumerate(values)]
+
     for k, (node, (args, flags, cts, ts)) in enumerate(zip(g.nodes, reads)):
         op = node.op
+        b = (override or {}).get(k, bk)
         if bk.name.startswith("reference"):
             args = [bk.asarray(a) if p.scalar else a for a, p in zip(args, op.inputs)]
+        args, cts = hooked(pre, "argument", k, args), hooked(pre, "cotangent", k, cts)
+        ts = hooked(pre, "argument_tangent", k, ts)
+
+        def back(vs, ports):
+            return vs if b is bk else [bk.asarray(v) if v is not None and p.scalar else v
+                                       for v, p in zip(vs, ports)]
         try:
-            ys, pull = invoke_prepared(op, args, bk, flags)
+            ys, pull = invoke_prepared(op, args, b, flags)
         except Exception:                                   # noqa: BLE001
             continue                      # e.g. a check that fails on rounded values
-        for j, y in enumerate(ys):
+        for j, y in enumerate(back(ys, op.outputs)):
             out.values[Ref(k, j)] = y if post is None or y is None else post("value", k, j, y)
         if cts is not None and any(c is not None for c in cts):
-            for i, gi in enumerate(pull(cts)):
+            for i, gi in enumerate(back(pull(cts), op.inputs)):
                 if flags[i] and gi is not None:
                     out.contributions[(k, i)] = gi if post is None else \
                         post("contribution", k, i, gi)
         if ts is not None:
             try:
-                _, touts = checked_rule(op, args, bk).linearize(args, ts)
+                _, touts = checked_rule(op, args, b).linearize(args, ts)
             except Exception:                               # noqa: BLE001
                 continue
-            for j, t in enumerate(touts):
+            for j, t in enumerate(back(touts, op.outputs)):
                 if t is not None:
                     out.tangents[Ref(k, j)] = t if post is None else post("tangent", k, j, t)
     return out
@@ -429,13 +452,19 @@ def _node_label(g, k) -> tuple:
 
 
 def _rows(g, config, fmt, site, exact, emulated, local, local_exact, prec,
-          moving=(), scaled=None) -> list:
-    """The propagated and (for a node) local rows of ``site`` (``scaled``: a Scaled)."""
+          moving=(), scaled=None, recipe=None) -> list:
+    """The propagated and (for a node) local rows of ``site`` (``scaled``: a Scaled;
+    ``recipe``: a RecipeRun, whose product nodes' rows say what their operands took)."""
     pairs = ((PROPAGATED, emulated, exact),) + \
         (((LOCAL, local, local_exact),) if site.node >= 0 else ())
-    out = [_row(g, config, fmt, site, a, traces, ex, prec, moving, scaled=scaled)
-           for a, traces, ex in pairs]
-    return [r for r in out if r is not None]
+    out = []
+    for a, traces, ex in pairs:
+        row = _row(g, config, fmt, site, a, traces, ex, prec, moving, scaled=scaled)
+        if row is not None and recipe is not None:
+            recipe.annotate(g, row, site, a, range(len(traces)))
+        if row is not None:
+            out.append(row)
+    return out
 
 
 def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
@@ -528,11 +557,12 @@ def _worst(ulp, comp, exact, sizes, samples) -> dict | None:
 # ----- the summary -------------------------------------------------------------------------------
 
 def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
-              scaled=None) -> dict:
+              scaled=None, recipe=None) -> dict:
     """The nodes with the largest local errors per route, and the effect of keeping each node
     (and each module) in binary32 on the whole model's errors; for a scaled format
     (``scaled``), what quantizing the inputs did, and keeping a node means leaving its
-    outputs unquantized."""
+    outputs unquantized; under a recipe (``recipe``), keeping a product means leaving its
+    operands unquantized too."""
     top = {}
     for route in routes:
         local = [r for r in measured if r["attribution"] == LOCAL and r["route"] == route
@@ -547,12 +577,16 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
         summary["keep_note"] = (f"{config.format}: every node computes in {KEEP_FORMAT}; "
                                 f"keeping a node leaves its outputs (values and gradient "
                                 f"contributions) unquantized")
+    elif recipe is not None:
+        summary["keep_note"] = (f"{config.policy} on {config.format}: keeping a product "
+                                f"leaves its operands unquantized; any kept node computes "
+                                f"in {KEEP_FORMAT}, its results stored in {fmt.label}")
     elif fmt.precision >= formats.get(KEEP_FORMAT).precision:
         summary["keep_binary32"] = None
         summary["keep_note"] = f"{config.format} is at least as precise as {KEEP_FORMAT}"
         return summary
     summary["keep_binary32"] = _keep(g, config, xs, dirs, exact, emulated, routes, emu,
-                                     scaled)
+                                     scaled, recipe)
     return summary
 
 
@@ -585,7 +619,8 @@ def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
             for r, v in acc.items()}
 
 
-def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None) -> list:
+def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None,
+          recipe=None) -> list:
     fmt = emu.fmt
     whole = _whole(g, routes)
     if not whole:
@@ -609,11 +644,14 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None) -> lis
     for label, module, ks in groups:
         rule = GraphRule(g, emu)
         override = dict.fromkeys(ks, wide) if scaled is None else None
+        if recipe is not None:
+            override.update(recipe.products(g, ks))
         try:
             traces = [rule.trace([emu.asarray(a) if _is_float(p) else a
                                   for a, p in zip(x, g.inputs)],
                                  c if want_grad else None, None, override,
-                                 post=scaled and scaled.hook(g, "emulated", s, ks, False))
+                                 post=scaled and scaled.hook(g, "emulated", s, ks, False),
+                                 pre=recipe and recipe.pre(g, "emulated", s, ks, False))
                       for s, (x, (c, _)) in enumerate(zip(xs, dirs))]
         except Exception:                                   # noqa: BLE001
             continue
@@ -629,10 +667,6 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None) -> lis
 
 # ----- scaled formats ----------------------------------------------------------------------------
 
-# The operators whose inputs' natural axis (draws.SCALE_AXES) is the axis they contract: a
-# graph input takes its blocks from the first of them that reads it.
-PRODUCTS = frozenset(SCALE_AXES) | {"contract", "linear"}
-FP8_ELEMENTS = ("float8_e4m3fn", "float8_e5m2")
 # An exact sum of binary32 values (2**-149 .. 2**128: 24 + 277 bits) with room for 2**19
 # terms: a local cotangent read summing the quantized contributions of several consumers.
 EXACT_SUM_PREC = 320
@@ -644,17 +678,23 @@ def check(config, fmt=None) -> None:
     that does not fit binary64 or under a recipe policy, a scaled format Scaled refuses.
     ``fmt``: the format, where ``config.format`` names one of a --formats-file."""
     fmt = formats.get(config.format) if fmt is None else fmt
-    if isinstance(fmt, formats.ScaledFormat):
-        _scaled(fmt, config, 0)
-        return
     recipe = numerics.policy.recipe(config.policy)
+    if isinstance(fmt, formats.ScaledFormat):
+        (_scaled if recipe is None else _recipe)(fmt, config, 0)
+        return
     if recipe is not None:
         raise ModelError(f"policy {config.policy} ({recipe.doc}) quantizes into a scaled "
-                         f"format with FP8 elements; {config.format} is an element format "
-                         f"(give --formats fp8_e4m3_tensor, mxfp8_e4m3...)")
+                         f"format; {config.format} is an element format (give --formats "
+                         f"mxfp8_e4m3, fp8_e4m3_tensor...)")
     if not fmt.fits_binary64:
         raise ModelError(f"model runs measure formats that fit binary64 ({config.format} "
                          f"does not)")
+
+
+def _recipe(fmt, config, seed):
+    """The RecipeRun of a recipe policy on a scaled format (reports/model_recipe.py)."""
+    from .model_recipe import RecipeRun
+    return RecipeRun(fmt, config, seed)
 
 
 def _scaled(fmt, config, seed):

@@ -14,34 +14,35 @@ from roundoff_coverage.routes.graph import CONSTANT, INPUT, Ref
 
 from .draws import BlockCounts, axis_text, element_scales, quantize_port, scale_axis
 from .measuring import measure_scaled_port, scaled_errors
-from .model import (B64, EXACT_SUM_PREC, FP8_ELEMENTS, PROPAGATED, PRODUCTS, ModelError,
+from .model import (B64, EXACT_SUM_PREC, PROPAGATED, ModelError,
                     _directions, _is_float, _rounder)
-from .task import COMPUTE_FORMAT, quantized_port, with_element
+from .task import COMPUTE_FORMAT, PRODUCTS, quantized_port
+
+
+def refuse(scheme) -> None:
+    """ModelError for a scheme no model run takes: delayed scaling, dequantized values
+    beyond binary64."""
+    if scheme.amax == "delayed":
+        raise ModelError(f"scaled format {scheme.label}: delayed scaling reads an amax history "
+                         f"a model run does not keep (use {scheme.name}, current scaling)")
+    if not scheme.products_fit_binary64:
+        raise ModelError(f"scaled format {scheme.label}: its dequantized values do not all "
+                         f"fit binary64")
 
 
 class Scaled:
     """A scaled format in a model run (the module docstring): ``fwd`` and ``grad`` the
-    schemes of forward values (and tangents) and of gradients, ``compute`` binary32, and
+    schemes of forward values (and tangents) and of gradients (both the scheme: a recipe
+    policy is reports/model_recipe.py's), ``compute`` binary32, and
     ``counts`` the BlockCounts of every quantization: {(run, sample, kind, node or input,
     index): BlockCounts}, run ``inputs`` (kinds ``input``, ``constant``; constants under
     sample None), ``emulated`` or ``local`` (kinds ``value``, ``contribution``,
     ``tangent``).  ModelError for a scheme a model run cannot take."""
 
     def __init__(self, scheme, config, seed):
-        recipe = numerics.policy.recipe(config.policy)
-        name = scheme.label
-        if scheme.amax == "delayed":
-            raise ModelError(f"scaled format {name}: delayed scaling reads an amax history a "
-                             f"model run does not keep (use {scheme.name}, current scaling)")
-        if not scheme.products_fit_binary64:
-            raise ModelError(f"scaled format {name}: its dequantized values do not all fit "
-                             f"binary64")
-        if recipe is not None and getattr(scheme.element, "name", None) not in FP8_ELEMENTS:
-            raise ModelError(f"policy {config.policy} ({recipe.doc}) needs a scheme with FP8 "
-                             f"elements; {name} has {scheme.element.label} elements")
+        refuse(scheme)
         self.label, self.seed = config.format, seed
-        self.fwd = scheme if recipe is None else with_element(scheme, recipe.forward)
-        self.grad = scheme if recipe is None else with_element(scheme, recipe.gradient)
+        self.fwd = self.grad = scheme
         self.compute = formats.get(COMPUTE_FORMAT)
         self.counts, self.axes, self.consumers = {}, {}, {}
 

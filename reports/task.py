@@ -6,11 +6,15 @@ the routes asked for; ``route_ports`` the ports a route measures; ``base_row`` a
 ``exhaustible`` which sampling an operator gets (reports/draws.py).
 
 A task whose format is a scaled format (``mxfp8_e4m3``, ``nvfp4``...) carries it as
-``scheme`` and computes in ``COMPUTE_FORMAT`` (its ``fmt``): the scheme is the storage
-format of the tensors at the operator's ports (reports/draws.py quantizes the inputs,
-reports/measuring.py the outputs).  ``route_scheme`` says which scheme a route's values
-take (a recipe policy, numerics.policy.RECIPES, puts gradients in another), and
-``scaled_problem`` why a task cannot be measured that way.
+``scheme``; ``scaling`` says how its tensors take it.  Under an ordinary policy the task
+computes in ``COMPUTE_FORMAT`` (its ``fmt``) and the scheme is the storage format of the
+tensors at the operator's ports (reports/draws.py quantizes the inputs, reports/evaluate.py
+the outputs).  Under a recipe policy (numerics.policy.RECIPES) the task's ``fmt`` is the
+recipe's storage format (bfloat16): a product (``OPERANDS``) quantizes its operands, computes
+in COMPUTE_FORMAT (``compute_task``) and stores its outputs in ``fmt``; any other operator is
+an element task of ``fmt``.  ``route_scheme`` says which scheme a route's values take (a
+recipe may put gradients in another), and ``scaled_problem`` why a task cannot be measured
+that way.
 """
 
 from __future__ import annotations
@@ -34,8 +38,20 @@ EXHAUSTIVE_MAX_BITS = 16
 # The format a scaled task computes in: the rule runs in binary32 on the dequantized inputs
 # (as MX, NVFP4 and FP8 GEMMs accumulate in FP32), with the policy's order and FMA.
 COMPUTE_FORMAT = "binary32"
+# The products and their operands: what a recipe policy (numerics.policy.RECIPES) quantizes.
+# A bias is added after the product (in the accumulator, as a GEMM's epilogue adds it);
+# attentionFromScores multiplies softmax(scores), formed inside the operator, by v, so only
+# v is an operand there (and attention's probabilities are not quantized before P v).
+OPERANDS = {
+    "matmul": ("x", "y"), "scaledMatmul": ("x", "y"), "contract": ("x", "y"),
+    "linear": ("weight", "x"), "conv": ("x", "weight"), "convTranspose": ("x", "weight"),
+    "attention": ("q", "k", "v"), "multiheadAttention": ("q", "k", "v"),
+    "attentionFromScores": ("v",),
+}
+PRODUCTS = frozenset(OPERANDS)
 # The implementations that measure scaled tasks (the others' kernels take no scaled inputs).
 SCALED_IMPLEMENTATIONS = ("emulated", "native")
+FP8_ELEMENTS = ("float8_e4m3fn", "float8_e5m2")
 
 
 @dataclass(frozen=True)
@@ -74,7 +90,8 @@ class Task:
             fmt = formats.get(self.format) if self.scheme is None else self.scheme
             if isinstance(fmt, formats.ScaledFormat):
                 object.__setattr__(self, "scheme", fmt)
-                fmt = formats.get(COMPUTE_FORMAT)
+                recipe = numerics.policy.recipe(self.policy)
+                fmt = formats.get(recipe.storage if recipe else COMPUTE_FORMAT)
             object.__setattr__(self, "fmt", fmt)
         if self.accumulation is None and numerics.policy.is_name(self.policy):
             object.__setattr__(self, "accumulation",
@@ -132,14 +149,37 @@ def exhaustible(o, fmt) -> bool:
 
 # ----- scaled formats -------------------------------------------------------------------------
 
+def scaling(task) -> str | None:
+    """How a task's tensors take its scaled format: ``storage`` (no recipe policy: the
+    scheme is the storage format at every port, the rule computes in COMPUTE_FORMAT),
+    ``operands`` (a recipe policy on a product, OPERANDS: its operands quantized, the rule
+    computing in COMPUTE_FORMAT, its outputs stored in the recipe's storage format, the
+    task's ``fmt``), None (an element format, or a recipe on any other operator: the recipe
+    leaves it in its storage format, an element task of ``fmt``)."""
+    if task.scheme is None:
+        return None
+    if numerics.policy.recipe(task.policy) is None:
+        return "storage"
+    return "operands" if task.op in PRODUCTS else None
+
+
+def compute_task(task) -> Task:
+    """The task whose implementation computes an ``operands`` task's routes: the same task
+    in COMPUTE_FORMAT under the recipe's policy (binary32 accumulation)."""
+    fmt = formats.get(COMPUTE_FORMAT)
+    return dataclasses.replace(task, fmt=fmt,
+                               accumulation=numerics.policy.preset(task.policy, fmt))
+
+
 def route_scheme(task, route) -> formats.ScaledFormat:
-    """The scaled format of a route's values: the task's scheme, or under a recipe policy
-    (numerics.policy.RECIPES) the scheme with the recipe's forward element for the forward
-    and tangent routes and its gradient element for the gradient route (its cotangents and
-    its outputs).  Its inputs keep the forward element: the backward products of FP8
-    training multiply E5M2 gradients by the E4M3 operands."""
+    """The scaled format of a route's quantized values: the task's scheme, or under a
+    recipe policy (numerics.policy.RECIPES) with a forward and a gradient element, the scheme
+    with the forward element for the forward and tangent routes and the gradient element for
+    the gradient route (its cotangents; under ``storage`` scaling its outputs too).  Its
+    inputs keep the forward element: the backward products of FP8 training multiply E5M2
+    gradients by the E4M3 operands."""
     recipe = numerics.policy.recipe(task.policy)
-    if recipe is None:
+    if recipe is None or recipe.forward is None:
         return task.scheme
     return with_element(task.scheme, recipe.gradient if route == "gradient" else
                         recipe.forward)
@@ -168,24 +208,26 @@ _OPTIONS = ("rule", "pow2", "amax", "margin", "rounding", "saturate_elements")
 
 
 def scaled_problem(task, o) -> tuple | None:
-    """(status, reason, need) when ``task`` cannot be measured as a scaled task, else None:
-    a recipe policy on an element format or on a scheme without FP8 elements, an
-    implementation that takes no scaled inputs, delayed scaling (no amax history), a scheme
-    whose dequantized values do not fit binary64, an operator with nothing to quantize
-    (every input an index, a Boolean or an integer word)."""
+    """(status, reason, need) when ``task`` cannot be measured as its scaled format or
+    recipe asks, else None: a recipe policy on an element format, or with FP8 elements on a
+    scheme without them; an implementation that takes no scaled inputs, delayed scaling (no
+    amax history), a scheme whose dequantized values do not fit binary64, an operator with
+    nothing to quantize (every input an index, a Boolean or an integer word)."""
     recipe = numerics.policy.recipe(task.policy)
     if task.scheme is None:
         if recipe is None:
             return None
         return ("no_rule", f"policy {task.policy} ({recipe.doc}) quantizes into a scaled "
-                           f"format with FP8 elements; {task.format} is an element format "
-                           f"(give --formats fp8_e4m3_tensor, mxfp8_e4m3...)", "scaled format")
+                           f"format; {task.format} is an element format (give --formats "
+                           f"mxfp8_e4m3, fp8_e4m3_tensor...)", "scaled format")
     name = task.scheme.label
-    if recipe is not None and getattr(task.scheme.element, "name", None) not in (
-            "float8_e4m3fn", "float8_e5m2"):
+    if recipe is not None and recipe.forward is not None and \
+            getattr(task.scheme.element, "name", None) not in FP8_ELEMENTS:
         return ("no_rule", f"policy {task.policy} ({recipe.doc}) needs a scheme with FP8 "
                            f"elements; {name} has {task.scheme.element.label} elements",
                 "FP8 scheme")
+    if scaling(task) is None:
+        return None                   # a recipe leaves this operator in its storage format
     if task.implementation not in SCALED_IMPLEMENTATIONS:
         return ("no_rule", f"scaled format {name}: the {task.implementation} implementation "
                            f"takes no scaled inputs (measured: "

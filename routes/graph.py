@@ -263,11 +263,11 @@ class GraphRule:
     def _node_error(self, k, exc):
         return RouteError(f"graph node {k} ({self.graph.nodes[k].op.name}): {exc}")
 
-    def _sweep(self, inputs, needs_grad, override=None, post=None):
+    def _sweep(self, inputs, needs_grad, override=None, post=None, pre=None):
         """Forward sweep recording the tape: values, needs-grad flags and pullbacks.
         ``override``: {node index: backend} nodes evaluated under another backend, their
         outputs read back into this one (``asarray``: rounded once into its format);
-        ``post``: as in ``trace``."""
+        ``post``, ``pre``: as in ``trace``."""
         g = self.graph
         vals = {Ref(-1, i): x for i, x in enumerate(self._inputs(inputs))}
         active = {Ref(-1, i): bool(f) and p.differentiable
@@ -279,14 +279,19 @@ class GraphRule:
         for k, node in enumerate(g.nodes):
             flags = tuple(active[r] and p.differentiable for r, p in zip(node.args, node.op.inputs))
             xp = (override or {}).get(k, self.xp)
+            args = [vals[r] for r in node.args]
+            if pre is not None:
+                args = list(_posted(pre, "argument", k, args))
             try:
-                outs, pull = invoke_prepared(node.op, [vals[r] for r in node.args], xp, flags)
+                outs, pull = invoke_prepared(node.op, args, xp, flags)
                 rule = rule_for(node.op, self.xp)      # the order and alias of this sweep
             except RouteError as exc:
                 raise self._node_error(k, exc) from None
             if xp is not self.xp:
                 outs, pull = self._read_back(node.op.outputs, outs), \
                     self._pull_back(node.op.inputs, pull)
+            if pre is not None:
+                pull = _pre_pull(pre, k, pull)
             if post is not None:
                 outs = _posted(post, "value", k, outs)
                 pull = _posted_pull(post, k, pull)
@@ -348,7 +353,7 @@ class GraphRule:
         return lambda cotangents: self._read_back(ports, pull(cotangents))
 
     def trace(self, inputs, cotangents=None, tangents=None, override=None,
-              post=None) -> "Trace":
+              post=None, pre=None) -> "Trace":
         """Every value of the sweeps, for measuring a graph node by node: the forward sweep
         (with the reverse sweep from ``cotangents``, one per output or None, when given) and
         the forward-mode sweep from ``tangents`` (one per input or None) when given.
@@ -360,16 +365,23 @@ class GraphRule:
         pullback's output for argument ``index`` (None outputs are not passed),
         ``"tangent"`` its output tangent ``index`` -- a storage format between the nodes (a
         scaled format's quantizer, reports/model.py).  Without it every value is the
-        backend's own."""
+        backend's own.
+
+        ``pre(kind, node, index, value) -> value``, when given, replaces what each node
+        reads, for that node alone: ``"argument"`` its argument ``index`` (in both forward
+        sweeps; what its pullback keeps), ``"argument_tangent"`` the tangent of argument
+        ``index``, ``"cotangent"`` the cotangent of its output ``index`` as its pullback
+        receives it -- a quantization in front of one operator (a scaled-format recipe
+        quantizes the operands of products, reports/model_recipe.py)."""
         g = self.graph
         needs = tuple(p.differentiable for p in g.inputs) if cotangents is not None else \
             (False,) * len(g.inputs)
-        vals, active, tape = self._sweep(inputs, needs, override, post)
+        vals, active, tape = self._sweep(inputs, needs, override, post, pre)
         out = Trace(values=vals)
         if cotangents is not None:
             out.cotangents = self._reverse(active, tape, cotangents, out.contributions)
         if tangents is not None:
-            out.tangents = self._tangents(inputs, tangents, override, post)[2]
+            out.tangents = self._tangents(inputs, tangents, override, post, pre)[2]
         return out
 
     def backward(self, inputs, cotangents) -> tuple:
@@ -385,9 +397,9 @@ class GraphRule:
         return outs, tuple((tans[r] if r in tans else xp.zeros_like(vals[r]))
                            if p.differentiable else None for r, p in zip(g._outputs, g.outputs))
 
-    def _tangents(self, inputs, tangents, override=None, post=None):
-        """The forward-mode sweep: (values, None, {Ref: tangent}); ``post`` as in
-        ``trace``."""
+    def _tangents(self, inputs, tangents, override=None, post=None, pre=None):
+        """The forward-mode sweep: (values, None, {Ref: tangent}); ``post`` and ``pre`` as
+        in ``trace``."""
         g, xp = self.graph, self.xp
         xs = self._inputs(inputs)
         vals = {Ref(-1, i): x for i, x in enumerate(xs)}
@@ -398,6 +410,9 @@ class GraphRule:
             args = [vals[r] for r in node.args]
             ts = [tans.get(r) if p.differentiable else None for r, p in zip(node.args,
                                                                           node.op.inputs)]
+            if pre is not None:
+                args = list(_posted(pre, "argument", k, args))
+                ts = list(_posted(pre, "argument_tangent", k, ts))
             bk = (override or {}).get(k, xp)
             try:
                 rule = checked_rule(node.op, args, bk)
@@ -427,3 +442,8 @@ def _posted(post, kind, k, values) -> tuple:
 def _posted_pull(post, k, pull):
     """Node ``k``'s pullback whose outputs go through ``post`` as contributions."""
     return lambda cotangents: _posted(post, "contribution", k, pull(cotangents))
+
+
+def _pre_pull(pre, k, pull):
+    """Node ``k``'s pullback receiving its output cotangents through ``pre``."""
+    return lambda cotangents: pull(_posted(pre, "cotangent", k, tuple(cotangents)))

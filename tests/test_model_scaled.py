@@ -21,7 +21,13 @@ from roundoff_coverage import routes
 
 from conftest import one_error, run_cli
 from test_model_run import FACTORY
-from test_run_scaled import BINARY32, matmul32, quantize_rows, rn, transpose, unit_errors
+from test_run_scaled import (BFLOAT16, BINARY32, E5M2, floor_log2, matmul32, quantize_rows, rn,
+                             transpose, unit_errors)
+
+
+def rn_array(a):
+    """float64 values rounded to nearest even into bfloat16 (through the oracle)."""
+    return np.array([[float(rn(F(float(e)), BFLOAT16)) for e in r] for r in a])
 
 
 def _r32(m):
@@ -142,16 +148,68 @@ def test_block_counts_of_an_input_and_an_output_built_to_clip():
         assert r["max_ulp"] == pytest.approx(1.75, abs=1e-12)
 
 
-def test_the_recipe_quantizes_gradients_in_e5m2_and_refuses_fp4():
-    rows, _, _ = M.measure(_clipping_graph(), M.Config("mxfp8_e4m3", "nearest_even",
-                                                       "fp8_recipe"),
-                           [[np.full((1, 32), 1.5), np.full((1, 32), 0.75)]], 0,
-                           ("forward", "gradient"))
-    schemes = {(r["route"], r["scheme"]) for r in rows}
-    assert schemes == {("forward", "mxfp8_e4m3"), ("gradient", "mxfp8_e5m2")}
-    assert all("float8_e5m2" in r["error_unit"] for r in rows if r["route"] == "gradient")
+def _bf16_errors(comp, exact):
+    """|comp - exact| in ulps of bfloat16 at the exact values, the largest."""
+    p, emin, _ = BFLOAT16
+    return max(float(abs(c - e) / F(2) ** (max(floor_log2(abs(e)), emin) - p + 1))
+               for cr, er in zip(comp, exact) for c, e in zip(cr, er))
+
+
+@pytest.mark.parametrize("scheme, policy", [("mxfp8_e4m3", "fp8_recipe"),
+                                            ("fp8_e4m3_tensor", "fp8_recipe"),
+                                            ("nvfp4", "scaled_recipe")])
+def test_a_recipe_quantizes_the_products_operands_only(scheme, policy):
+    """_graph under a recipe, against an oracle from the definitions: every tensor stored in
+    bfloat16; the matmul reads x quantized by rows and w by columns (E4M3 under
+    fp8_recipe), computes in binary32 (products rounded, summed in order) and stores in
+    bfloat16; add stays a bfloat16 add.  Its gradient with respect to w reads the
+    cotangent (v: the loss is sum(h * v)) quantized by rows -- E5M2 under fp8_recipe -- and
+    x as quantized for the forward product.  Errors in bfloat16 ulps against the exact run
+    on the unquantized bfloat16 inputs, propagated and local."""
+    rng = np.random.default_rng(7)
+    arrays = [rn_array(rng.standard_normal(s)) for s in ((2, 32), (32, 24), (2, 24), (2, 24))]
+    rows, summary, _ = M.measure(_graph(), M.Config(scheme, "nearest_even", policy),
+                                 [arrays], 0, ("forward", "gradient"))
+    x, w, b, v = ([[F(float(e)) for e in r] for r in a] for a in arrays)
+    fp8 = policy == "fp8_recipe"
+    xq, wq = _q(x, scheme), transpose(_q(transpose(w), scheme))
+    z = [[rn(e, BFLOAT16) for e in r] for r in matmul32(xq, wq)]
+    exact_z = [[sum(p * q for p, q in zip(r, c)) for c in transpose(w)] for r in x]
+    for attribution in ("propagated", "local"):
+        r = _row(rows, "mm", "forward", "z", attribution)
+        assert r["max_ulp"] == pytest.approx(_bf16_errors(z, exact_z), rel=1e-9)
+        assert r["scheme"] == scheme and r["error_unit"] is None
+        assert set(r["scaled_inputs"]) == {"x", "y"}
+    add = _elementwise(lambda s, t: rn(s + t, BFLOAT16), z, b)
+    exact_add = _elementwise(lambda s, t: s + t, exact_z, b)
+    r = _row(rows, "add", "forward", "out", "propagated")
+    assert r["max_ulp"] == pytest.approx(_bf16_errors(add, exact_add), rel=1e-9)
+    assert r["scheme"] is None                         # not a product: bfloat16 only
+    assert _row(rows, "add", "forward", "out", "local")["max_ulp"] <= 0.5
+    # d total / d w = x^T @ v, the cotangent v quantized by rows (it reaches mm exactly:
+    # 1 * v and add's identity pullback are exact in bfloat16).
+    vq = [[rn(e, BINARY32) for e in r] for r in
+          quantize_rows(v, scheme, E5M2 if fp8 else None)]
+    dw = [[rn(e, BFLOAT16) for e in r] for r in matmul32(transpose(xq), vq)]
+    exact_dw = [[sum(p * q for p, q in zip(r, c)) for c in transpose(v)] for r in transpose(x)]
+    r = _row(rows, "mm", "gradient", "y", "propagated")
+    assert r["max_ulp"] == pytest.approx(_bf16_errors(dw, exact_dw), rel=1e-9)
+    assert r["scheme"] == (scheme.replace("e4m3", "e5m2") if fp8 else scheme)
+    assert set(r["scaled_inputs"]) == {"x", "y", "cotangent z"}
+    # Keeping mm out of the recipe (binary32 on unquantized operands) must shrink the
+    # model's gradient errors.
+    keep = {(e["keep"], e["route"]): e for e in summary["keep_binary32"]}
+    mm = keep[("mm", "gradient")]
+    assert mm["max_ulp_after"] < mm["max_ulp_before"]
+
+
+def test_recipes_refuse_what_they_cannot_take():
     with pytest.raises(M.ModelError, match="needs a scheme with FP8 elements"):
         M.check(M.Config("nvfp4", "nearest_even", "fp8_recipe"))
+    with pytest.raises(M.ModelError, match="bfloat16 is an element format"):
+        M.check(M.Config("bfloat16", "nearest_even", "scaled_recipe"))
+    with pytest.raises(M.ModelError, match="delayed scaling"):
+        M.check(M.Config("fp8_e4m3_tensor:delayed", "nearest_even", "fp8_recipe"))
 
 
 @pytest.mark.parametrize("args, says", [

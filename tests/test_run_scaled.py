@@ -45,9 +45,10 @@ def scaled(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def recipe(tmp_path_factory):
-    return _run(tmp_path_factory.mktemp("recipe"), "recipe", ops=("matmul",),
+    return _run(tmp_path_factory.mktemp("recipe"), "recipe", ops=("matmul", "softmax"),
                 formats=("fp8_e4m3_tensor", "mxfp8_e4m3", "nvfp4", "bfloat16"),
-                policies=("fp8_recipe",), routes=("forward", "gradient"), draws=1)
+                policies=("fp8_recipe", "scaled_recipe", "fp32_accumulate"),
+                routes=("forward", "gradient"), draws=1)
 
 
 def _rows(doc, **key):
@@ -61,6 +62,7 @@ BINARY32 = (24, -126, (2 - Fraction(1, 2**23)) * 2**127)
 E4M3 = (4, -6, Fraction(448))          # float8_e4m3fn: 1.75 * 2**8
 E5M2 = (3, -14, Fraction(57344))       # float8_e5m2: 1.75 * 2**15
 E2M1 = (2, 0, Fraction(6))             # float4_e2m1fn: 1.5 * 2**2
+BFLOAT16 = (8, -126, (2 - Fraction(1, 2**7)) * 2**127)
 
 
 def floor_log2(v: Fraction) -> int:
@@ -107,11 +109,27 @@ def scales(blocks, scheme):
             for b in blocks]
 
 
-def quantize(blocks, scheme):
-    """The dequantized blocks: elements rounded into the element format, saturating."""
-    elem = E2M1 if scheme == "nvfp4" else E4M3
+def quantize(blocks, scheme, elem=None):
+    """The dequantized blocks: elements rounded into the element format, saturating.
+    ``elem`` (E5M2): an FP8 scheme with that element instead (its emax in the MX rule and
+    its max in the per-tensor scale)."""
+    if elem is None:
+        elem = E2M1 if scheme == "nvfp4" else E4M3
+    if elem == E5M2:
+        return _quantize_e5m2(blocks, scheme)
     return [[rn(v / d, elem, saturate=True) * d for v in b]
             for b, d in zip(blocks, scales(blocks, scheme))]
+
+
+def _quantize_e5m2(blocks, scheme):
+    """E5M2 elements: MX X = 2**(floor(log2 amax) - 15); per tensor d = amax / 57344."""
+    if scheme == "mxfp8_e4m3":
+        d = [Fraction(2) ** max(-127, floor_log2(max(abs(v) for v in b)) - 15)
+             if any(b) else Fraction(2) ** -127 for b in blocks]
+    else:
+        amax = max(abs(v) for b in blocks for v in b)
+        d = [rn(amax / 57344, BINARY32)] * len(blocks)
+    return [[rn(v / di, E5M2, saturate=True) * di for v in b] for b, di in zip(blocks, d)]
 
 
 def block_rows(m, k):
@@ -120,14 +138,14 @@ def block_rows(m, k):
             for j in range(0, len(row), k)]
 
 
-def quantize_rows(m, scheme):
+def quantize_rows(m, scheme, elem=None):
     """A matrix quantized with its blocks along the last axis (whole tensor for FP8)."""
     k = 16 if scheme == "nvfp4" else 32
     cuts = block_rows(m, k) if scheme != "fp8_e4m3_tensor" else \
         [(i, list(range(len(row)))) for i, row in enumerate(m)]
     blocks = [[m[i][j] for j in cols] for i, cols in cuts]
     out = [row[:] for row in m]
-    for (i, cols), q in zip(cuts, quantize(blocks, scheme)):
+    for (i, cols), q in zip(cuts, quantize(blocks, scheme, elem)):
         for j, v in zip(cols, q):
             out[i][j] = v
     return out
@@ -300,36 +318,83 @@ def test_natural_axes_of_products():
 
 # ----- the recipe ---------------------------------------------------------------------------------
 
-def test_fp8_recipe_puts_gradients_in_e5m2(recipe):
-    """fp8_recipe: forward rows in the E4M3 scheme, gradient rows in its E5M2 twin; the
-    stored cotangent is E5M2 times one scale (its largest element 57344), the input x E4M3
-    (largest 448), each within binary32's reading of the product; schemes without FP8
-    elements and element formats are no_rule."""
+def _recipe_oracle(scheme, policy, route):
+    """The ordinary draw of matmul k16 (2 x 16 times 16 x 2) under a recipe, from the
+    definitions: the operands (x along its rows, y along its columns; under the gradient
+    route the cotangent along its rows) quantized into the scheme -- E4M3 forward and E5M2
+    for the cotangent under fp8_recipe -- and read into binary32; the product in binary32
+    (each product rounded, then summed in order); the result rounded into bfloat16; its
+    error in ulps of bfloat16 at the exact value of the same product of the unquantized
+    bfloat16 draws.  (The gradient of x: dz @ y^T, y quantized as in the forward product.)"""
+    task = next(t for t in runner.plan(runner.Selection(
+        ops=("matmul",), formats=(scheme,), policies=(policy,), routes=(route,), draws=1))
+        if t.instance == "k16")
+    d = draws.draw(task, task.build(), task.fmt)
+    k = d.kinds.index("ordinary")
+    x, y = ([[Fraction(float(v)) for v in r] for r in a] for a in d.inputs[k])
+    assert all(rn(v, BFLOAT16) == v for r in x + y for v in r)     # drawn in the storage
+    fp8 = policy == "fp8_recipe"
+    xq = [[rn(v, BINARY32) for v in r] for r in quantize_rows(x, scheme)]
+    yq = [[rn(v, BINARY32) for v in r] for r in transpose(quantize_rows(transpose(y), scheme))]
+    if route == "forward":
+        comp, exact = matmul32(xq, yq), [[sum(a * b for a, b in zip(r, c)) for c in
+                                          transpose(y)] for r in x]
+    else:
+        dz = [[Fraction(float(v)) for v in r] for r in d.cotangents[k][0]]
+        dzq = [[rn(v, BINARY32) for v in r]
+               for r in quantize_rows(dz, scheme, E5M2 if fp8 else None)]
+        comp, exact = matmul32(dzq, transpose(yq)), [[sum(a * b for a, b in zip(r, c))
+                                                      for c in y] for r in dz]
+    errs = []
+    for cr, er in zip(comp, exact):
+        for c, e in zip(cr, er):
+            ulp = Fraction(2) ** (max(floor_log2(abs(e)), BFLOAT16[1]) - BFLOAT16[0] + 1)
+            errs.append(abs(rn(c, BFLOAT16) - e) / ulp)
+    return float(max(errs))
+
+
+@pytest.mark.parametrize("scheme,policy", [("fp8_e4m3_tensor", "fp8_recipe"),
+                                           ("mxfp8_e4m3", "fp8_recipe"),
+                                           ("nvfp4", "scaled_recipe")])
+@pytest.mark.parametrize("route", ["forward", "gradient"])
+def test_a_recipe_quantizes_the_operands_and_stores_in_bfloat16(recipe, scheme, policy,
+                                                                 route):
+    """The recipe's matmul rows against the oracle (_recipe_oracle): the operands'
+    quantization is part of the measured error, the outputs are bfloat16, measured in its
+    ulps against the exact product of the bfloat16 draws."""
     _, doc = recipe
-    fwd = _rows(doc, op="matmul", instance="k16", route="forward", format="fp8_e4m3_tensor")
-    grad = _rows(doc, op="matmul", instance="k16", route="gradient",
-                 format="fp8_e4m3_tensor")
-    assert fwd and grad and all(r["policy"] == "fp8_recipe" for r in fwd + grad)
-    assert {r["scheme"] for r in fwd} == {"fp8_e4m3_tensor"}
-    assert {r["scheme"] for r in grad} == {"fp8_e5m2_tensor"}
-    assert all("float8_e5m2" in r["error_unit"] for r in grad)
-    w = grad[0]["worst"]
-    def off_grid(stored, fmt):
-        """The largest relative distance of the stored values, over the one scale that puts
-        their largest on fmt's max, from fmt's grid."""
-        vals = [decode(v) for r in stored for v in r]
-        d = max(abs(v) for v in vals) / fmt[2]
-        return max(abs(v / d - rn(v / d, fmt, saturate=True)) / abs(v / d) for v in vals if v)
-    # On the grid up to binary32's reading of the products (2**-23); the 32 elements of an
-    # E4M3 cotangent would not all have E5M2's 3 significant bits, as the inputs show.
-    assert off_grid(w["cotangents"]["z"], E5M2) < Fraction(1, 2**20)
-    assert off_grid(w["inputs"]["x"], E4M3) < Fraction(1, 2**20)
-    assert off_grid(w["inputs"]["x"], E5M2) > Fraction(1, 2**10)
-    mx = _rows(doc, op="matmul", instance="k16", route="gradient", format="mxfp8_e4m3")
-    assert {r["scheme"] for r in mx} == {"mxfp8_e5m2"}
-    for fmt, why in (("nvfp4", "needs a scheme with FP8 elements"),
-                     ("bfloat16", "is an element format")):
-        rows = _rows(doc, op="matmul", format=fmt)
+    port = "z" if route == "forward" else "x"
+    [row] = _rows(doc, op="matmul", instance="k16", route=route, port=port, format=scheme,
+                  policy=policy)
+    assert row["status"] == "ok", row["reason"]
+    assert row["by_kind"]["ordinary"]["max_ulp"] == pytest.approx(
+        _recipe_oracle(scheme, policy, route), rel=1e-9)
+    # Far more than a bfloat16 matmul's few ulps: the operands lost 4 of their 8 bits.
+    assert row["by_kind"]["ordinary"]["max_ulp"] > 2
+    want = {"forward": scheme, "gradient": scheme if policy == "scaled_recipe" else
+            scheme.replace("e4m3", "e5m2")}[route]
+    assert row["scheme"] == want and row["error_unit"] is None
+    labels = {"forward": {"x", "y"}, "gradient": {"x", "y", "cotangent z"}}[route]
+    assert set(row["scaled_inputs"]) == labels
+
+
+def test_a_recipe_leaves_other_operators_in_bfloat16(recipe):
+    """softmax is not a product: under a recipe it is an element task of bfloat16 with
+    binary32 accumulation (its errors a few bfloat16 ulps,
+    as the fp32_accumulate policy's on bfloat16, not the 2**-3-relative steps of an
+    FP8 element); an element format or, under fp8_recipe, a scheme without FP8 elements is
+    no_rule."""
+    _, doc = recipe
+    for scheme in ("mxfp8_e4m3", "nvfp4"):
+        rows = _rows(doc, op="softmax", format=scheme, policy="scaled_recipe",
+                     route="forward")
+        assert rows and all(r["status"] == "ok" and r["scheme"] is None and
+                            r["error_unit"] is None for r in rows)
+        assert all(0 < r["by_kind"]["ordinary"]["max_ulp"] <= 4 for r in rows)
+    for fmt, policy, why in (("nvfp4", "fp8_recipe", "needs a scheme with FP8 elements"),
+                             ("bfloat16", "fp8_recipe", "is an element format"),
+                             ("bfloat16", "scaled_recipe", "is an element format")):
+        rows = _rows(doc, op="matmul", format=fmt, policy=policy)
         assert rows and all(r["status"] == "no_rule" and why in r["reason"] for r in rows)
 
 

@@ -37,8 +37,9 @@ def add(sub, shared):
     p.add_argument("--routes", metavar="LIST",
                    help="route kinds among forward,tangent,gradient (default: all three)")
     p.add_argument("--policies", metavar="LIST", help="accumulation policy presets (default: "
-                   "strict); fp8_recipe: E4M3 forward values and E5M2 gradients of a scaled "
-                   "FP8 format")
+                   "strict); recipes on a scaled format: scaled_recipe (the products' operands "
+                   "quantized, binary32 accumulation, bfloat16 storage), fp8_recipe (the same "
+                   "with E4M3 forward and E5M2 gradient operands)")
     p.add_argument("--implementations", metavar="LIST",
                    help="emulated, native, cuda (the operators' CUDA kernels on a GPU, "
                         "or in numba's simulator under NUMBA_ENABLE_CUDASIM=1), torch and/or "
