@@ -124,7 +124,8 @@ def _positive(v, what):
 PRESETS = ("strict", "fp32_accumulate", "fp32_accumulate_fma", "pairwise", "blocked32",
            "scaled_recipe", "fp8_recipe")
 # Policies with parameters, NAME:ARG[:ARG]: how accelerators accumulate (see Policy).
-PARAMETRIZED = ("fixed_point:B[:K]", "promote:K[:FORMAT]", "acc:FORMAT", "split_k:S", "tree")
+PARAMETRIZED = ("fixed_point:B[:K]", "promote:K[:FORMAT]", "acc:FORMAT", "split_k:S", "tree",
+                "compute:FORMAT")
 
 
 def preset(name: str, storage) -> Policy:
@@ -139,6 +140,8 @@ def preset(name: str, storage) -> Policy:
     promote:K[:FORMAT]: runs of K products in FORMAT (e8m13, "fp22"), each added into a
     binary32 accumulator (Policy.promote).
     acc:FORMAT: accumulation in FORMAT (a narrow accumulator: acc:e8m13).
+    compute:FORMAT: every primitive computes and accumulates in FORMAT, its results stored
+    in the storage format (``compute_format``: a scaled format's compute format).
     split_k:S: binary32 accumulation in S contiguous chunks, then their sums (split-k).
     tree: binary32 accumulation in pairwise order (a reduction tree).
     scaled_recipe, fp8_recipe: the recipes (``Recipe``): binary32 accumulation, as
@@ -170,6 +173,8 @@ def preset(name: str, storage) -> Policy:
                           inner=args[1] if len(args) == 2 else "e8m13", name=name)
         if head == "acc" and len(args) == 1:
             return Policy(storage, accumulate=args[0], name=name)
+        if head == "compute" and len(args) == 1:
+            return Policy(storage, compute=args[0], accumulate=args[0], name=name)
         if head == "split_k" and len(args) == 1:
             return Policy(storage, accumulate="binary32", order=f"split:{_int(args[0])}",
                           name=name)
@@ -177,6 +182,12 @@ def preset(name: str, storage) -> Policy:
         raise ValueError(f"policy {name!r}: {str(exc).splitlines()[0]}") from None
     raise ValueError(f"unknown policy {name!r}; presets are {', '.join(PRESETS)}, and "
                      f"{', '.join(PARAMETRIZED)}")
+
+
+def compute_format(name: str) -> str | None:
+    """FORMAT of a ``compute:FORMAT`` policy name, None for every other policy."""
+    head, _, rest = str(name).partition(":")
+    return rest if head == "compute" and rest and ":" not in rest else None
 
 
 def _int(text):

@@ -377,17 +377,18 @@ def quantize_draws(task: Task, d: Draws, routes_wanted) -> tuple:
     gradient route's.
 
     Read into the compute format: the dequantized value element * scale (* tensor scale)
-    rounded once to nearest even into binary32, as a kernel that dequantizes into FP32 reads
-    it.  Exact for the MX schemes (a 4-bit element times a power of two is a binary32
-    number); within 2**-24 relative for binary32 scales (FP8 per-tensor and blockwise,
-    NVFP4's tensor scale), whose products can carry up to 30 significant bits.  Under
+    rounded once to nearest even into binary32 (task.compute_format: binary64 under the
+    policy compute:binary64), as a kernel that dequantizes into FP32 reads it.  Exact for
+    the MX schemes (a 4-bit element times a power of two is a binary32 number); within
+    2**-24 relative for binary32 scales (FP8 per-tensor and blockwise, NVFP4's tensor
+    scale), whose products can carry up to 30 significant bits (exact in binary64).  Under
     ``storage`` scaling the rule and the reference both read these values, so the error of
     a route is its own and the output quantization's; under a recipe (``operands``) only
     the rule reads them and the reference reads the draws as they were, so the error holds
     the quantization of the operands (reports/evaluate.py)."""
     o = d.op
-    compute = formats.get(COMPUTE_FORMAT)
     operands = OPERANDS[o.name] if scaling(task) == "operands" else None
+    compute = formats.get(COMPUTE_FORMAT) if operands else task.fmt
 
     def quantized(x, scheme, axis, *seed):
         deq, _, counts = quantize_port(x, scheme, axis, quantize_seed(task, *seed))

@@ -574,7 +574,8 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
     summary = {"largest_local": top}
     if scaled is not None:
         summary["scaled_inputs"] = scaled.input_fields(g)
-        summary["keep_note"] = (f"{config.format}: every node computes in {KEEP_FORMAT}; "
+        summary["keep_note"] = (f"{config.format}: every node computes in "
+                                f"{scaled.compute.label}; "
                                 f"keeping a node leaves its outputs (values and gradient "
                                 f"contributions) unquantized")
     elif recipe is not None:

@@ -16,7 +16,7 @@ from .draws import BlockCounts, axis_text, element_scales, quantize_port, scale_
 from .measuring import measure_scaled_port, scaled_errors
 from .model import (B64, EXACT_SUM_PREC, PROPAGATED, ModelError,
                     _directions, _is_float, _rounder)
-from .task import COMPUTE_FORMAT, PRODUCTS, quantized_port
+from .task import PRODUCTS, compute_format, quantized_port
 
 
 def refuse(scheme) -> None:
@@ -33,7 +33,7 @@ def refuse(scheme) -> None:
 class Scaled:
     """A scaled format in a model run (the module docstring): ``fwd`` and ``grad`` the
     schemes of forward values (and tangents) and of gradients (both the scheme: a recipe
-    policy is reports/model_recipe.py's), ``compute`` binary32, and
+    policy is reports/model_recipe.py's), ``compute`` binary32 (task.compute_format), and
     ``counts`` the BlockCounts of every quantization: {(run, sample, kind, node or input,
     index): BlockCounts}, run ``inputs`` (kinds ``input``, ``constant``; constants under
     sample None), ``emulated`` or ``local`` (kinds ``value``, ``contribution``,
@@ -43,7 +43,7 @@ class Scaled:
         refuse(scheme)
         self.label, self.seed = config.format, seed
         self.fwd = self.grad = scheme
-        self.compute = formats.get(COMPUTE_FORMAT)
+        self.compute = compute_format(config.policy)
         self.counts, self.axes, self.consumers = {}, {}, {}
 
     def scheme(self, route):

@@ -36,7 +36,8 @@ BATCH_FAMILIES = ("elementwise", "transcendental", "rounding", "extrema", "activ
 EXHAUSTIVE_FAMILIES = ("elementwise", "transcendental", "rounding", "activation")
 EXHAUSTIVE_MAX_BITS = 16
 # The format a scaled task computes in: the rule runs in binary32 on the dequantized inputs
-# (as MX, NVFP4 and FP8 GEMMs accumulate in FP32), with the policy's order and FMA.
+# (as MX, NVFP4 and FP8 GEMMs accumulate in FP32), with the policy's order and FMA; the
+# policy compute:FORMAT chooses another (compute_format).
 COMPUTE_FORMAT = "binary32"
 # The products and their operands: what a recipe policy (numerics.policy.RECIPES) quantizes.
 # A bias is added after the product (in the accumulator, as a GEMM's epilogue adds it);
@@ -91,7 +92,7 @@ class Task:
             if isinstance(fmt, formats.ScaledFormat):
                 object.__setattr__(self, "scheme", fmt)
                 recipe = numerics.policy.recipe(self.policy)
-                fmt = formats.get(recipe.storage if recipe else COMPUTE_FORMAT)
+                fmt = formats.get(recipe.storage) if recipe else compute_format(self.policy)
             object.__setattr__(self, "fmt", fmt)
         if self.accumulation is None and numerics.policy.is_name(self.policy):
             object.__setattr__(self, "accumulation",
@@ -151,7 +152,7 @@ def exhaustible(o, fmt) -> bool:
 
 def scaling(task) -> str | None:
     """How a task's tensors take its scaled format: ``storage`` (no recipe policy: the
-    scheme is the storage format at every port, the rule computes in COMPUTE_FORMAT),
+    scheme is the storage format at every port, the rule computes in compute_format),
     ``operands`` (a recipe policy on a product, OPERANDS: its operands quantized, the rule
     computing in COMPUTE_FORMAT, its outputs stored in the recipe's storage format, the
     task's ``fmt``), None (an element format, or a recipe on any other operator: the recipe
@@ -161,6 +162,13 @@ def scaling(task) -> str | None:
     if numerics.policy.recipe(task.policy) is None:
         return "storage"
     return "operands" if task.op in PRODUCTS else None
+
+
+def compute_format(policy: str) -> formats.BinaryFormat:
+    """The format a scaled format's values are read into and computed in under ``policy``:
+    FORMAT under ``compute:FORMAT`` (binary64 reads every dequantized value exactly), else
+    COMPUTE_FORMAT."""
+    return formats.get(numerics.policy.compute_format(policy) or COMPUTE_FORMAT)
 
 
 def compute_task(task) -> Task:

@@ -63,6 +63,7 @@ E4M3 = (4, -6, Fraction(448))          # float8_e4m3fn: 1.75 * 2**8
 E5M2 = (3, -14, Fraction(57344))       # float8_e5m2: 1.75 * 2**15
 E2M1 = (2, 0, Fraction(6))             # float4_e2m1fn: 1.5 * 2**2
 BFLOAT16 = (8, -126, (2 - Fraction(1, 2**7)) * 2**127)
+BINARY64 = (53, -1022, (2 - Fraction(1, 2**52)) * 2**1023)
 
 
 def floor_log2(v: Fraction) -> int:
@@ -155,15 +156,16 @@ def transpose(m):
     return [list(c) for c in zip(*m)]
 
 
-def matmul32(x, y):
-    """Strict binary32 matmul: each product rounded, then summed in order, each sum rounded."""
+def matmul32(x, y, fmt=BINARY32):
+    """Strict binary32 (``fmt``) matmul: each product rounded, then summed in order, each
+    sum rounded."""
     out = []
     for row in x:
         z = []
         for col in transpose(y):
             s = Fraction(0)
             for a, b in zip(row, col):
-                s = rn(s + rn(a * b, BINARY32), BINARY32)
+                s = rn(s + rn(a * b, fmt), fmt)
             z.append(s)
         out.append(z)
     return out
@@ -224,6 +226,37 @@ def test_matmul_forward_errors_agree_with_an_exact_oracle(scaled, scheme):
     assert row["max_ulp"] == pytest.approx(max(abs(e) for e in err), abs=1e-9)
     assert row["worst"]["ulp"] == pytest.approx(err[row["worst"]["element"]], abs=1e-9)
     assert row["max_bits"] is None              # no ordinals across block scales
+
+
+def test_the_compute_format_is_a_policy_option(tmp_path):
+    """compute:binary64 reads NVFP4's dequantized values (an E2M1 element times an E4M3
+    block scale times a binary32 tensor scale: up to 30 significant bits) exactly, where
+    binary32 rounds them: the stored inputs are the oracle's exact dequantized values, and
+    the row's error is that of a binary64 matmul on them."""
+    _, doc = _run(tmp_path, "compute64", ops=("matmul",), formats=("nvfp4",),
+                  policies=("compute:binary64",), routes=("forward",), draws=1)
+    [row] = _rows(doc, op="matmul", instance="k16", route="forward")
+    assert row["status"] == "ok" and row["policy"] == "compute:binary64"
+    task = next(t for t in runner.plan(runner.Selection(
+        ops=("matmul",), formats=("nvfp4",), policies=("compute:binary64",), draws=1))
+        if t.instance == "k16")
+    assert task.fmt.name == "binary64"
+    d = draws.draw(task, task.build(), task.fmt)
+
+    def quantized(k):
+        x, y = ([[Fraction(float(v)) for v in r] for r in a] for a in d.inputs[k])
+        return quantize_rows(x, "nvfp4"), transpose(quantize_rows(transpose(y), "nvfp4"))
+    xq, yq = quantized(row["worst"]["draw"])
+    stored = row["worst"]["inputs"]
+    assert [[decode(v) for v in r] for r in stored["x"]] == xq
+    assert [[decode(v) for v in r] for r in stored["y"]] == yq
+    xq, yq = quantized(d.kinds.index("ordinary"))
+    assert any(rn(v, BINARY32) != v for r in xq + yq for v in r)   # binary32 would round
+    exact = [[sum(a * b for a, b in zip(r, c)) for c in transpose(yq)] for r in xq]
+    comp = quantize_rows(matmul32(xq, yq, BINARY64), "nvfp4")
+    err = [float(e) for r in unit_errors(comp, exact, "nvfp4") for e in r]
+    assert row["by_kind"]["ordinary"]["max_ulp"] == pytest.approx(max(abs(e) for e in err),
+                                                                  abs=1e-9)
 
 
 def test_scaled_rows_carry_their_fields_and_the_element_rows_do_not(scaled):
