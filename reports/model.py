@@ -267,11 +267,12 @@ def _get(trace, site):
 # ----- one configuration -------------------------------------------------------------------------
 
 def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
-            others=(), target=None) -> tuple[list, dict, dict]:
+            others=(), target=None, scheme=None) -> tuple[list, dict, dict]:
     """(rows, summary, phase seconds) of ``graph`` under one configuration on ``samples``
     (sample_inputs' lists); ``others``: implementations beside emulated that run the model
-    from ``target`` (its factory) on the same samples (reports/model_torch.py)."""
-    fmt = formats.get(config.format)
+    from ``target`` (its factory) on the same samples (reports/model_torch.py);
+    ``scheme``: the ScaledFormat ``config.format`` labels, for a user-defined one."""
+    fmt = formats.get(config.format) if scheme is None else scheme
     scaled = recipe = None
     if isinstance(fmt, formats.ScaledFormat) and numerics.policy.recipe(config.policy):
         recipe = _recipe(fmt, config, seed)

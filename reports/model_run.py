@@ -49,6 +49,9 @@ class ModelSelection:
     implementations: tuple = ("emulated",)
     argv: list = field(default_factory=list)
     reference_text: str = REFERENCE_TEXT
+    # (label, ScaledFormat) of the --formats-file schemes among ``formats``: they travel with
+    # the units (the catalog's are found by name).
+    schemes: tuple = ()
 
     def configs(self) -> list:
         return [Config(f, m, p) for f in self.formats for m in self.modes for p in self.policies]
@@ -64,7 +67,10 @@ class ModelSelection:
                 "inputs": self.inputs, "implementations": list(self.implementations)}
 
     def fingerprint(self) -> str:
-        return json.dumps({**self.describe(), "seed": self.seed}, sort_keys=True)
+        # A user scheme's definition decides its rows too.
+        return json.dumps({**self.describe(), "seed": self.seed,
+                           "schemes": [[label, repr(s)] for label, s in self.schemes]},
+                          sort_keys=True)
 
 
 def load_target(target: str, artifact_out: str):
@@ -130,9 +136,10 @@ def read_inputs(path) -> dict:
 
 
 def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
-         target=None) -> dict:
+         target=None, scheme=None) -> dict:
     """One configuration measured: {"rows", "summary", "phases"} (JSON data); ``others``:
-    the implementations run beside emulated (model.measure)."""
+    the implementations run beside emulated, ``scheme`` the ScaledFormat of a user-defined
+    format label ``fmt`` (model.measure)."""
     from roundoff_coverage import routes
 
     from . import model
@@ -141,7 +148,7 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
     xs = model.sample_inputs(graph, samples, seed, given)
     try:
         got, summary, phases = model.measure(graph, Config(fmt, mode, policy), xs, seed,
-                                             tuple(routes_), tuple(others), target)
+                                             tuple(routes_), tuple(others), target, scheme)
     except Exception as exc:                                  # noqa: BLE001 (data)
         from .executors import one_line
         from .rows import empty
@@ -178,7 +185,8 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
     first = {(c.format, c.mode): c for c in reversed(configs)}
     units = [(_key(c), (sel.artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
                         sel.routes, sel.inputs,
-                        others if first[(c.format, c.mode)] == c else (), sel.target))
+                        others if first[(c.format, c.mode)] == c else (), sel.target,
+                        dict(sel.schemes).get(c.format)))
              for c in todo]
     ck = orchestrate.Checkpoint(orchestrate.checkpoint_path(out), sel, {},
                                 append=bool(keep))

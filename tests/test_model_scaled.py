@@ -203,6 +203,36 @@ def test_a_recipe_quantizes_the_products_operands_only(scheme, policy):
     assert mm["max_ulp_after"] < mm["max_ulp_before"]
 
 
+def test_a_formats_file_scheme_travels_with_the_model_run(capsys, tmp_path):
+    """A --formats-file scheme defined as the catalog's mxfp8_e4m3 measures as it does (its
+    definition travels to the workers: rows equal but for the format label), under an
+    ordinary policy and under fp8_recipe (its E5M2 twin named after it)."""
+    g = _graph()
+    rng = np.random.default_rng(3)
+    g.example_inputs = [rng.standard_normal(p.shape) for p in g.inputs]
+    g.save(tmp_path / "g.json")
+    (tmp_path / "my.toml").write_text('[scaled.mine]\nbase = "mxfp8_e4m3"\n')
+    docs = {}
+    for fmt, extra in (("mine", ["--formats-file", tmp_path / "my.toml"]),
+                       ("mxfp8_e4m3", [])):
+        out = tmp_path / f"{fmt}.json"
+        status, _, err = run_cli(capsys, "model", tmp_path / "g.json", "--formats", fmt,
+                                 *extra, "--policies", "strict,fp8_recipe", "--samples", "1",
+                                 "--routes", "forward,gradient", "--jobs", "1", "--quiet",
+                                 "--out", out)
+        assert status == 0, err
+        docs[fmt] = json.loads(out.read_text())["rows"]
+    key = ("node", "route", "port", "attribution", "policy")
+    mine = {tuple(r[k] for k in key): r for r in docs["mine"]}
+    cat = {tuple(r[k] for k in key): r for r in docs["mxfp8_e4m3"]}
+    assert mine.keys() == cat.keys() and len(mine) > 20
+    for k, r in cat.items():
+        assert mine[k]["max_ulp"] == r["max_ulp"] and mine[k]["status"] == r["status"] == "ok"
+    assert {r["scheme"] for r in docs["mine"] if r["route"] == "gradient"
+            and r["policy"] == "fp8_recipe" and r["node"] == "mm"
+            and r["port"] in ("x", "y")} == {"mine+float8_e5m2"}
+
+
 def test_recipes_refuse_what_they_cannot_take():
     with pytest.raises(M.ModelError, match="needs a scheme with FP8 elements"):
         M.check(M.Config("nvfp4", "nearest_even", "fp8_recipe"))

@@ -73,7 +73,7 @@ def _selection(args, user):
     from ..model_run import ModelSelection
     modes = name_list(args.modes, "rounding mode", MODES, ("nearest_even",), "--modes")
     policies = _policies(args.policies) if args.policies else ("fp32_accumulate",)
-    fmts = _formats(args.formats, user, policies)
+    fmts, schemes = _formats(args.formats, user, policies)
     routes = name_list(args.routes, "route", ("forward", "tangent", "gradient"),
                        ("forward", "tangent", "gradient"), "--routes")
     impls = name_list(args.implementations, "implementation",
@@ -87,26 +87,26 @@ def _selection(args, user):
     return ModelSelection(target=args.target, artifact="", artifact_hash="", formats=fmts,
                           modes=modes, policies=policies, routes=routes, samples=samples,
                           seed=seed, inputs=args.inputs, implementations=impls,
-                          argv=sys.argv[2:])
+                          argv=sys.argv[2:], schemes=schemes)
 
 
 def _formats(text, user, policies) -> tuple:
-    """--formats: catalog (or --formats-file) element formats that fit binary64, and the
-    catalog's scaled formats with their options (``mxfp8_e4m3:rceil``, under their labels;
-    reports/model.py class Scaled), each measurable under every policy."""
+    """(labels, user schemes) of --formats: catalog (or --formats-file) element formats that
+    fit binary64, and scaled formats with their options (``mxfp8_e4m3:rceil``, under their
+    labels; reports/model.py class Scaled), each measurable under every policy; the
+    --formats-file schemes as (label, ScaledFormat) pairs, which travel with the run."""
     from ..model import Config, ModelError, check
     names = set(formats.CATALOG) | set(user)
-    out = []
+    out, schemes = [], {}
     for name in (n.strip() for n in ("bfloat16" if text is None else text).split(",")):
         base = name.split(":", 1)[0].strip()
         if not name:
             continue
         if base.lower() in formats.SCALED or isinstance(user.get(base), formats.ScaledFormat):
             fmt = formats.get(name, known=user)             # FormatError: a bad option
-            if fmt.name in user or fmt.name not in formats.SCALED:
-                raise UsageError(f"format {name}: model runs take the catalog's scaled "
-                                 f"formats (with options), not one from --formats-file")
             label = fmt.label
+            if fmt.name in user or fmt.name not in formats.SCALED:
+                schemes[label] = fmt               # a user-defined scheme travels with the run
         else:
             label = name_list(name, "format", names, (), "--formats")[0]
             fmt = formats.get(user.get(label, label))
@@ -122,7 +122,7 @@ def _formats(text, user, policies) -> tuple:
             out.append(label)
     if not out:
         raise UsageError(empty_list("--formats", "format"))
-    return tuple(out)
+    return tuple(out), tuple(schemes.items())
 
 
 def cmd_model(args) -> int:
