@@ -24,7 +24,8 @@ A route regressed when, against the baseline:
 - it is a scaled format's row (reports/draws.py ``BlockCounts``) with more ``clipped``
   elements (beyond the element range at their block's scale) or more ``nan_blocks`` (a NaN
   scale: an Inf or NaN in the block, or a scale past the scale format) than the baseline
-  row, on the same points: values the format no longer represents, whatever the ulps say;
+  row, on the same points, at its port or in one of its quantized inputs (``scaled_inputs``:
+  a recipe's operands): values the format no longer represents, whatever the ulps say;
 - it is a CUDA kernel's row (``--implementations cuda``) whose contract held in the baseline
   and does not now (reports/cuda.py);
 - it was measured (status ``ok``) in the baseline and is now missing or not ``ok``.
@@ -311,10 +312,16 @@ def _judge(b, c, metric, tol, mode):
             worse.append(f"{what} {bv} -> {cv}{extra}")
         elif cv < bv:
             better.append(f"{what} {bv} -> {cv}")
-    for name, what in (("clipped", "clipped elements"), ("nan_blocks", "NaN blocks")):
-        bv, cv = b.get(name), c.get(name)
-        if _is_count(bv) and _is_count(cv) and cv != bv:
-            (worse if cv > bv else better).append(f"{what} {bv} -> {cv}")
+    bs, cs = b.get("scaled_inputs"), c.get("scaled_inputs")
+    pairs = [("", b, c)] + ([(f"{label}: ", bs[label], cs[label])
+                             for label in sorted(set(bs) & set(cs))
+                             if isinstance(bs[label], dict) and isinstance(cs[label], dict)]
+                            if isinstance(bs, dict) and isinstance(cs, dict) else [])
+    for where, bb, cc in pairs:
+        for name, what in (("clipped", "clipped elements"), ("nan_blocks", "NaN blocks")):
+            bv, cv = bb.get(name), cc.get(name)
+            if _is_count(bv) and _is_count(cv) and cv != bv:
+                (worse if cv > bv else better).append(f"{where}{what} {bv} -> {cv}")
     bk, ck = b.get("contract"), c.get("contract")
     if isinstance(ck, dict) and ck.get("held") is False and \
             not (isinstance(bk, dict) and bk.get("held") is False):

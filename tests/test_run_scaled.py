@@ -411,6 +411,18 @@ def test_a_recipe_quantizes_the_operands_and_stores_in_bfloat16(recipe, scheme, 
     assert set(row["scaled_inputs"]) == labels
 
 
+def test_the_gate_fails_a_recipe_row_whose_operands_clip_more(recipe, tmp_path, capsys):
+    path, doc = recipe
+    worse = copy.deepcopy(doc)
+    row = next(r for r in worse["rows"] if r["status"] == "ok" and r["op"] == "matmul"
+               and r["policy"] == "fp8_recipe")
+    row["scaled_inputs"]["x"]["clipped"] += 1
+    bad = tmp_path / "worse.json"
+    bad.write_text(json.dumps(worse))
+    status, out, _ = run_cli(capsys, "gate", "--baseline", path, bad)
+    assert status == 1 and "x: clipped elements" in out
+
+
 def test_a_recipe_leaves_other_operators_in_bfloat16(recipe):
     """softmax is not a product: under a recipe it is an element task of bfloat16 with
     binary32 accumulation (its errors a few bfloat16 ulps,
