@@ -513,6 +513,9 @@ def _enclosure_bound(y, undecided):
 
 # What a scaled row's ulp fields count (the rows' ``error_unit``, the module docstring).
 SCALED_UNIT = "ulp of {element} at the exact value's block scale"
+# ... and a recipe's product's (numerics.policy.RECIPES): its stored outputs measured in
+# the storage format, its operands quantized into the scheme inside the route.
+RECIPE_UNIT = "ulp of {storage} at the exact value (operands quantized into {scheme})"
 
 
 def _kinds_of(flat):

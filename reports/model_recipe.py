@@ -23,6 +23,7 @@ import numpy as np
 from roundoff_coverage import formats, numerics
 
 from .draws import BlockCounts, axis_text, quantize_port, scale_axis
+from .measuring import RECIPE_UNIT
 from .model import ModelError
 from .model_scaled import refuse
 from .task import COMPUTE_FORMAT, FP8_ELEMENTS, OPERANDS, quantized_port, with_element
@@ -110,7 +111,10 @@ class RecipeRun:
         for (r, s, k, label), (axis, c) in self.counts.items():
             if r == run and k == site.node and s in samples and wanted(label):
                 labels.setdefault(label, (axis, BlockCounts()))[1].add(c)
-        row.update(scheme=(self.grad if site.route == "gradient" else self.fwd).label,
+        scheme = self.grad if site.route == "gradient" else self.fwd
+        row.update(scheme=scheme.label,
+                   error_unit=RECIPE_UNIT.format(storage=self.storage.label,
+                                                 scheme=scheme.label),
                    scaled_inputs={label: {"axis": axis} | c.fields()
                                   for label, (axis, c) in sorted(labels.items())},
                    scale_axis=", ".join(f"{label}:{axis}"

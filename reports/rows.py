@@ -141,14 +141,15 @@ FIELDS = (
     # reports/measuring.py the outputs): the row's ulp fields count ulps of the element
     # format at the exact value's block scale (``error_unit``); no bits of error.
     Field("scheme", TEXT, doc="the scaled format the port's values were quantized into (a "
-          "scaled task: its format, or under a recipe policy the recipe's scheme of the "
-          "route)"),
+          "scaled task: its format), or under a recipe policy the scheme the route's "
+          "product operands were quantized into"),
     Field("scale_axis", TEXT, doc="the block axis of each quantized input and of the "
           "measured port (name:axis, counted from the end; -2,-1: 2-D blocks over the last "
           "two axes; tensor: one scale per tensor)"),
     Field("error_unit", TEXT, doc="what the ulp fields count where it is not an ulp of the "
           "format at the exact value: for a scaled format, ulps of the element format at "
-          "the exact value's block scale"),
+          "the exact value's block scale; for a recipe's product, ulps of the storage "
+          "format (bfloat16) at the exact value"),
     Field("blocks", COUNT, doc="blocks of the measured port quantized, over the draws "
           "(a scaled format)"),
     Field("clipped", COUNT, doc="elements of the measured port whose |value| / scale "

@@ -171,7 +171,9 @@ def _scaled(r) -> str:
              ("unit of the errors", sc.get("error_unit") or "exact comparison"),
              ("block axes (from the end)", sc.get("scale_axis"))]
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts)
-    body = [[esc(f"{r.port} (measured)")] + _block_cells(sc)]
+    # A recipe's row quantized its operands only: no counts of its own port.
+    body = [[esc(f"{r.port} (measured)")] + _block_cells(sc)] \
+        if sc.get("blocks") is not None else []
     inputs = sc.get("scaled_inputs")
     for name, c in (inputs.items() if isinstance(inputs, dict) else ()):
         if isinstance(c, dict):

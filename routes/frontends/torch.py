@@ -135,18 +135,25 @@ def exported(model, args, kwargs=None):
     table translates (the default decompositions but those of TABLE's operators): the
     program from_torch reads, and the one reports/model_torch.py runs node by node so its
     node names are the graph's.  CaptureError (one line) when export fails."""
+    import warnings
+
     import torch
-    try:
-        ep = torch.export.export(model, tuple(args), dict(kwargs or {}))
-    except Exception as exc:                  # torch raises many kinds; one line for all
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise CaptureError(f"from_torch: torch.export could not capture the model: "
-                           f"{first}") from None
-    table = torch.export.default_decompositions()
-    for overload in list(table):
-        if str(overload) in TABLE:
-            del table[overload]
-    return ep.run_decompositions(table)
+    with warnings.catch_warnings():
+        # torch 2.13's export deep-copies its pytree specs through a deprecated LeafSpec
+        # check of its own: a FutureWarning about torch's code, not the user's.
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)",
+                                category=FutureWarning)
+        try:
+            ep = torch.export.export(model, tuple(args), dict(kwargs or {}))
+        except Exception as exc:              # torch raises many kinds; one line for all
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise CaptureError(f"from_torch: torch.export could not capture the model: "
+                               f"{first}") from None
+        table = torch.export.default_decompositions()
+        for overload in list(table):
+            if str(overload) in TABLE:
+                del table[overload]
+        return ep.run_decompositions(table)
 
 
 def _refuse_cumulative_batch_norm(torch, model):
