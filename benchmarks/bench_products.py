@@ -18,6 +18,11 @@ bit-exact emulation is) beside the case's target.  Best of --repeat.
 - conv2d through the routes' conv rule under the emulated backend (fp32_accumulate): batch
   8, 64 channels in and out, 32 x 32, kernel 3 x 3, padding 1; numpy float32 im2col (the
   gather of the padded input's windows), one matmul, bias added.
+- matmul as above under the accelerator policies fixed_point:14 (blocks of 32 aligned to
+  14 bits), promote:128 (runs of 128 in e8m13, promoted to binary32) and split_k:4; no
+  target set.
+- cumsum through the routes' cumsum rule, bfloat16 (1024, 1024) along the last axis, under
+  strict and fp32_accumulate: numpy's float32 cumsum on the same values; no target set.
 
 To add rows, append a function ``(args) -> list[Case]`` to ``ROWS``.
 """
@@ -55,7 +60,7 @@ def _values(fmt, shape, rng):
     return formats.round_to(rng.standard_normal(shape), fmt)
 
 
-def matmul_cases(args, policy: str, target: float) -> list[Case]:
+def matmul_cases(args, policy: str, target: float | None) -> list[Case]:
     """Emulated bfloat16 matmul under ``policy`` against numpy float32, for each size."""
     cases = []
     rng = np.random.default_rng(0)
@@ -100,8 +105,30 @@ def conv_cases(args) -> list[Case]:
                  lambda: rule.forward((x, w, b)), numpy_conv, args.conv_repeat)]
 
 
+def accelerator_cases(args) -> list[Case]:
+    """Emulated bfloat16 matmul under the accelerator policies of numerics.policy."""
+    return [case for policy in ("fixed_point:14", "promote:128", "split_k:4")
+            for case in matmul_cases(args, policy, None)]
+
+
+def cumsum_cases(args) -> list[Case]:
+    """cumsum through routes' rule (emulated bfloat16, strict and fp32_accumulate) against
+    numpy float32 cumsum, along the last axis of a (1024, 1024) array."""
+    shape = (1024, 1024)
+    x = _values("bfloat16", shape, np.random.default_rng(2))
+    x32 = x.astype(np.float32)
+    cases = []
+    for policy in ("strict", "fp32_accumulate"):
+        rule = routes.op("cumsum", shape=shape, axis=1).rule(
+            numerics.emulated("bfloat16", "nearest_even", policy))
+        cases.append(Case(f"cumsum bfloat16 {policy} 1024x1024",
+                          lambda rule=rule: rule.forward([x]),
+                          lambda: np.cumsum(x32, axis=1), args.repeat))
+    return cases
+
+
 # The table's rows, in order: each a function (args) -> list[Case].
-ROWS = [fp32_accumulate_cases, strict_cases, conv_cases]
+ROWS = [fp32_accumulate_cases, strict_cases, conv_cases, accelerator_cases, cumsum_cases]
 
 
 def main(argv=None) -> int:

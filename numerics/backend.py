@@ -166,6 +166,32 @@ class Backend:
             acc = f(acc, x[..., i])
         return acc
 
+    def scan(self, op, x, axis=-1, reverse=False):
+        """Inclusive prefix combination of ``x`` along ``axis`` with the accumulator's ``op``
+        (add: cumsum, multiply: cumprod): y[i] = x[0] op ... op x[i], from the last element
+        back when ``reverse`` (y[i] = x[i] op ... op x[n-1]).  The running value is held in
+        the accumulation format and each prefix rounded once into storage; an empty axis
+        gives a copy of ``x``."""
+        if op not in ("add", "multiply"):
+            raise ValueError(f"{self.name}: scan op must be add or multiply (got {op!r})")
+        x = np.asarray(x)
+        if x.shape[axis] == 0:
+            return x.copy()
+        acc = self.accumulator()
+        w = np.moveaxis(acc.to_storage(x, self), axis, -1)
+        return np.moveaxis(self.to_storage(self._prefix(op, w, acc, reverse), acc), -1, axis)
+
+    def _prefix(self, op, w, bk: "Backend", reverse):
+        """The prefixes of ``w`` along its last axis (n >= 1) with bk's primitive ``op``, one
+        call per step in order (from the end when ``reverse``): an array of w's shape."""
+        f = getattr(bk, op)
+        n = w.shape[-1]
+        out, run = [None] * n, None
+        for i in (range(n - 1, -1, -1) if reverse else range(n)):
+            run = w[..., i] if run is None else f(run, w[..., i])
+            out[i] = run
+        return np.stack(out, -1)
+
     @property
     def policy_label(self) -> str:
         """The policy's name for results (``implementation_defined`` where the backend
@@ -209,6 +235,8 @@ class Backend:
         acc = self.accumulator()
         if self.policy is not None and getattr(self.policy, "hardware", False):
             return self._hardware_contract(a, b, acc)
+        if a.shape[-1] == 0:                   # an empty inner dimension: the empty sum, +0
+            return self.to_storage(acc.asarray(np.zeros(a.shape[:-1])), acc)
         a, b = acc.to_storage(a, self), acc.to_storage(b, self)
         fused = self.policy is not None and self.policy.fma
         order = self.policy.order if self.policy is not None else "sequential"

@@ -14,12 +14,14 @@ provably exact is taken:
   boundary, exact results, zeros, infinities, NaNs);
 - everything else, element by element through MPFR (numerics.mpfr_path).
 
-Sums, products, dot products and matmul (Backend._fold and _contract) run compiled
-(numerics.products) wherever that gives the generic path's bits: deterministic modes,
-accumulator formats within numerics.eft's range or binary64 under round-to-nearest-even,
-no flag tracking, primitives nobody intercepts (a subclass such as RecordingBackend that
-overrides them sees every call, as before), and not the accelerator models of
-numerics.policy (two-level promotion, fixed-point alignment, split:S).
+Sums, products, dot products, matmul and scans (Backend._fold, _contract, _prefix) run
+compiled (numerics.products) wherever that gives the generic path's bits: deterministic
+modes, accumulator formats within numerics.eft's range or binary64 under
+round-to-nearest-even, no flag tracking, primitives nobody intercepts (a subclass such as
+RecordingBackend that overrides them sees every call, as before).  So do numerics.policy's
+accelerator models (Backend._hardware_contract: two-level promotion, fixed-point alignment)
+under the same conditions, fixed-point alignment with storage and accumulator formats
+within numerics.eft's range.
 
 Stochastic rounding draws its bits from (seed, call number, element index): the same
 sequence of calls gives the same results.
@@ -194,17 +196,12 @@ class EmulatedBackend(Backend):
 
     # ----- sums and products (numerics.products) -------------------------------------------
     def _products_strategy(self, bk, fused):
-        """numerics.products' strategy for folds with ``bk``'s primitives (self or the
-        accumulator), or None where the generic path must run: stochastic rounding (its
-        draws follow the call sequence), flag tracking, formats wider than binary64, a
-        compute format other than bk's own (two roundings per primitive), primitives a
-        subclass overrides (it watches every call), or numerics.policy's accelerator
-        models (Backend._contract's own accumulation, split:S)."""
-        if self.policy.hardware or self.policy.order.startswith("split:"):
-            return None                    # numerics.policy's accelerator models: generic
-        if bk._sticky is not None or bk._wide or bk.policy.compute != bk.fmt \
-                or any(getattr(type(bk), n) is not getattr(EmulatedBackend, n)
-                       for n in _PRIMITIVE_HOOKS):
+        """numerics.products' strategy for folds with ``bk``'s primitives (self, the
+        accumulator or a narrow sibling), or None where the generic path must run:
+        stochastic rounding (its draws follow the call sequence), flag tracking, formats
+        wider than binary64, a compute format other than bk's own (two roundings per
+        primitive), or primitives a subclass overrides (it watches every call)."""
+        if bk._sticky is not None or bk._wide or bk.policy.compute != bk.fmt or _hooked(bk):
             return None
         return products.strategy(bk.fmt, bk.mode, fused)
 
@@ -216,14 +213,23 @@ class EmulatedBackend(Backend):
         bk.calls += products.fold_calls(np.shape(x)[-1], order)   # the generic path's count
         return products.fold(x, op, bk.fmt, bk.mode, order, how)
 
+    def _prefix(self, op, w, bk, reverse):
+        how = self._products_strategy(bk, False)
+        if how is None:
+            return super()._prefix(op, w, bk, reverse)
+        bk.calls += w.shape[-1] - 1                               # the generic path's count
+        return products.scan(w, op, bk.fmt, bk.mode, reverse, how)
+
     def _contract(self, a, b):
+        if self.policy.hardware:
+            # Backend._contract hands an accelerator's accumulation to _hardware_contract.
+            return super()._contract(a, b)
         acc = self.accumulator()
         how = self._products_strategy(acc, self.policy.fma)
         lay = products.layout(a, b) if how is not None and a.size else None
         if lay is None:
-            # An accelerator's accumulation (Policy.hardware), nothing shared between outputs,
-            # or no fast strategy: the generic path, whose fold of the products is compiled
-            # in turn where it can be.
+            # Nothing shared between outputs, or no fast strategy: the generic path, whose
+            # fold of the products is compiled in turn where it can be.
             return super()._contract(a, b)
         # Each distinct operand value rounded into the accumulator once (a deterministic
         # rounding: the same values as rounding the broadcast operands).
@@ -232,6 +238,49 @@ class EmulatedBackend(Backend):
         total = products.contract(lay, left, right, acc.fmt, acc.mode, self.policy.order,
                                   self.policy.fma, how)
         return self.to_storage(total, acc)
+
+    def _hardware_contract(self, a, b, acc):
+        """Backend._hardware_contract, compiled (numerics.products' fixed_point and runs)
+        where that gives the generic path's bits: a nonempty k, and _products_strategy's
+        conditions for this backend, the accumulator and the narrow format; fixed_point also
+        needs products.fixed_point_exact.  The generic path elsewhere."""
+        p = self.policy
+        total = None
+        if a.shape[-1] and self._products_strategy(self, False) is not None:
+            total = self._fixed_point(a, b, acc) if p.fixed_point is not None else \
+                self._promoted(a, b, acc)
+        if total is None:
+            return super()._hardware_contract(a, b, acc)
+        return self.to_storage(total, acc)
+
+    def _fixed_point(self, a, b, acc):
+        """Backend._fixed_point_dot compiled, or None where it cannot be."""
+        p = self.policy
+        if self._products_strategy(acc, False) is None or \
+                not products.fixed_point_exact(self.fmt, acc.fmt, p.fixed_point, p.block):
+            return None
+        lay = products.layout(a, b, unshared=True)
+        acc.calls += -(-a.shape[-1] // p.block)       # a rounding per block, as generic
+        return products.fixed_point(lay, p.fixed_point, p.block, acc.fmt, acc.mode)
+
+    def _promoted(self, a, b, acc):
+        """Two-level accumulation compiled, or None where it cannot be: the runs in the
+        narrow format (products.runs), each rounded into the accumulator, then folded there
+        in order (products.fold) as Backend._hardware_contract's loop does."""
+        p = self.policy
+        inner = self.sibling(p.inner)
+        how, how_acc = self._products_strategy(inner, p.fma), self._products_strategy(acc, False)
+        if how is None or how_acc is None:
+            return None
+        lay = products.layout(a, b, unshared=True)
+        left, right = inner.to_storage(lay.left, self), inner.to_storage(lay.right, self)
+        sums = acc.to_storage(products.runs(lay, left, right, inner.fmt, inner.mode, p.promote,
+                                            p.fma, how), inner)
+        # The generic path's calls: a rounding of each run into the accumulator (one made
+        # above, none where the formats agree) and an add for each run but the first.
+        acc.calls += (sums.shape[-1] - 1) * (1 if inner.fmt == acc.fmt else 2)
+        return lay.assemble(products.fold(sums, "add", acc.fmt, acc.mode, "sequential",
+                                          how_acc))
 
     # ----- comparisons -----------------------------------------------------------------------
     def _compare(self, name, a, b):
@@ -403,6 +452,11 @@ class EmulatedBackend(Backend):
 # The methods through which the generic reductions reach a backend's primitives: a subclass
 # overriding one of them (RecordingBackend) keeps the generic path.
 _PRIMITIVE_HOOKS = ("_apply", "_primitive", "add", "multiply", "fma")
+
+
+def _hooked(bk) -> bool:
+    """Whether bk's class overrides one of _PRIMITIVE_HOOKS."""
+    return any(getattr(type(bk), n) is not getattr(EmulatedBackend, n) for n in _PRIMITIVE_HOOKS)
 
 
 def _broadcast64(arrays):

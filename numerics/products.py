@@ -13,6 +13,23 @@ accumulator, once.
 path everywhere else (stochastic rounding, flag tracking, formats wider than the shortcuts
 below, a subclass that watches primitive calls).
 
+The same holds for the accumulations of numerics.policy that are not folds
+(Backend._hardware_contract) and for scans (Backend._prefix):
+
+- two-level accumulation (Policy.promote): ``runs`` gives each output's runs of products
+  summed in the narrow format, as one batched matmul whose batches are the runs (the run
+  axis joins the layout's batch axis); the caller rounds them into the accumulator and folds
+  them there (``fold``).
+- fixed-point alignment (Policy.fixed_point): ``fixed_point``, a kernel of its own (one
+  compiled copy, the mode read at run time): per block of products, the largest exponent,
+  then the terms truncated by masking their low bits (the same values as _aligned_sum's
+  trunc(x / q) * q), summed, and rounded once by formats.fast.round_one, as
+  formats.round_to rounds; ``fixed_point_exact`` says where that gives the generic bits.
+- scans (cumsum, cumprod): ``scan``, sequential along the axis and vectorized over the
+  other elements: the ``odd`` strategy in a kernel of the same primitives (``_apply``);
+  native32 and native64 by numpy's ufunc.accumulate on float32 / float64 (strictly in order,
+  each step IEEE's correctly rounded operation).
+
 Operands are values of the accumulator's format, as every primitive of the backend assumes.
 How each primitive is evaluated (strategies):
 
@@ -62,7 +79,7 @@ from .eft import ADD, FMA, MULTIPLY, _odd_bits
 from .policy import block_size
 
 __all__ = ["STRATEGIES", "strategy", "Layout", "layout", "fold", "contract", "fold_calls",
-           "contract_calls"]
+           "contract_calls", "runs", "fixed_point_exact", "fixed_point", "scan"]
 
 STRATEGIES = ("odd", "native32", "native64")
 _BINARY32, _BINARY64 = formats.CATALOG["binary32"], formats.CATALOG["binary64"]
@@ -395,20 +412,21 @@ class Layout:
 
     def assemble(self, res: np.ndarray) -> np.ndarray:
         out = np.transpose(res.reshape(self.sizes), self.inverse)
-        return np.ascontiguousarray(np.broadcast_to(out, self.shape))
+        return np.broadcast_to(out, self.shape).copy()     # C order, 0-d kept
 
 
-def layout(a, b) -> Layout | None:
+def layout(a, b, unshared: bool = False) -> Layout | None:
     """The batched-matmul layout of the dot products of ``a`` and ``b``, arrays of one shape
     (..., k) as Backend.dot and Backend.matmul broadcast them (a broadcast axis has stride
-    0); None when no value is shared between outputs (every axis a batch axis)."""
+    0); None when no value is shared between outputs (every axis a batch axis), unless
+    ``unshared``: then each output is a batch of one (m = n = 1)."""
     lead, k = a.shape[:-1], len(a.shape) - 1
     kind = []
     for d, size in enumerate(lead):
         va, vb = size > 1 and a.strides[d] != 0, size > 1 and b.strides[d] != 0
         kind.append("b" if va and vb else "m" if va else "n" if vb else "r")
     axes = {c: [d for d in range(k) if kind[d] == c] for c in "bmnr"}
-    if not axes["m"] and not axes["n"]:
+    if not axes["m"] and not axes["n"] and not unshared:
         return None
 
     def distinct(x, own):
@@ -431,8 +449,245 @@ def contract(lay: Layout, left, right, fmt, mode: str, order: str, fused: bool,
     being lay.left and lay.right rounded into the accumulator format ``fmt``: float64 array
     of the broadcast shape, by strategy ``how``.  The loops vectorize over the columns of
     the kernel, the n axes, or the m axes where those are the longer (products commute)."""
+    return lay.assemble(_products(left, right, formats.get(fmt), mode, order, fused, how))
+
+
+def _products(left, right, fmt, mode, order, fused, how):
+    """The (nb, m, n) running sums of the batched matmul of left (nb, m, k) and right
+    (nb, n, k), values of ``fmt``, by ``_run``."""
     left, right = (np.ascontiguousarray(v, dtype=np.float64) for v in (left, right))
     swap = right.shape[1] < min(left.shape[1], _WIDTH)
     rows, cols = (right, left) if swap else (left, right)
-    res = _run(how, formats.get(fmt), mode, order, fused, rows, cols, False)
-    return lay.assemble(np.swapaxes(res, 1, 2) if swap else res)
+    res = _run(how, fmt, mode, order, fused, rows, cols, False)
+    return np.swapaxes(res, 1, 2) if swap else res
+
+
+# ----- how accelerators accumulate (numerics.policy's promote and fixed_point) ----------------
+def runs(lay: Layout, left, right, fmt, mode: str, length: int, fused: bool,
+         how: str) -> np.ndarray:
+    """Two-level accumulation's inner level (Backend._hardware_contract, Policy.promote) for
+    ``lay``: each output's runs of ``length`` consecutive products along k, each run summed
+    sequentially in ``fmt`` (products rounded, then added; an fma chain when ``fused``),
+    ``left`` and ``right`` being lay.left and lay.right rounded into ``fmt``.  float64
+    (nb, m, n, C) in the layout's batched order, C = ceil(k / length) runs, by strategy
+    ``how``.  The runs are the batches of one batched matmul (the run axis joins the batch
+    axis); a shorter last run is a second one."""
+    fmt = formats.get(fmt)
+    left, right = (np.ascontiguousarray(v, dtype=np.float64) for v in (left, right))
+    (nb, m, k), n = left.shape, right.shape[1]
+    full, rest = divmod(k, length)
+
+    def chunked(x):
+        c = x[..., :full * length].reshape(nb, x.shape[1], full, length)
+        return c.transpose(0, 2, 1, 3).reshape(nb * full, x.shape[1], length)
+
+    parts = []
+    if full:
+        parts.append(_products(chunked(left), chunked(right), fmt, mode, "sequential", fused,
+                               how).reshape(nb, full, m, n))
+    if rest:
+        parts.append(_products(left[..., full * length:], right[..., full * length:], fmt,
+                               mode, "sequential", fused, how)[:, None])
+    return np.moveaxis(np.concatenate(parts, axis=1) if len(parts) > 1 else parts[0], 1, -1)
+
+
+def fixed_point_exact(fmt, acc, bits: int, block: int) -> bool:
+    """Whether ``fixed_point`` gives Backend._fixed_point_dot's bits for storage format
+    ``fmt`` and accumulator ``acc``: both within numerics.eft's range, so every product and
+    running sum is 0, a normal binary64 number, inf or NaN, and no binary64 sum of them
+    overflows; and a block's sum of truncated terms is exact in binary64 whatever the order
+    (block + 1 terms, each below 2**(bits + 1) quanta: at most 2**53 quanta in all)."""
+    fmt, acc = formats.get(fmt), formats.get(acc)
+    return eft.supported(fmt) and eft.supported(acc) and \
+        (block + 1) * ((1 << (bits + 1)) - 1) <= 1 << 53
+
+
+@numba.njit(inline="always")
+def _truncated(x, base):
+    """x (0, a normal binary64 number, inf or NaN) truncated toward zero to a multiple of the
+    quantum 2**(base - 1075), sign kept: x's last bit weighs 2**(max(field, 1) - 1075), so
+    the c = base - max(field, 1) lowest bits of its pattern fall below the quantum (all of
+    its 53 bits when c >= 53: a zero).  The same value as _aligned_sum's trunc(x / q) * q."""
+    b = np.float64(x).view(np.int64)
+    c = base - max((b >> 52) & 0x7FF, 1)
+    mask = _SIGN if c >= 53 else np.int64(-1) << max(c, 0)
+    return np.int64(b & mask).view(np.float64)
+
+
+@numba.njit(parallel=True, cache=True)
+def _fixed_point_kernel(A, B, out, bits, block, f, mode):
+    """out[bt, i, j] = Backend._fixed_point_dot of A[bt, i, :] and the terms B[bt, :, j]
+    (values of a storage format within numerics.eft's range; B as ``_run`` lays it out),
+    for blocks of _WIDTH output columns in parallel, each along k in order: per block of
+    ``block`` products, the terms (running sum, products: exact in binary64) truncated to
+    multiples of 2**(e - bits), e the largest exponent among them, summed (exact) and rounded
+    once into the accumulator (``_format_tuple``) under ``mode``; a column meeting an inf or
+    NaN takes the IEEE sum of its raw terms instead (no finite sum overflows here, so that
+    sum's order does not matter)."""
+    m, n, k = out.shape[1], out.shape[2], B.shape[1]
+    nc = (n + _WIDTH - 1) // _WIDTH
+    for q in numba.prange(out.shape[0] * m * nc):
+        bt, i, j0 = q // (m * nc), (q // nc) % m, (q % nc) * _WIDTH
+        u0, uw = np.uint64(j0), np.uint64(min(_WIDTH, n - j0))
+        total = np.zeros(_WIDTH)                    # the running sum starts at +0
+        top = np.empty(_WIDTH, np.int64)
+        special = np.empty(_WIDTH, np.bool_)
+        s = np.empty(_WIDTH)
+        for t0 in range(0, k, block):
+            t1 = min(t0 + block, k)
+            # floor(log2) of the largest |term|: every finite term is 0 or a normal binary64
+            # number, whose floor(log2) is its exponent field less 1023; the field 0x7FF is
+            # an inf or NaN.
+            for j in range(uw):
+                top[j] = (np.float64(total[j]).view(np.int64) >> 52) & 0x7FF
+            for t in range(t0, t1):
+                a = A[bt, i, t]
+                for j in range(uw):
+                    top[j] = max(top[j], (np.float64(a * B[bt, t, u0 + j]).view(np.int64)
+                                          >> 52) & 0x7FF)
+            any_special = False
+            for j in range(uw):
+                special[j] = top[j] == 0x7FF
+                any_special |= special[j]
+                # The quantum 2**max(e - bits, -1074) as _truncated's base (its exponent
+                # plus 1075); an all-zero block keeps its zeros under any quantum.
+                top[j] = max(top[j] - 1023 - bits, -1074) + 1075
+                # The sum from +0: an exact zero sum is +0, as numpy's sum gives it.
+                s[j] = 0.0 + _truncated(total[j], top[j])
+            for t in range(t0, t1):
+                a = A[bt, i, t]
+                for j in range(uw):
+                    s[j] += _truncated(a * B[bt, t, u0 + j], top[j])
+            if any_special:
+                for j in range(uw):
+                    if special[j]:
+                        raw = 0.0 + total[j]
+                        for t in range(t0, t1):
+                            raw += A[bt, i, t] * B[bt, t, u0 + j]
+                        s[j] = raw
+            for j in range(uw):
+                total[j] = np.int64(round_one(np.float64(s[j]).view(np.int64), f[0], f[1],
+                                              f[2], f[3], f[4], mode, 0, 0)[0]).view(np.float64)
+        for j in range(uw):
+            out[bt, i, u0 + j] = total[j]
+
+
+def fixed_point(lay: Layout, bits: int, block: int, acc, mode: str) -> np.ndarray:
+    """Backend._fixed_point_dot for ``lay`` (from ``layout``: lay.left and lay.right hold
+    storage values; ``fixed_point_exact`` must hold): the running sums, float64 values of
+    the accumulator format ``acc`` in the broadcast shape, NaN canonical, each block's sum
+    rounded under ``mode``.  Products commute, so the longer of m and n runs along the
+    kernel's columns."""
+    left, right = lay.left, lay.right
+    swap = right.shape[1] < min(left.shape[1], _WIDTH)
+    rows, cols = (right, left) if swap else (left, right)
+    nb, n, k = cols.shape
+    B = np.empty((nb, k, n))
+    with threads_for(B.size >> 6):
+        _transpose(cols, B)
+    out = np.empty((nb, rows.shape[1], n))
+    with threads_for(out.size * k):
+        _fixed_point_kernel(rows, B, out, bits, block, _format_tuple(formats.get(acc)),
+                            formats.mode_code(mode))
+    out[np.isnan(out)] = np.nan
+    return lay.assemble(np.swapaxes(out, 1, 2) if swap else out)
+
+
+# ----- scans (cumsum, cumprod) ------------------------------------------------------------------
+def _make_scan_kernel(const_mode: int, figueroa: bool):
+    """The scan kernel: out[t, j] = out[t - 1, j] op X[t, j] (from the last row down when
+    ``reverse``), the first row copied, for the column blocks ``ids`` in parallel; ``ok``,
+    ``mode_arg`` and ``full_arg`` as in ``_make_kernel``."""
+
+    @numba.njit(parallel=True, cache=True)
+    def kernel(X, out, ids, mul, reverse, f, mode_arg, full_arg, ok):
+        n, r = X.shape
+        for q in numba.prange(ids.size):
+            j0 = ids[q] * _WIDTH
+            u0, uw = np.uint64(j0), np.uint64(min(_WIDTH, r - j0))
+            mode = const_mode if const_mode >= 0 else mode_arg
+            full = full_arg if const_mode < 0 else False
+            good = True
+            first = n - 1 if reverse else 0
+            for j in range(uw):
+                out[first, u0 + j] = X[first, u0 + j]
+            for step in range(1, n):
+                t, p = (n - 1 - step, n - step) if reverse else (step, step - 1)
+                if mul:
+                    for j in range(uw):
+                        v, g = _apply(MULTIPLY, out[p, u0 + j], X[t, u0 + j], 0.0, f, mode,
+                                      figueroa, full)
+                        out[t, u0 + j] = v
+                        good &= g
+                else:
+                    for j in range(uw):
+                        v, g = _apply(ADD, out[p, u0 + j], X[t, u0 + j], 0.0, f, mode,
+                                      figueroa, full)
+                        out[t, u0 + j] = v
+                        good &= g
+            ok[q] = good
+
+    return kernel
+
+
+_SCAN_KERNELS: dict = {}
+
+
+def _scan_kernel(mode: int, figueroa: bool):
+    key = (mode, figueroa)
+    if key not in _SCAN_KERNELS:
+        _SCAN_KERNELS[key] = _make_scan_kernel(*key)
+    return _SCAN_KERNELS[key]
+
+
+def scan(x, op: str, fmt, mode: str, reverse: bool, how: str) -> np.ndarray:
+    """Backend._prefix of ``x`` (..., n), n >= 1, values of ``fmt``: the inclusive prefixes
+    x[..., 0] op ... op x[..., i] (from the end when ``reverse``) with fmt's ``op`` (add or
+    multiply) under ``mode``, each step rounded once, by strategy ``how``: float64 array of
+    x's shape, NaN canonical.  Sequential along the axis, parallel over the rest."""
+    if op not in ("add", "multiply"):
+        raise ValueError(f"products.scan: op must be add or multiply (got {op!r})")
+    fmt, x = formats.get(fmt), np.asarray(x, dtype=np.float64)
+    if how != "odd":
+        # IEEE 754's float32 / float64 + and *, each step correctly rounded; ufunc.accumulate
+        # combines strictly in order (unlike the pairwise ufunc.reduce).
+        v = x.astype(np.float32 if how == "native32" else np.float64)
+        with np.errstate(all="ignore"):
+            res = (np.multiply if op == "multiply" else np.add).accumulate(
+                v[..., ::-1] if reverse else v, axis=-1)
+        res = (res[..., ::-1] if reverse else res).astype(np.float64)
+    else:
+        # The kernel scans along the rows of an (n, r) array, its loops running over a
+        # block's columns: the axis first, in place where x lies that way already, through
+        # the tiled transpose otherwise.
+        moved = np.moveaxis(x, -1, 0)
+        tiled = not moved.flags.c_contiguous
+        n, r = x.shape[-1], x.size // x.shape[-1]
+        X = np.empty((1, n, r)) if tiled else moved.reshape(1, n, r)
+        if tiled:
+            with threads_for(X.size >> 6):
+                _transpose(np.ascontiguousarray(x).reshape(1, r, n), X)
+        out = np.empty((n, r))
+        code = formats.mode_code(mode)
+        args = (op == "multiply", reverse, _format_tuple(fmt), code)
+        ids = np.arange(-(-r // _WIDTH))
+        ok = np.ones(ids.size, dtype=np.bool_)
+        # Round-to-nearest-even with Figueroa's sums (p <= 25) has its own copy; the other
+        # modes share one that reads the mode at run time and also computes again, with the
+        # complete routine, the blocks that left the shortcut's range (as ``_run``).
+        own = code == _NEAREST_EVEN and fmt.precision <= 25
+        with threads_for(out.size):
+            _scan_kernel(code if own else -1, own)(X[0], out, ids, *args, False, ok)
+        redo = ids[~ok]
+        if redo.size:
+            with threads_for(redo.size * _WIDTH * n):
+                _scan_kernel(-1, False)(X[0], out, redo, *args, True, ok[:redo.size])
+        if tiled:
+            res = np.empty((1, r, n))
+            with threads_for(res.size >> 6):
+                _transpose(out.reshape(1, n, r), res)
+            res = res.reshape(x.shape)
+        else:
+            res = np.moveaxis(out.reshape(moved.shape), 0, -1)
+    res[np.isnan(res)] = np.nan
+    return res

@@ -337,13 +337,14 @@ def test_generic_path_where_no_strategy_applies():
     assert float(wide.sum(wide.asarray([1.0, 2.0 ** -100]))) == 1.0
 
 
-def test_accelerator_accumulation_keeps_the_generic_path(monkeypatch):
-    # Policy.hardware (two-level promotion, fixed-point alignment) is Backend._contract's own
-    # accumulation, not a fold in the policy's order: products.contract must not run.
-    def compiled(*args, **kwargs):
-        raise AssertionError("products.contract ran")
+def test_two_level_accumulation_runs_compiled_in_its_own_order(monkeypatch):
+    # Policy.hardware (two-level promotion) is Backend._contract's own accumulation, not a
+    # fold in the policy's order: numerics.products computes it (runs, then a fold of the
+    # run sums), and the generic loop must not run.
+    def generic(*args, **kwargs):
+        raise AssertionError("the generic path ran")
 
-    monkeypatch.setattr(products, "contract", compiled)
+    monkeypatch.setattr(Backend, "_hardware_contract", generic)
     fmt = formats.get("bfloat16")
     rng = np.random.default_rng(8)
     a, b = _values(fmt, (2, 9), rng, False), _values(fmt, (3, 9), rng, False).T

@@ -175,17 +175,8 @@ def _oracle_order(ctx, x, axis, descending):
 # ----- cumsum, cumprod -----------------------------------------------------------------------
 def _scan(xp, x, axis, prim, reverse=False):
     """Inclusive prefix combination along ``axis`` with the accumulator's ``prim``, each prefix
-    rounded once into storage."""
-    if np.shape(x)[axis] == 0:
-        return np.asarray(x).copy()
-    acc = xp.accumulator()
-    w = np.moveaxis(acc.to_storage(np.asarray(x), xp), axis, -1)
-    order = range(w.shape[-1] - 1, -1, -1) if reverse else range(w.shape[-1])
-    out, run = [None] * w.shape[-1], None
-    for i in order:
-        run = w[..., i] if run is None else getattr(acc, prim)(run, w[..., i])
-        out[i] = run
-    return np.moveaxis(xp.to_storage(np.stack(out, -1), acc), -1, axis)
+    rounded once into storage (numerics.Backend.scan)."""
+    return xp.scan(prim, x, axis, reverse)
 
 
 _AXIS_ATTRS = (A.shape(), A.nat("axis", doc="the axis scanned or ordered"))
