@@ -59,6 +59,16 @@ How each primitive is evaluated (strategies):
   rounded to binary32 instead, Figueroa's bound 53 >= 2 * 24 + 2 would make it the same.
 - ``native64``: binary64 accumulation under round-to-nearest-even without fma: the
   hardware's float64 + and *, as the generic path's numpy arithmetic.
+- ``narrow32``: formats of p <= 11 bits whose normal range lies inside binary32's
+  (bfloat16, binary16, the float8 formats) under round-to-nearest-even without fma: the
+  hardware's float32 + and * then an integer rounding of the float32 pattern to p bits.  A
+  product of two p-bit values has at most 22 <= 24 bits: exact unless it leaves float32's
+  normal range (then the block is computed again; one that underflows to zero in float32
+  is below 2**-150, whose rounding to nearest is a zero of the same sign in every such
+  format).  The float32 sum rounded again to p bits is the correctly rounded sum: Figueroa's
+  24 >= 2p + 2.  The same in-range shortcut as ``odd`` on 32-bit lanes, twice as many per
+  vector as binary64's; blocks that leave it are computed again by ``odd``'s complete
+  routine in binary64.
 
 Every NaN result is the canonical quiet NaN, as the generic path writes it.
 """
@@ -81,7 +91,7 @@ from .policy import block_size
 __all__ = ["STRATEGIES", "strategy", "Layout", "layout", "fold", "contract", "fold_calls",
            "contract_calls", "runs", "fixed_point_exact", "fixed_point", "scan"]
 
-STRATEGIES = ("odd", "native32", "native64")
+STRATEGIES = ("odd", "native32", "native64", "narrow32")
 _BINARY32, _BINARY64 = formats.CATALOG["binary32"], formats.CATALOG["binary64"]
 _NEAREST_EVEN, _DOWNWARD = 0, 4
 _ABS = 0x7FFFFFFFFFFFFFFF
@@ -104,6 +114,9 @@ def strategy(fmt, mode: str, fused: bool) -> str | None:
         return "native32"
     if code == _NEAREST_EVEN and not fused and fmt == _BINARY64:
         return "native64"
+    if code == _NEAREST_EVEN and not fused and 2 <= fmt.precision <= 11 and \
+            fmt.emin >= -126 and fmt.emax <= 127:
+        return "narrow32"
     return "odd" if eft.supported(fmt) else None
 
 
@@ -183,6 +196,41 @@ def _apply(op, x, y, z, f, mode, figueroa, full):
     return np.int64(round_in_range(b, f[7], mode, 0, 0)[0]).view(np.float64), ok
 
 
+_ABS32, _EXP32 = np.int32(0x7FFFFFFF), np.int32(0xFF)
+
+
+@numba.njit(inline="always", error_model="numpy")
+def _apply32(op, x, y, g):
+    """``narrow32``'s (value, ok) of op (ADD or MULTIPLY) of the format values x, y (float32):
+    the float32 result rounded to nearest even at p bits by its pattern (``_narrow_tuple``
+    g: the fraction bits dropped, the in-range window of float32 exponent fields, the bottom
+    of a sum's window, whether zeros are their own rounding); ok False outside the window,
+    as ``_apply``'s shortcut."""
+    u, v = np.float32(x), np.float32(y)
+    b = np.float32(u + v if op == ADD else u * v).view(np.int32)
+    e = (b >> np.int32(23)) & _EXP32
+    if op == ADD:
+        ok = (e >= g[3]) & (e <= g[2])
+    else:
+        ok = ((e >= g[1]) & (e <= g[2])) | (((b & _ABS32) == np.int32(0)) & (g[4] != 0))
+    # round_in_range's nearest-even carry on the 32-bit pattern (a zero low part adds less
+    # than its unit: unchanged).
+    add = (np.int32(1) << (g[0] - np.int32(1))) - np.int32(1) + ((b >> g[0]) & np.int32(1))
+    r = (b + add) & ~((np.int32(1) << g[0]) - np.int32(1))
+    return np.int32(r).view(np.float32), ok
+
+
+def _narrow_tuple(fmt) -> tuple:
+    """``_apply32``'s int32 parameters for ``fmt``: (24 - p, the window's float32 exponent
+    fields emin + 127 .. emax + 126 (a normal result that cannot overflow), the bottom of a
+    sum's window (0 where a subnormal sum, exact, keeps its value: the format has -0 and
+    keeps subnormals), 1 where the format has -0)."""
+    lo = fmt.emin + 127
+    sums = 0 if fmt.has_negative_zero and not fmt.flush_subnormals else lo
+    return tuple(np.int32(v) for v in (24 - fmt.precision, lo, fmt.emax + 126, sums,
+                                       int(fmt.has_negative_zero)))
+
+
 # ----- the kernels ---------------------------------------------------------------------------
 # A block of outputs is one output row i of batch bt and up to ``width`` columns j0 ...
 # j0 + w - 1; its terms are A[bt, i, t] * B[bt, t, j] (rounded), or B[bt, t, j] itself in a
@@ -202,12 +250,13 @@ def _block_width(native: bool) -> int:
     return _WIDTH * (8 if native else 1)
 
 
-def _make_kernel(native: bool, const_mode: int, figueroa: bool):
+def _make_kernel(native: bool, const_mode: int, figueroa: bool, narrow: bool = False):
     """The kernel: out[bt, i, j] for the blocks ``ids``, in parallel (one block per
     iteration, each in its own order); ok[q] False where block ids[q] left the in-range
     shortcut.  ``blk``: block length of the sequential (one block, blk = k) and blocked:K
     orders (Backend._fold: each block folded from its first term, then the block results
-    in order) and of fma's chunks (Backend._contract); 0: the pairwise order."""
+    in order) and of fma's chunks (Backend._contract); 0: the pairwise order.  ``narrow``:
+    the ``narrow32`` strategy (``f`` then ``_narrow_tuple``'s; no fma)."""
     width = _block_width(native)
 
     @numba.njit(parallel=True, cache=True)
@@ -232,7 +281,34 @@ def _make_kernel(native: bool, const_mode: int, figueroa: bool):
             full = full_arg if const_mode < 0 else False
             good = True
             depth = _STACK                                  # the stack's next free row
-            for t in range(k + 1):
+            # A sequential dot product (the most common case), each step's product and sum
+            # in one pass over the block's columns: the general loop below, without the
+            # term's trip through its scratch row.
+            direct = blk == k and has_a and not fused and not mul and not native and k > 0
+            if direct:
+                a = A[bt, i, 0]
+                for j in range(uw):
+                    if narrow:
+                        v, g = _apply32(MULTIPLY, a, B[bt, 0, u0 + j], f)
+                    else:
+                        v, g = _apply(MULTIPLY, a, B[bt, 0, u0 + j], 0.0, f, mode, figueroa,
+                                      full)
+                    rows[_TOT, j] = v
+                    good &= g
+                for t in range(1, k):
+                    a = A[bt, i, t]
+                    for j in range(uw):
+                        if narrow:
+                            v, g = _apply32(MULTIPLY, a, B[bt, t, u0 + j], f)
+                            w, h = _apply32(ADD, rows[_TOT, j], v, f)
+                        else:
+                            v, g = _apply(MULTIPLY, a, B[bt, t, u0 + j], 0.0, f, mode,
+                                          figueroa, full)
+                            w, h = _apply(ADD, rows[_TOT, j], v, 0.0, f, mode, figueroa,
+                                          full)
+                        rows[_TOT, j] = w
+                        good &= g & h
+            for t in range(0 if direct else k + 1):
                 # The merges owed before term t.  Blocked: the step of term t - 1 (its term
                 # in row _TERM), then, where a block closes, its result into the total (the
                 # first block is copied).  Pairwise (Backend._fold level by level) as a
@@ -262,6 +338,12 @@ def _make_kernel(native: bool, const_mode: int, figueroa: bool):
                         for j in range(uw):
                             rows[x, j] = rows[x, j] * rows[y, j] if mul else \
                                 rows[x, j] + rows[y, j]
+                    elif narrow:
+                        for j in range(uw):
+                            v, g = _apply32(MULTIPLY if mul else ADD, rows[x, j], rows[y, j],
+                                            f)
+                            rows[x, j] = v
+                            good &= g
                     elif mul:
                         for j in range(uw):
                             v, g = _apply(MULTIPLY, rows[x, j], rows[y, j], 0.0, f, mode,
@@ -284,7 +366,7 @@ def _make_kernel(native: bool, const_mode: int, figueroa: bool):
                 first = blk == 0 or t % blk == 0
                 a = A[bt, i, t] if has_a else A[0, 0, 0]
                 if fused and has_a and not first:
-                    if native:
+                    if native or narrow:
                         continue                    # never: no fused native strategy
                     for j in range(uw):
                         v, g = _apply(FMA, a, B[bt, t, u0 + j], rows[_ACC, j], f, mode,
@@ -300,6 +382,11 @@ def _make_kernel(native: bool, const_mode: int, figueroa: bool):
                 elif native:
                     for j in range(uw):
                         rows[d, j] = a * B[bt, t, u0 + j]
+                elif narrow:
+                    for j in range(uw):
+                        v, g = _apply32(MULTIPLY, a, B[bt, t, u0 + j], f)
+                        rows[d, j] = v
+                        good &= g
                 else:
                     for j in range(uw):
                         v, g = _apply(MULTIPLY, a, B[bt, t, u0 + j], 0.0, f, mode, figueroa,
@@ -317,8 +404,8 @@ def _make_kernel(native: bool, const_mode: int, figueroa: bool):
 _KERNELS: dict = {}
 
 
-def _kernel(native: bool, mode: int, figueroa: bool):
-    key = (native, mode, figueroa)
+def _kernel(native: bool, mode: int, figueroa: bool, narrow: bool = False):
+    key = (native, mode, figueroa, narrow)
     if key not in _KERNELS:
         _KERNELS[key] = _make_kernel(*key)
     return _KERNELS[key]
@@ -352,7 +439,8 @@ def _run(how, fmt, mode, order, fused, left, cols, mul):
     """The (nb, m, n) float64 results, NaN canonical, by strategy ``how``: output (b, i, j)
     folds the terms cols[b, j, :] (left None), or the products left[b, i, t] * cols[b, j, t];
     ``left`` and ``cols`` are C-contiguous float64 values of ``fmt``."""
-    dtype = np.float32 if how == "native32" else np.float64
+    narrow = how == "narrow32"
+    dtype = np.float32 if how in ("native32", "narrow32") else np.float64
     nb, n, k = cols.shape
     B = np.empty((nb, k, n), dtype)
     # A transposing copy streams memory: threads pay from about a million values on.
@@ -361,23 +449,27 @@ def _run(how, fmt, mode, order, fused, left, cols, mul):
     A = np.zeros((1, 1, 1), dtype) if left is None else np.ascontiguousarray(left, dtype)
     out = np.empty((nb, A.shape[1] if left is not None else 1, n), dtype)
     code = formats.mode_code(mode)
-    native = how != "odd"
+    native = how in ("native32", "native64")
     args = (0 if order == "pairwise" else (block_size(order, k) or k), fused, left is not None,
-            mul, _format_tuple(fmt), code)
+            mul)
+    full = _format_tuple(fmt)
     ids = np.arange(out.shape[0] * out.shape[1] * -(-n // _block_width(native)))
     ok = np.ones(ids.size, dtype=np.bool_)
     # Round-to-nearest-even (the default) has its own compiled copy, with Figueroa's sums
     # where p <= 25; the other modes share one that reads the mode at run time, and that
     # copy also computes again, with the complete routine, the blocks that met a result
     # outside the shortcut's range (each copy costs seconds to compile).
-    own = native or (code == _NEAREST_EVEN and fmt.precision <= 25)
+    own = native or narrow or (code == _NEAREST_EVEN and fmt.precision <= 25)
     with threads_for(out.size * k):
-        _kernel(native, code if own else -1, own and not native)(A, B, out, ids, *args, False,
-                                                                 ok)
+        _kernel(native, code if own else -1, own and not native, narrow)(
+            A, B, out, ids, *args, _narrow_tuple(fmt) if narrow else full, code, False, ok)
     redo = ids[~ok]
     if redo.size:
+        if narrow:                   # the complete routine runs on binary64 values
+            A, B, out = (v.astype(np.float64) for v in (A, B, out))
         with threads_for(redo.size * _WIDTH * k):
-            _kernel(False, -1, False)(A, B, out, redo, *args, True, ok[:redo.size])
+            _kernel(False, -1, False)(A, B, out, redo, *args, full, code, True,
+                                      ok[:redo.size])
     res = out.astype(np.float64)
     res[np.isnan(res)] = np.nan
     return res
@@ -648,7 +740,7 @@ def scan(x, op: str, fmt, mode: str, reverse: bool, how: str) -> np.ndarray:
     if op not in ("add", "multiply"):
         raise ValueError(f"products.scan: op must be add or multiply (got {op!r})")
     fmt, x = formats.get(fmt), np.asarray(x, dtype=np.float64)
-    if how != "odd":
+    if how in ("native32", "native64"):
         # IEEE 754's float32 / float64 + and *, each step correctly rounded; ufunc.accumulate
         # combines strictly in order (unlike the pairwise ufunc.reduce).
         v = x.astype(np.float32 if how == "native32" else np.float64)

@@ -181,6 +181,29 @@ def test_subnormal_overflowing_nan_and_zero_products_in_bfloat16():
                 assert _same(got, want), (mode, label, row)
 
 
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e5m2", "float8_e4m3fnuz"])
+def test_products_and_sums_beyond_float32_range(name):
+    # The narrow32 strategy computes in float32: products of bfloat16 values below 2**-150
+    # underflow to a float32 zero (a zero of the product's sign, which is also the exact
+    # product rounded to nearest); sums near bfloat16's max overflow float32 (the block is
+    # computed again); products just below float32's normal range are float32 subnormals.
+    fmt = formats.get(name)
+    lo, hi = (2.0 ** -100, 1.5 * 2.0 ** 126) if name == "bfloat16" else \
+        (fmt.min_subnormal, fmt.max_finite * 0.75)
+    rows = formats.round_to(np.array([[lo, -lo, lo * 3, 1.0], [hi, hi, -hi, 1.0],
+                                      [2.0 ** -75, 2.0 ** -74, 1.0, 0.0]]), fmt)
+    right = formats.round_to(np.array([[lo, -lo], [lo, lo], [-lo, 2.0], [0.0, 1.0]]), fmt)
+    big = formats.round_to(np.array([[1.0, 1.0], [1.0, 1.5], [0.5, -1.0], [1.0, 1.0]]), fmt)
+    for mode in MODES:
+        for label, policy in _policies(fmt).items():
+            bk = numerics.emulated(fmt, mode, policy)
+            for r in range(rows.shape[0]):
+                for m in (right, big):
+                    got = bk.matmul(rows[r:r + 1], m)
+                    want = [[_dot(rows[r], m[:, j], policy, mode) for j in range(2)]]
+                    assert _same(got, want), (mode, label, r)
+
+
 def test_saturation_and_fnuz_zeros_in_float8():
     # e4m3fn: overflow is NaN (no inf); e4m3fnuz: no -0, a -0 product becomes +0; e5m4-sat:
     # overflow gives max_finite.
@@ -287,6 +310,18 @@ def test_sum_over_leading_axes_in_every_mode():
 
 
 # ----- where the compiled path runs, and where the generic one does ----------------------------
+def test_narrow_formats_take_float32_arithmetic():
+    # bfloat16, binary16 and float8 under round-to-nearest-even without fma: narrow32;
+    # other modes, fma, wider formats and formats beyond binary32's range: not.
+    assert products.strategy("bfloat16", "nearest_even", False) == "narrow32"
+    assert products.strategy("binary16", "nearest_even", False) == "narrow32"
+    assert products.strategy("float8_e4m3fn", "nearest_even", False) == "narrow32"
+    assert products.strategy("bfloat16", "upward", False) == "odd"
+    assert products.strategy("bfloat16", "nearest_even", True) == "odd"
+    assert products.strategy("e6m25", "nearest_even", False) == "odd"
+    assert products.strategy("e9m7", "nearest_even", False) == "odd"
+
+
 def test_fast_path_is_taken_for_bfloat16_matmul_under_fp32_accumulate(monkeypatch):
     def generic(*args, **kwargs):
         raise AssertionError("the generic path ran")
