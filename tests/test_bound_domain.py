@@ -320,6 +320,7 @@ def test_bound_exits_1_and_says_so_on_a_violation(capsys, tmp_path, monkeypatch)
     (("--ops", "exp", "--box=-1,1", "--format", "nvfp4"), "element formats that fit"),
     (("--ops", "exp", "--box=-1,1", "--budget", "0"), "--budget must be from 1"),
     (("--ops", "exp", "--box=-1,1", "--routes", "sideways"), "unknown route 'sideways'"),
+    (("--ops", "exp", "--box=-1,1", "--policies", "fp8_recipe"), "bound takes element formats"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment, tmp_path):
     status, out, err = run_cli(capsys, "bound", *argv, "--out", str(tmp_path / "b.json"))

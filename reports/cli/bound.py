@@ -118,9 +118,22 @@ def selection(args, user):
         ops=_ops(args.ops), formats=_formats(args.formats, user),
         modes=name_list(args.modes, "rounding mode", formats.MODES, ("nearest_even",),
                         "--modes"),
-        policies=_policies(args.policies),
+        policies=_element_policies(args.policies),
         routes=name_list(args.routes, "route", bound.ROUTES, bound.ROUTES, "--routes"),
         box=box, budget=budget, samples=samples, seed=seed)
+
+
+def _element_policies(text) -> tuple:
+    """--policies of a bound run: its formats are element formats, which no recipe
+    (numerics.policy.RECIPES: a scaled format's products) applies to."""
+    from roundoff_coverage.numerics import policy
+    names = _policies(text)
+    for n in names:
+        if policy.recipe(n) is not None:
+            raise UsageError(f"--policies: {n} quantizes the products' operands into a scaled "
+                             f"format; bound takes element formats (give strict, "
+                             f"fp32_accumulate...)")
+    return names
 
 
 def _check_box(sel) -> None:
