@@ -465,9 +465,26 @@ def decided(name, alo, ahi, blo, bhi) -> tuple:
 
 class EnclosureFormats:
     """How a backend of enclosures (BoundingBackend; routes/bounds/tracking.py's
-    TrackingBackend) reaches other formats: its accumulator and siblings are backends of its
-    own class in those formats sharing its state (``_state``), and storing a value of another
-    format is ``cast``'s one more rounding.  Mixed in before numerics.Backend."""
+    TrackingBackend) is made and reaches other formats: a format that fits binary64 (the
+    enclosures are binary64 intervals), its name ``KIND(format,mode,policy)``; its
+    accumulator and siblings are backends of its own class in those formats sharing its
+    state (``_state``: a fresh copy of ``STATE`` unless given), and storing a value of
+    another format is ``cast``'s one more rounding.  Mixed in before numerics.Backend."""
+
+    KIND = "enclosures"
+    STATE: dict = {}
+
+    def __init__(self, fmt, mode="nearest_even", policy=None, _state=None):
+        self.fmt = formats.get(fmt)
+        formats.mode_code(mode)
+        if not self.fmt.fits_binary64:
+            raise ValueError(f"{self.KIND}: {self.fmt.label} does not fit binary64; "
+                             f"enclosures are binary64 intervals")
+        self.mode = mode
+        self.policy = policy = for_backend(policy, self.fmt, self.KIND)
+        self.name = f"{self.KIND}({self.fmt.label},{mode},{policy.label})"
+        self._state = _state if _state is not None else dict(self.STATE)
+        self._acc = None
 
     def accumulator(self):
         acc = self.policy.accumulate
@@ -492,18 +509,8 @@ class BoundingBackend(EnclosureFormats, Backend):
     enclosures cannot decide; ``reset()`` clears it."""
 
     capabilities = frozenset({"Rounding", "Erf", "InverseTrig", "Cbrt"})
-
-    def __init__(self, fmt, mode="nearest_even", policy=None, _state=None):
-        self.fmt = formats.get(fmt)
-        formats.mode_code(mode)
-        if not self.fmt.fits_binary64:
-            raise ValueError(f"bounding: {self.fmt.label} does not fit binary64; enclosures "
-                             f"are binary64 intervals")
-        self.mode = mode
-        self.policy = policy = for_backend(policy, self.fmt, "bounding")
-        self.name = f"bounding({self.fmt.label},{mode},{policy.label})"
-        self._state = _state if _state is not None else {"undecided": False}
-        self._acc = None
+    KIND = "bounding"
+    STATE = {"undecided": False}
 
     # ----- the undecided flag, shared with the accumulator ----------------------------------
     @property

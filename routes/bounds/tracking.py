@@ -89,7 +89,6 @@ from roundoff_coverage import formats
 from roundoff_coverage.numerics import Backend
 from roundoff_coverage.numerics.backend import EXACT_PRIMITIVES
 from roundoff_coverage.numerics.bounding import EnclosureFormats, decided, interval
-from roundoff_coverage.numerics.policy import for_backend
 
 DTYPE = np.dtype([(k, np.float64) for k in ("elo", "ehi", "clo", "chi", "dlo", "dhi", "rlo",
                                             "rhi")])
@@ -323,19 +322,8 @@ class TrackingBackend(EnclosureFormats, Backend):
     over a box piece; see the module docstring."""
 
     capabilities = frozenset({"Rounding", "Erf", "InverseTrig", "Cbrt"})
-
-    def __init__(self, fmt, mode="nearest_even", policy=None, _state=None):
-        self.fmt = formats.get(fmt)
-        formats.mode_code(mode)
-        if not self.fmt.fits_binary64:
-            raise ValueError(f"tracking: {self.fmt.label} does not fit binary64; enclosures "
-                             f"are binary64 intervals")
-        self.mode = mode
-        self.policy = policy = for_backend(policy, self.fmt, "tracking")
-        self.name = f"tracking({self.fmt.label},{mode},{policy.label})"
-        self._state = _state if _state is not None else {"undecided": False, "batch": None,
-                                                         "at": None}
-        self._acc = None
+    KIND = "tracking"
+    STATE = {"undecided": False, "batch": None, "at": None}
 
     # ----- undecided comparisons ------------------------------------------------------------
     @property
