@@ -33,9 +33,9 @@ class RecipeRun:
     """A recipe (numerics.policy.Recipe) on a scaled format in a model run: ``storage`` the
     format of every stored tensor, ``fwd`` and ``grad`` the schemes of forward operands (and
     tangents) and of the cotangents the backward products read, ``compute`` the backend of
-    the products, ``counts`` the BlockCounts of every quantization: {(run, sample, node,
-    label): BlockCounts}, labels ``x``, ``tangent x``, ``cotangent y``.  ModelError for a
-    scheme the recipe cannot take."""
+    the products, ``counts`` what every quantization did: {(run, sample, node, label):
+    (axis text, BlockCounts)}, labels ``x``, ``tangent x``, ``cotangent y``.  ModelError for
+    a scheme the recipe cannot take."""
 
     def __init__(self, scheme, config, seed):
         recipe = numerics.policy.recipe(config.policy)
@@ -45,7 +45,7 @@ class RecipeRun:
                 getattr(scheme.element, "name", None) not in FP8_ELEMENTS:
             raise ModelError(f"policy {config.policy} ({recipe.doc}) needs a scheme with FP8 "
                              f"elements; {name} has {scheme.element.label} elements")
-        self.label, self.seed, self.policy = config.format, seed, config.policy
+        self.label, self.seed = config.format, seed
         self.fwd = scheme if recipe.forward is None else with_element(scheme, recipe.forward)
         self.grad = scheme if recipe.gradient is None else \
             with_element(scheme, recipe.gradient)
