@@ -42,9 +42,9 @@ from roundoff_coverage.routes import bounds as routes_bounds
 from . import implementations
 from .draws import (Draws, axis_text, draw, element_scales, quantize_draws, quantize_port,
                     quantize_seed, run_routes, sample_kinds)
-from .measuring import (RECIPE_UNIT, REPRO_MAX_ELEMENTS, Bounds, _apriori, _bound, _computed, _concat,
+from .measuring import (REPRO_MAX_ELEMENTS, Bounds, _apriori, _bound, _computed, _concat,
                         by_magnitude, interval_bounds, measure_port, measure_scaled_port,
-                        per_sample, worst_case)
+                        per_sample, recipe_unit, worst_case)
 from .task import (BATCH_FAMILIES, EXHAUSTIVE_FAMILIES, EXHAUSTIVE_MAX_BITS, ROUTES, Task,
                    attrs_text, base_row, batchable, compute_task, exhaustible, jsonable,
                    one_line, rng_for, route_ports, route_scheme, scaled_problem, scaling,
@@ -316,7 +316,7 @@ def _recipe_fields(task, route, rows, quantized) -> None:
     their quantization did (the rows measure the stored outputs in ulps of the storage
     format, against the exact route on the unquantized operands)."""
     scheme = route_scheme(task, route)
-    unit = RECIPE_UNIT.format(storage=task.fmt.label, scheme=scheme.label)
+    unit = recipe_unit(task.fmt, route_scheme(task, "forward"), scheme, route)
     for row in rows:
         row.update(scheme=scheme.label, scaled_inputs=quantized.fields(route),
                    scale_axis=quantized.axes(route), error_unit=unit)

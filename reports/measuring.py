@@ -513,9 +513,17 @@ def _enclosure_bound(y, undecided):
 
 # What a scaled row's ulp fields count (the rows' ``error_unit``, the module docstring).
 SCALED_UNIT = "ulp of {element} at the exact value's block scale"
-# ... and a recipe's product's (numerics.policy.RECIPES): its stored outputs measured in
-# the storage format, its operands quantized into the scheme inside the route.
-RECIPE_UNIT = "ulp of {storage} at the exact value (operands quantized into {scheme})"
+
+
+def recipe_unit(storage, forward, gradient, route) -> str:
+    """What a recipe product's row counts (numerics.policy.RECIPES): its stored outputs
+    measured in ulps of the storage format, its operands quantized into the scheme
+    ``forward`` inside the route (and, on the gradient route, the cotangents into
+    ``gradient``)."""
+    told = f"operands quantized into {forward.label}"
+    if route == "gradient" and gradient != forward:
+        told += f", cotangents into {gradient.label}"
+    return f"ulp of {storage.label} at the exact value ({told})"
 
 
 def _kinds_of(flat):

@@ -23,7 +23,7 @@ import numpy as np
 from roundoff_coverage import formats, numerics
 
 from .draws import BlockCounts, axis_text, quantize_port, scale_axis
-from .measuring import RECIPE_UNIT
+from .measuring import recipe_unit
 from .model import ModelError
 from .model_scaled import refuse
 from .task import COMPUTE_FORMAT, FP8_ELEMENTS, OPERANDS, quantized_port, with_element
@@ -113,8 +113,7 @@ class RecipeRun:
                 labels.setdefault(label, (axis, BlockCounts()))[1].add(c)
         scheme = self.grad if site.route == "gradient" else self.fwd
         row.update(scheme=scheme.label,
-                   error_unit=RECIPE_UNIT.format(storage=self.storage.label,
-                                                 scheme=scheme.label),
+                   error_unit=recipe_unit(self.storage, self.fwd, self.grad, site.route),
                    scaled_inputs={label: {"axis": axis} | c.fields()
                                   for label, (axis, c) in sorted(labels.items())},
                    scale_axis=", ".join(f"{label}:{axis}"

@@ -195,6 +195,9 @@ def test_a_recipe_quantizes_the_products_operands_only(scheme, policy):
     r = _row(rows, "mm", "gradient", "y", "propagated")
     assert r["max_ulp"] == pytest.approx(_bf16_errors(dw, exact_dw), rel=1e-9)
     assert r["scheme"] == (scheme.replace("e4m3", "e5m2") if fp8 else scheme)
+    assert r["error_unit"].endswith(f"(operands quantized into {scheme}, cotangents into "
+                                    f"{r['scheme']})" if fp8 else
+                                    f"(operands quantized into {scheme})")
     assert set(r["scaled_inputs"]) == {"x", "y", "cotangent z"}
     # Keeping mm out of the recipe (binary32 on unquantized operands) must shrink the
     # model's gradient errors.

@@ -407,6 +407,8 @@ def test_a_recipe_quantizes_the_operands_and_stores_in_bfloat16(recipe, scheme, 
     want = {"forward": scheme, "gradient": scheme if policy == "scaled_recipe" else
             scheme.replace("e4m3", "e5m2")}[route]
     assert row["scheme"] == want and row["error_unit"].startswith("ulp of bfloat16")
+    assert f"operands quantized into {scheme}" in row["error_unit"]
+    assert ("cotangents into" in row["error_unit"]) == (want != scheme)
     labels = {"forward": {"x", "y"}, "gradient": {"x", "y", "cotangent z"}}[route]
     assert set(row["scaled_inputs"]) == labels
 
