@@ -141,8 +141,8 @@ FIELDS = (
     # reports/measuring.py the outputs): the row's ulp fields count ulps of the element
     # format at the exact value's block scale (``error_unit``); no bits of error.
     Field("scheme", TEXT, doc="the scaled format the port's values were quantized into (a "
-          "scaled task: its format), or for a recipe's product the scheme of the route's quantized operands (forward, "
-          "tangent) or cotangents (gradient)"),
+          "scaled task: its format), or for a recipe's product the scheme of the route's "
+          "quantized operands (forward, tangent) or cotangents (gradient)"),
     Field("scale_axis", TEXT, doc="the block axis of each quantized input and of the "
           "measured port (name:axis, counted from the end; -2,-1: 2-D blocks over the last "
           "two axes; tensor: one scale per tensor)"),
