@@ -469,10 +469,13 @@ class EnclosureFormats:
     enclosures are binary64 intervals), its name ``KIND(format,mode,policy)``; its
     accumulator and siblings are backends of its own class in those formats sharing its
     state (``_state``: a fresh copy of ``STATE`` unless given), and storing a value of
-    another format is ``cast``'s one more rounding.  Mixed in before numerics.Backend."""
+    another format is ``cast``'s one more rounding.  Its values are structured arrays of
+    ``DTYPE`` with the exact enclosure in fields elo, ehi (``to_float64`` reads their
+    midpoint).  Mixed in before numerics.Backend."""
 
     KIND = "enclosures"
     STATE: dict = {}
+    DTYPE: np.dtype | None = None
 
     def __init__(self, fmt, mode="nearest_even", policy=None, _state=None):
         self.fmt = formats.get(fmt)
@@ -502,6 +505,19 @@ class EnclosureFormats:
             return a
         return self.cast(a, self.fmt)
 
+    def to_float64(self, a):
+        """The midpoint of the exact enclosure (each half taken first: no overflow)."""
+        a = self._as(a)
+        return a["elo"] * 0.5 + a["ehi"] * 0.5
+
+    def where(self, cond, a, b):
+        """np.where; a plain operand beside an enclosure (of the class's ``DTYPE``) is read
+        with ``_as``, two plain ones (words, Booleans) pass unchanged."""
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype == self.DTYPE or b.dtype == self.DTYPE:
+            a, b = self._as(a), self._as(b)
+        return np.where(cond, a, b)
+
 
 class BoundingBackend(EnclosureFormats, Backend):
     """Enclosures of the emulated backend's computed values (C) and of the exact values (E);
@@ -511,6 +527,7 @@ class BoundingBackend(EnclosureFormats, Backend):
     capabilities = frozenset({"Rounding", "Erf", "InverseTrig", "Cbrt"})
     KIND = "bounding"
     STATE = {"undecided": False}
+    DTYPE = DTYPE
 
     # ----- the undecided flag, shared with the accumulator ----------------------------------
     @property
@@ -599,19 +616,6 @@ class BoundingBackend(EnclosureFormats, Backend):
 
     def constant(self, literal, shape=()):
         return self.pack(*[np.full(shape, self._literal(literal, key)) for key in FIELDS])
-
-    def to_float64(self, a):
-        """The midpoint of the exact enclosure (each half taken first: no overflow)."""
-        a = self._as(a)
-        return a["elo"] * 0.5 + a["ehi"] * 0.5
-
-    def where(self, cond, a, b):
-        """np.where; a plain operand beside an enclosure is read with ``asarray``, two plain
-        ones (words, Booleans) pass unchanged."""
-        a, b = np.asarray(a), np.asarray(b)
-        if a.dtype == DTYPE or b.dtype == DTYPE:
-            a, b = self._as(a), self._as(b)
-        return np.where(cond, a, b)
 
     def cast(self, a, fmt, mode=None, with_flags=False):
         """C rounded once more into ``fmt`` under ``mode`` (E unchanged)."""

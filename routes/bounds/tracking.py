@@ -324,6 +324,7 @@ class TrackingBackend(EnclosureFormats, Backend):
     capabilities = frozenset({"Rounding", "Erf", "InverseTrig", "Cbrt"})
     KIND = "tracking"
     STATE = {"undecided": False, "batch": None, "at": None}
+    DTYPE = DTYPE
 
     # ----- undecided comparisons ------------------------------------------------------------
     @property
@@ -483,17 +484,6 @@ class TrackingBackend(EnclosureFormats, Backend):
         e, c = (np.full(shape, elo), np.full(shape, ehi)), (np.full(shape, clo),
                                                           np.full(shape, chi))
         return self.pack(e, c, _sub(c, e))
-
-    def to_float64(self, a):
-        """The midpoint of the exact enclosure (each half taken first: no overflow)."""
-        a = self._as(a)
-        return a["elo"] * 0.5 + a["ehi"] * 0.5
-
-    def where(self, cond, a, b):
-        a, b = np.asarray(a), np.asarray(b)
-        if a.dtype == DTYPE or b.dtype == DTYPE:
-            a, b = self._as(a), self._as(b)
-        return np.where(cond, a, b)
 
     def cast(self, a, fmt, mode=None, with_flags=False):
         """C rounded once more into ``fmt`` under ``mode``: the rounding error joins D."""

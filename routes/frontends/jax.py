@@ -57,7 +57,7 @@ from ..errors import RouteError
 from ..graph import Graph, Ref
 from ..registry import op as make_op
 from .jaxpr import RELU, TABLE
-from .torch import CaptureError
+from .torch import CaptureError, ref_element
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "checkpoint", "remat", "custom_jvp_call",
           "custom_vjp_call", "custom_vjp_call_jaxpr", "custom_lin_call")
@@ -482,12 +482,7 @@ class _Import:
     def element(self, v) -> str:
         """The element sort of a moved value (``scalar`` or ``bool``)."""
         if isinstance(v, Ref):
-            port = self.graph.port(v)
-            if port.scalar:
-                return "scalar"
-            if port.kind == "bool":
-                return "bool"
-            self.refuse(f"moving a {port.kind} tensor is not translated")
+            return ref_element(self.graph, v, self.refuse)
         if isinstance(v, Const) and v.array.dtype == bool:
             return "bool"
         if isinstance(v, Int) or (isinstance(v, Const) and v.array.dtype.kind in "iu"):

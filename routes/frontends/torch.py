@@ -73,6 +73,18 @@ from ..registry import op as make_op
 from .aten import BOUNDS, MASKS, TABLE
 
 
+def ref_element(graph, ref, refuse) -> str:
+    """The element sort (``scalar`` or ``bool``) of graph value ``ref`` that a movement
+    primitive moves; ``refuse(reason)`` for any other port kind (a frontend's one-line
+    refusal)."""
+    port = graph.port(ref)
+    if port.scalar:
+        return "scalar"
+    if port.kind == "bool":
+        return "bool"
+    refuse(f"moving a {port.kind} tensor is not translated")
+
+
 class CaptureError(RouteError):
     """A model or an operator the capture refuses; the message is one line naming the aten
     operator, the node and its source line."""
@@ -482,12 +494,7 @@ class _Capture:
     def element(self, v) -> str:
         """The element sort of a moved value (``scalar`` or ``bool``)."""
         if isinstance(v, Ref):
-            port = self.graph.port(v)
-            if port.scalar:
-                return "scalar"
-            if port.kind == "bool":
-                return "bool"
-            self.refuse(f"moving a {port.kind} tensor is not translated")
+            return ref_element(self.graph, v, self.refuse)
         if isinstance(v, Const) and v.tensor.dtype == self.torch.bool:
             return "bool"
         return "scalar"
