@@ -30,7 +30,7 @@ import numpy as np
 
 from roundoff_coverage import formats, routes
 
-from .task import (COMPUTE_FORMAT, OPERANDS, Task, batchable, exhaustible, quantized_port,
+from .task import (OPERANDS, Task, batchable, compute_task, exhaustible, quantized_port,
                    rng_for, route_scheme, scaling)
 
 class Draws:
@@ -388,7 +388,7 @@ def quantize_draws(task: Task, d: Draws, routes_wanted) -> tuple:
     the quantization of the operands (reports/evaluate.py)."""
     o = d.op
     operands = OPERANDS[o.name] if scaling(task) == "operands" else None
-    compute = formats.get(COMPUTE_FORMAT) if operands else task.fmt
+    compute = compute_task(task).fmt if operands else task.fmt
 
     def quantized(x, scheme, axis, *seed):
         deq, _, counts = quantize_port(x, scheme, axis, quantize_seed(task, *seed))

@@ -26,7 +26,7 @@ from .draws import BlockCounts, axis_text, quantize_port, scale_axis
 from .measuring import recipe_unit
 from .model import ModelError
 from .model_scaled import refuse
-from .task import COMPUTE_FORMAT, FP8_ELEMENTS, OPERANDS, quantized_port, with_element
+from .task import FP8_ELEMENTS, OPERANDS, quantized_port, with_element
 
 
 class RecipeRun:
@@ -50,7 +50,7 @@ class RecipeRun:
         self.grad = scheme if recipe.gradient is None else \
             with_element(scheme, recipe.gradient)
         self.storage = formats.get(recipe.storage)
-        c32 = formats.get(COMPUTE_FORMAT)
+        c32 = formats.get(recipe.accumulate)
         self.compute = numerics.emulated(c32, config.mode,
                                          numerics.policy.preset(config.policy, c32), seed=seed)
         self.counts = {}

@@ -11,7 +11,7 @@ computes in ``COMPUTE_FORMAT`` (its ``fmt``) and the scheme is the storage forma
 tensors at the operator's ports (reports/draws.py quantizes the inputs, reports/evaluate.py
 the outputs).  Under a recipe policy (numerics.policy.RECIPES) the task's ``fmt`` is the
 recipe's storage format (bfloat16): a product (``OPERANDS``) quantizes its operands, computes
-in COMPUTE_FORMAT (``compute_task``) and stores its outputs in ``fmt``; any other operator is
+in the recipe's accumulation format (``compute_task``) and stores its outputs in ``fmt``; any other operator is
 an element task of ``fmt``.  ``route_scheme`` says which scheme a route's values take (a
 recipe may put gradients in another), and ``scaled_problem`` why a task cannot be measured
 that way.
@@ -154,8 +154,8 @@ def scaling(task) -> str | None:
     """How a task's tensors take its scaled format: ``storage`` (no recipe policy: the
     scheme is the storage format at every port, the rule computes in compute_format),
     ``operands`` (a recipe policy on a product, OPERANDS: its operands quantized, the rule
-    computing in COMPUTE_FORMAT, its outputs stored in the recipe's storage format, the
-    task's ``fmt``), None (an element format, or a recipe on any other operator: the recipe
+    computing in the recipe's accumulation format, its outputs stored in the recipe's
+    storage format, the task's ``fmt``), None (an element format, or a recipe on any other operator: the recipe
     leaves it in its storage format, an element task of ``fmt``)."""
     if task.scheme is None:
         return None
@@ -173,8 +173,8 @@ def compute_format(policy: str) -> formats.BinaryFormat:
 
 def compute_task(task) -> Task:
     """The task whose implementation computes an ``operands`` task's routes: the same task
-    in COMPUTE_FORMAT under the recipe's policy (binary32 accumulation)."""
-    fmt = formats.get(COMPUTE_FORMAT)
+    in the recipe's accumulation format (binary32) under the recipe's policy."""
+    fmt = formats.get(numerics.policy.recipe(task.policy).accumulate)
     return dataclasses.replace(task, fmt=fmt,
                                accumulation=numerics.policy.preset(task.policy, fmt))
 
