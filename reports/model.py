@@ -39,7 +39,8 @@ values: a summary figure, not a measurement).
 
 Scaled formats (``mxfp8_e4m3``, ``nvfp4``, ``fp8_e4m3_tensor``...; class ``Scaled``): the
 scheme is the storage format of the tensors between the nodes, and the nodes compute in
-binary32, as the coverage run does (reports/draws.py, reports/evaluate.py):
+binary32 (the policy compute:FORMAT chooses another: task.compute_format), as the
+coverage run does (reports/draws.py, reports/evaluate.py):
 
 - every float input, parameter and constant is rounded to binary32, then quantized with
   the scheme and dequantized, and the result rounded to binary32 (exact for MX; within
@@ -52,10 +53,8 @@ binary32, as the coverage run does (reports/draws.py, reports/evaluate.py):
 - the emulated run is numerics.emulated(binary32, mode, policy) whose node outputs, output
   tangents and pullback outputs (each node's contribution to its arguments' gradients)
   pass through the quantizer along their last axis before any later node reads them
-  (GraphRule.trace's ``post``): the forward scheme for values and tangents, the gradient
-  scheme for contributions -- the scheme itself, or under ``fp8_recipe`` its E4M3 form
-  forward and its E5M2 form for gradients.  A value read by several nodes receives the
-  binary32 sum of their quantized contributions;
+  (GraphRule.trace's ``post``): values, tangents and contributions alike.  A value read
+  by several nodes receives the binary32 sum of their quantized contributions;
 - the exact run is the graph's on the same quantized inputs, constants, tangents and
   cotangents, with nothing quantized between the nodes: a propagated error holds every
   quantization and every binary32 rounding upstream;
@@ -79,6 +78,12 @@ binary32, as the coverage run does (reports/draws.py, reports/evaluate.py):
 
 A scaled format with delayed scaling (an amax history), one whose dequantized values do
 not fit binary64, and ``fp8_recipe`` on a scheme without FP8 elements are ModelErrors.
+
+Recipes (``scaled_recipe``, ``fp8_recipe``: numerics.policy.RECIPES; reports/model_recipe.py,
+class ``RecipeRun``): the model runs in the recipe's storage format (bfloat16) with its
+accumulation, and only the products' operands are quantized, each product node computing
+in binary32 (GraphRule.trace's ``pre`` and ``override``); the exact run reads the
+unquantized stored values.
 """
 
 from __future__ import annotations
