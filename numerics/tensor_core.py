@@ -1,0 +1,359 @@
+"""Bit-accurate models of NVIDIA tensor cores: how a GPU's matrix unit adds a dot product.
+
+One multi-term fused operation (a block FMA) computes d = c + sum_k a_k b_k for a group of
+K products (Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores",
+PeerJ Computer Science 7:e330, 2021; Khattak and Mikaitis, "Accurate models of NVIDIA tensor
+cores", arXiv 2512.07004, 2025):
+
+- the products are exact (the inputs are fp16, bf16, tf32, E4M3 or E5M2 values);
+- every product and c is aligned to E, the largest exponent among them, where a product's
+  exponent is e(a) + e(b) -- e(x) = floor(log2 |x|), subnormal inputs counted at their
+  format's least normal exponent -- and c's is e(c) (binary32 subnormals at -126).  The
+  product's significand lies in [1, 4): its carry bit sits above E;
+- each aligned term is cut (truncated toward zero, sign and magnitude) to a multiple of
+  2**(E - 23 - extra): ``extra`` alignment bits below binary32's 23 fraction bits (negative:
+  fewer bits than binary32 keeps); the cut terms are summed exactly;
+- the sum is normalised and rounded once: toward zero into binary32 (to nearest even into
+  binary16 outputs, whose c is binary16); a datapath with negative ``extra`` keeps 23 +
+  extra fraction bits in its binary32 output too (Hopper's FP8 outputs have their 10 low
+  fraction bits zero);
+- longer dot products chain groups in order, each group's result feeding the next as c (the
+  recursive summation of block FMAs a GEMM performs along k).
+
+Overflow of the rounded sum gives an infinity under every rounding (the published model's
+behaviour: an all-ones exponent field reads as inf); an inf or NaN input gives the IEEE sum of
+the raw terms (NaN for inf - inf and inf * 0).  A datapath with ``extra=None`` does not cut:
+the group's terms are summed exactly and rounded once (Blackwell's FP8 path: every published
+B200 FP8 output is the correctly rounded, to nearest even, sum of its 32 products and c).
+
+The presets hold the parameters those papers publish and that reproduce, bit for bit, every
+published GPU output in ../shared/data/tensor-cores (tests/test_numerics_tensor_core.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from roundoff_coverage import formats
+from roundoff_coverage.formats.fast import threads_for
+
+# The input formats a matrix unit takes, by catalog name.
+INPUTS = ("binary16", "bfloat16", "tf32", "float8_e4m3fn", "float8_e5m2")
+OUTPUTS = ("binary32", "binary16")
+_NONE = -(1 << 20)          # the exponent of a zero operand: below every real exponent
+_C_FLOOR = -126             # c is aligned by its binary32 exponent, subnormals at -126
+
+
+@dataclass(frozen=True)
+class Datapath:
+    """How one input format's products are added: ``group`` products per block FMA,
+    ``extra`` alignment bits below binary32's 23 fraction bits (None: no cut, the exact
+    sum), the final rounding into binary32 outputs, and whether binary16 outputs (rounded
+    to nearest even) are modelled."""
+
+    group: int
+    extra: int | None
+    rounding: str = "toward_zero"
+    binary16: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.group, bool) or not isinstance(self.group, int) or \
+                not 1 <= self.group <= 256:
+            raise ValueError(f"tensor core: group must be an integer in 1..256 "
+                             f"(got {self.group!r})")
+        # At most 257 cut terms below 2**(25 + extra) quanta each: an exact binary64 sum.
+        if self.extra is not None and (isinstance(self.extra, bool) or
+                                       not isinstance(self.extra, int) or
+                                       not -20 <= self.extra <= 20):
+            raise ValueError(f"tensor core: extra alignment bits must be an integer in "
+                             f"-20..20 or None (got {self.extra!r})")
+        if self.rounding not in ("toward_zero", "nearest_even"):
+            raise ValueError(f"tensor core: the final rounding is toward_zero or "
+                             f"nearest_even (got {self.rounding!r})")
+
+
+@dataclass(frozen=True)
+class TensorCore:
+    """A GPU's matrix unit: a Datapath per input format (INPUTS), subnormal inputs and
+    outputs kept or flushed to zero, and the source of its parameters."""
+
+    name: str
+    paths: dict = field(hash=False)
+    subnormal_inputs: bool = True
+    subnormal_outputs: bool = True
+    source: str = ""
+
+    def __post_init__(self):
+        for key, path in self.paths.items():
+            if key not in INPUTS or not isinstance(path, Datapath):
+                raise ValueError(f"tensor core {self.name}: paths map input formats "
+                                 f"({', '.join(INPUTS)}) to Datapath (got {key!r})")
+
+    def path(self, input_format, output_format="binary32") -> Datapath:
+        """The datapath for these formats; ValueError when the unit does not take them."""
+        fin, fout = _label(input_format), _label(output_format)
+        if fin not in self.paths:
+            raise ValueError(f"tensor core {self.name}: its matrix unit takes "
+                             f"{', '.join(self.paths)} inputs (got {fin})")
+        p = self.paths[fin]
+        if fout not in OUTPUTS or (fout == "binary16" and not p.binary16):
+            outs = "binary32 or binary16" if p.binary16 else "binary32"
+            raise ValueError(f"tensor core {self.name}: {fin} inputs give {outs} outputs "
+                             f"here (got {fout})")
+        return p
+
+    def fma(self, a, b, c, input_format, output_format="binary32") -> np.ndarray:
+        """d[i] = c[i] + sum_k a[i, k] b[i, k] as the unit computes it: ``a``, ``b`` float64
+        (n, K) of input-format values, ``c`` (n,) of output-format values; K longer than the
+        group runs as chained groups.  The (n,) float64 outputs."""
+        p = self.path(input_format, output_format)
+        a, b = (np.asarray(v, dtype=np.float64) for v in (a, b))
+        c = np.asarray(c, dtype=np.float64)
+        if a.ndim != 2 or a.shape != b.shape or c.shape != a.shape[:1]:
+            raise ValueError(f"tensor core {self.name}: fma takes a and b of one shape "
+                             f"(n, K) and c of shape (n,) (got {a.shape}, {b.shape}, "
+                             f"{c.shape})")
+        fin, fout = formats.get(_label(input_format)), formats.get(_label(output_format))
+        for what, v, f in (("a", a, fin), ("b", b, fin), ("c", c, fout)):
+            if not _within(v, f):
+                raise ValueError(f"tensor core {self.name}: {what} holds values that are "
+                                 f"not {f.label} values")
+        out = np.empty(a.shape[0])
+        (ea, a), (eb, b) = self._read(a, fin), self._read(b, fin)
+        with threads_for(a.size):
+            _rows_kernel(a, ea, b, eb, c, out, *self._params(p, fout))
+        return out
+
+    def matmul(self, a, b, input_format) -> np.ndarray:
+        """Batched a @ b.T with binary32 outputs and c = +0: ``a`` (nb, m, k), ``b`` (nb, n, k)
+        float64 input-format values; (nb, m, n) float64."""
+        p = self.path(input_format)
+        fin = formats.get(_label(input_format))
+        (ea, a), (eb, b) = self._read(a, fin), self._read(b, fin)
+        out = np.empty(a.shape[:2] + b.shape[1:2])
+        with threads_for(out.size * a.shape[-1]):
+            _matmul_kernel(a, ea, b, eb, out, *self._params(p, formats.get("binary32")))
+        return out
+
+    def _read(self, x, fin):
+        """(exponents, values) of input-format values: e(x) for the alignment (subnormals
+        at the format's least normal exponent, _NONE for zeros), subnormals flushed to zero
+        when the unit does not keep them."""
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if not self.subnormal_inputs:
+            x = np.where(np.abs(x) < fin.min_normal, 0.0 * x, x)
+        with np.errstate(invalid="ignore"):
+            e = np.maximum(np.frexp(np.where(np.isfinite(x), x, 1.0))[1] - 1, fin.emin)
+        return np.where(x == 0, _NONE, e).astype(np.int64), x
+
+    def _params(self, p: Datapath, fout):
+        prec = fout.precision + (min(p.extra, 0) if p.extra is not None and
+                                 fout.label == "binary32" else 0)
+        nearest = p.rounding == "nearest_even" or fout.label == "binary16"
+        return (p.group, 0 if p.extra is None else p.extra, p.extra is None, prec, fout.emin,
+                fout.emax, nearest, not self.subnormal_outputs)
+
+
+def _label(name) -> str:
+    try:
+        return formats.get(name).label
+    except (KeyError, ValueError, TypeError):
+        raise ValueError(f"tensor core: unknown format {name!r}") from None
+
+
+def _within(v, f) -> bool:
+    """Whether every finite element of ``v`` is a value of format ``f``."""
+    finite = np.isfinite(v)
+    return bool(np.all(formats.round_to(np.where(finite, v, 0.0), f) ==
+                       np.where(finite, v, 0.0)))
+
+
+# ----- the kernel --------------------------------------------------------------------------
+@numba.njit(cache=True)
+def _round(v, prec, emin, emax, nearest, flush):
+    """The exact binary64 value v rounded to ``prec`` significant bits with the exponent
+    range [emin, emax] (subnormals below 2**emin): toward zero, or to nearest even; an
+    overflow gives an infinity; ``flush`` sends subnormal results to zero."""
+    if v == 0.0 or not math.isfinite(v):
+        return v
+    a = abs(v)
+    qe = max(math.frexp(a)[1] - prec, emin - prec + 1)
+    x = math.ldexp(a, -qe)                       # exact: a power-of-two scaling
+    r = math.floor(x)
+    if nearest:
+        d = x - r
+        if d > 0.5 or (d == 0.5 and r % 2.0 == 1.0):
+            r += 1.0
+    r = math.ldexp(r, qe)
+    if r >= math.ldexp(1.0, emax + 1):
+        r = math.inf
+    elif flush and r < math.ldexp(1.0, emin):
+        r = 0.0
+    return math.copysign(r, v)
+
+
+@numba.njit(cache=True)
+def _odd_sum(vals, n):
+    """The exact sum of vals[:n] (finite binary64 numbers) rounded to odd into binary64
+    (Boldo and Melquiond: rounding that once more to nearest into a format of at most 51
+    bits gives the correctly rounded sum).  Shewchuk's partials hold the exact sum as
+    non-overlapping binary64 numbers, increasing in magnitude."""
+    parts = np.empty(n + 1)
+    m = 0
+    for i in range(n):
+        x = vals[i]
+        j = 0
+        for k in range(m):
+            y = parts[k]
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo != 0.0:
+                parts[j] = lo
+                j += 1
+            x = hi
+        parts[j] = x
+        m = j + 1
+    hi = parts[m - 1]
+    lo = 0.0
+    k = m - 1
+    while k > 0:
+        k -= 1
+        x, y = hi, parts[k]
+        hi = x + y
+        lo = y - (hi - x)
+        if lo != 0.0:
+            break
+    # hi + lo + parts[:k] is the sum, every remaining part below lo's last bit: the
+    # remainder's sign is lo's.  Rounding to odd keeps an odd hi, else steps toward it.
+    if lo != 0.0 and (np.float64(hi).view(np.int64) & 1) == 0:
+        hi = np.nextafter(hi, math.copysign(math.inf, lo))
+    return hi
+
+
+@numba.njit(cache=True)
+def _dot(a, ea, b, eb, c, buf, group, extra, exact, prec, emin, emax, nearest, flush):
+    """One output: the groups of a[:] * b[:] in order, each a block FMA with the running
+    result as c (module docstring)."""
+    k = a.shape[0]
+    for t0 in range(0, k, group):
+        t1 = min(t0 + group, k)
+        raw = c
+        top = max(math.frexp(c)[1] - 1, _C_FLOOR) if c != 0.0 and math.isfinite(c) \
+            else _NONE
+        for t in range(t0, t1):
+            p = a[t] * b[t]                      # exact: inputs of at most 11 bits
+            raw += p
+            if p != 0.0:
+                top = max(top, ea[t] + eb[t])
+        if not math.isfinite(raw):               # an inf or NaN term: no finite sum overflows
+            c = raw
+            continue
+        if top == _NONE:                         # every term zero
+            c = 0.0
+            continue
+        if exact:
+            buf[0] = c
+            for t in range(t0, t1):
+                buf[t - t0 + 1] = a[t] * b[t]
+            s = _odd_sum(buf, t1 - t0 + 1)
+        else:
+            qe = top - 23 - extra
+            scale = math.ldexp(1.0, -qe)
+            s = math.trunc(c * scale)            # the cut terms: integers, summed exactly
+            for t in range(t0, t1):
+                s += math.trunc(a[t] * b[t] * scale)
+            s = math.ldexp(s, qe)
+        c = _round(s, prec, emin, emax, nearest, flush)
+    return c
+
+
+@numba.njit(parallel=True, cache=True)
+def _rows_kernel(A, EA, B, EB, C, out, group, extra, exact, prec, emin, emax, nearest, flush):
+    for r in numba.prange(A.shape[0]):
+        buf = np.empty(group + 1)
+        out[r] = _dot(A[r], EA[r], B[r], EB[r], C[r], buf, group, extra, exact, prec, emin,
+                      emax, nearest, flush)
+
+
+@numba.njit(parallel=True, cache=True)
+def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nearest, flush):
+    nb, m, n = out.shape
+    for q in numba.prange(nb * m):
+        bt, i = q // m, q % m
+        buf = np.empty(group + 1)
+        for j in range(n):
+            out[bt, i, j] = _dot(A[bt, i], EA[bt, i], B[bt, j], EB[bt, j], 0.0, buf, group,
+                                 extra, exact, prec, emin, emax, nearest, flush)
+
+
+# ----- the presets -------------------------------------------------------------------------
+_FASI = "Fasi, Higham, Mikaitis, Pranesh, PeerJ CS 7:e330 (2021)"
+_KM = "Khattak and Mikaitis, arXiv 2512.07004 (2025)"
+
+
+def _ampere(name):
+    # Ampere: fp16 and bf16 in groups of 8 with 1 extra bit, tf32 in groups of 4.
+    return TensorCore(name, {"binary16": Datapath(8, 1, binary16=True),
+                             "bfloat16": Datapath(8, 1), "tf32": Datapath(4, 1)},
+                      source=_KM)
+
+
+def _ada(name, fp16_out=True):
+    # Ada: Ampere's paths, and FP8 in groups of 16 cut 10 bits short of binary32.
+    return TensorCore(name, {"binary16": Datapath(8, 1, binary16=fp16_out),
+                             "bfloat16": Datapath(8, 1), "tf32": Datapath(4, 1),
+                             "float8_e4m3fn": Datapath(16, -10),
+                             "float8_e5m2": Datapath(16, -10)}, source=_KM)
+
+
+def _hopper(name):
+    # Hopper: fp16 and bf16 in groups of 16 with 2 extra bits, tf32 in groups of 8; FP8 in
+    # groups of 32 (two interleaved 16-product halves) cut to 13 fraction bits.
+    return TensorCore(name, {"binary16": Datapath(16, 2, binary16=True),
+                             "bfloat16": Datapath(16, 2), "tf32": Datapath(8, 2),
+                             "float8_e4m3fn": Datapath(32, -10),
+                             "float8_e5m2": Datapath(32, -10)}, source=_KM)
+
+
+PRESETS = {
+    # Volta: fp16 only, groups of 4, no extra alignment bit.
+    "v100": TensorCore("v100", {"binary16": Datapath(4, 0, binary16=True)},
+                       source=f"{_FASI}; {_KM}"),
+    "a100": _ampere("a100"), "a2": _ampere("a2"), "a30": _ampere("a30"),
+    "ada": _ada("ada"),
+    "l40s": _ada("l40s", fp16_out=False),    # L40S gives no binary16 outputs of fp16 inputs
+    "h100": _hopper("h100"), "h200": _hopper("h200"),
+    # Blackwell: Hopper's fp16/bf16/tf32 paths; FP8 in groups of 32 summed without a cut
+    # and rounded to nearest even (every published B200 FP8 output is that sum).
+    "b200": TensorCore("b200", {"binary16": Datapath(16, 2, binary16=True),
+                                "bfloat16": Datapath(16, 2), "tf32": Datapath(8, 2),
+                                "float8_e4m3fn": Datapath(32, None, "nearest_even"),
+                                "float8_e5m2": Datapath(32, None, "nearest_even")},
+                       source=_KM),
+}
+
+
+def tensor_core(name: str) -> TensorCore:
+    """The preset of a GPU's matrix unit (PRESETS: v100, a100, a2, a30, ada, l40s, h100,
+    h200, b200); ValueError naming the presets otherwise."""
+    key = str(name).lower()
+    if key not in PRESETS:
+        raise ValueError(f"unknown tensor core {name!r} (choose from "
+                         f"{', '.join(PRESETS)})")
+    return PRESETS[key]
+
+
+def describe(core: TensorCore) -> list[str]:
+    """One line per datapath: input format, group, extra bits, rounding, outputs."""
+    lines = []
+    for fin, p in core.paths.items():
+        cut = "no cut (exact sum)" if p.extra is None else f"{p.extra:+d} extra bits"
+        outs = "binary32, binary16 (nearest_even)" if p.binary16 else "binary32"
+        lines.append(f"{fin}: groups of {p.group}, {cut}, {p.rounding}; outputs {outs}")
+    return lines
