@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import tensor_core
 from .policy import Policy, block_size
 from .primitives import (BINARY, CAPABILITIES, ELEMENTWISE, EXACT, NEEDS, TERNARY, UNARY,
                          named)
@@ -261,6 +262,19 @@ class Backend:
 
     def _hardware_contract(self, a, b, acc):
         p = self.policy
+        if p.tensor_core is not None:
+            # A GPU's matrix unit (numerics.tensor_core): the operands as it reads them,
+            # each output's products in chained block FMAs from c = +0, binary32 results.
+            core = tensor_core.tensor_core(p.tensor_core)
+            x, fin = tensor_core.operands(core, self.fmt, self.to_float64(a))
+            y, _ = tensor_core.operands(core, self.fmt, self.to_float64(b))
+            x, y = np.broadcast_arrays(x, y)
+            total = np.zeros(x.shape[:-1])     # an empty inner dimension: the empty sum, +0
+            if x.shape[-1] and total.size:
+                k = x.shape[-1]
+                total = core.fma(x.reshape(-1, k), y.reshape(-1, k), total.reshape(-1),
+                                 fin).reshape(total.shape)
+            return self.to_storage(acc.asarray(total), acc)
         if p.inner is not None:
             # Two-level: runs of ``promote`` products accumulated in the narrow format (each
             # product rounded into it, then added: FMA when the policy fuses), each run's sum

@@ -485,6 +485,9 @@ class EnclosureFormats:
                              f"enclosures are binary64 intervals")
         self.mode = mode
         self.policy = policy = for_backend(policy, self.fmt, self.KIND)
+        if policy.tensor_core is not None:
+            raise ValueError(f"{self.KIND}: no enclosure of a tensor core's block FMAs yet "
+                             f"(policy {policy.label})")
         self.name = f"{self.KIND}({self.fmt.label},{mode},{policy.label})"
         self._state = _state if _state is not None else dict(self.STATE)
         self._acc = None

@@ -37,7 +37,7 @@ import numpy as np
 from roundoff_coverage import formats
 from roundoff_coverage.formats.fast import round_params, threads_for
 
-from . import eft, products
+from . import eft, products, tensor_core
 from .backend import CAPABILITIES, Backend
 from .mpfr_path import MpfrPath
 from .policy import for_backend
@@ -245,8 +245,17 @@ class EmulatedBackend(Backend):
         conditions for this backend, the accumulator and the narrow format; fixed_point also
         needs products.fixed_point_exact.  The generic path elsewhere."""
         p = self.policy
+        if p.tensor_core is not None and a.shape[-1] and a.size:
+            # The batched kernel over the operands' distinct values (products.layout).
+            core = tensor_core.tensor_core(p.tensor_core)
+            lay = products.layout(a, b, unshared=True)
+            left, fin = tensor_core.operands(core, self.fmt, lay.left)
+            right, _ = tensor_core.operands(core, self.fmt, lay.right)
+            total = lay.assemble(core.matmul(left, right, fin))
+            return self.to_storage(acc.asarray(total), acc)
         total = None
-        if a.shape[-1] and self._products_strategy(self, False) is not None:
+        if p.tensor_core is None and a.shape[-1] and \
+                self._products_strategy(self, False) is not None:
             total = self._fixed_point(a, b, acc) if p.fixed_point is not None else \
                 self._promoted(a, b, acc)
         if total is None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from roundoff_coverage import formats
 
+from .tensor_core import tensor_core
+
 ORDERS = ("sequential", "pairwise", "blocked:K", "split:S")
 _BLOCKED = re.compile(r"^(blocked|split):(\d+)$")
 
@@ -39,6 +41,9 @@ class Policy:
     once into ``accumulate`` (the DeepSeek-V3 report measures FP8 tensor cores keeping about
     14 bits this way; the alignment-and-truncation model of NVIDIA tensor cores: Fasi,
     Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021).
+    tensor_core: a GPU's matrix unit (numerics.tensor_core PRESETS) computes the products,
+    bit for bit as that GPU's block FMAs do (``tc:NAME``); its binary32 results are stored
+    in the storage format.
     """
 
     storage: formats.BinaryFormat
@@ -51,6 +56,7 @@ class Policy:
     promote: int | None = None
     fixed_point: int | None = None
     block: int = 32
+    tensor_core: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "storage", formats.get(self.storage))
@@ -78,15 +84,21 @@ class Policy:
             if self.inner is not None or self.fma:
                 raise ValueError("policy: fixed_point alignment is its own accumulation: "
                                  "not with fma or two-level (inner, promote)")
-        if (self.inner is not None or self.fixed_point is not None) and \
-                self.order != "sequential":
-            raise ValueError(f"policy: hardware accumulation (promote, fixed_point) runs in "
+        if self.tensor_core is not None:
+            tensor_core(self.tensor_core)       # validates the name
+            if self.inner is not None or self.fixed_point is not None or self.fma:
+                raise ValueError("policy: a tensor core's block FMAs are their own "
+                                 "accumulation: not with fma, promote or fixed_point")
+        if self.hardware and self.order != "sequential":
+            raise ValueError(f"policy: hardware accumulation (promote, fixed_point, tc) runs in "
                              f"sequential order (got {self.order})")
 
     @property
     def hardware(self) -> bool:
-        """Whether products accumulate as an accelerator does (promote or fixed_point)."""
-        return self.inner is not None or self.fixed_point is not None
+        """Whether products accumulate as an accelerator does (promote, fixed_point or a
+        tensor core)."""
+        return self.inner is not None or self.fixed_point is not None or \
+            self.tensor_core is not None
 
     @property
     def label(self) -> str:
@@ -124,7 +136,7 @@ def _positive(v, what):
 PRESETS = ("strict", "fp32_accumulate", "fp32_accumulate_fma", "pairwise", "blocked32",
            "scaled_recipe", "fp8_recipe")
 # Policies with parameters, NAME:ARG[:ARG]: how accelerators accumulate (see Policy).
-PARAMETRIZED = ("fixed_point:B[:K]", "promote:K[:FORMAT]", "acc:FORMAT", "split_k:S", "tree",
+PARAMETRIZED = ("tc:GPU", "fixed_point:B[:K]", "promote:K[:FORMAT]", "acc:FORMAT", "split_k:S", "tree",
                 "compute:FORMAT")
 
 
@@ -135,6 +147,10 @@ def preset(name: str, storage) -> Policy:
     fp32_accumulate: low-precision storage, binary32 accumulation (tensor cores).
     fp32_accumulate_fma: the same with fused multiply-adds (an FMA chain).
     pairwise / blocked32: storage-format accumulation in pairwise / blocks-of-32 order.
+    tc:GPU: the products of matmul, linear, convolutions and attention as that GPU's tensor
+    cores compute them (numerics.tensor_core: v100, a100, a2, a30, ada, l40s, h100, h200,
+    b200), operands in the storage format (binary32 operands read as tf32), results in
+    binary32; everything else accumulates in binary32.
     fixed_point:B[:K]: blocks of K (32) products aligned and truncated to B bits, summed
     exactly, rounded into binary32 (Policy.fixed_point).
     promote:K[:FORMAT]: runs of K products in FORMAT (e8m13, "fp22"), each added into a
@@ -165,6 +181,9 @@ def preset(name: str, storage) -> Policy:
     head, _, rest = name.partition(":")
     args = rest.split(":") if rest else []
     try:
+        if head == "tc" and len(args) == 1:
+            return Policy(storage, accumulate="binary32", tensor_core=args[0].lower(),
+                          name=name)
         if head == "fixed_point" and 1 <= len(args) <= 2:
             return Policy(storage, accumulate="binary32", fixed_point=_int(args[0]),
                           block=_int(args[1]) if len(args) == 2 else 32, name=name)

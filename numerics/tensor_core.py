@@ -158,6 +158,27 @@ class TensorCore:
                 fout.emax, nearest, not self.subnormal_outputs)
 
 
+# The input format a matrix unit reads a run's storage format as: binary32 operands are read
+# as tf32 (the unit ignores their 13 low fraction bits: truncation, as the published models
+# convert them).
+READS = {"binary16": "binary16", "bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn",
+         "float8_e5m2": "float8_e5m2", "binary32": "tf32"}
+
+
+def operands(core: TensorCore, storage, x) -> tuple[np.ndarray, str]:
+    """Values of the storage format as the unit reads them, and its input format's name;
+    ValueError when the unit takes no operands of that format."""
+    label = _label(storage)
+    fin = READS.get(label)
+    if fin not in core.paths:
+        takes = ", ".join(s if s == f else f"{s} (as {f})" for s, f in READS.items()
+                          if f in core.paths)
+        raise ValueError(f"tc:{core.name}: its matrix unit takes {takes} operands "
+                         f"(got {label})")
+    x = np.asarray(x, dtype=np.float64)
+    return (formats.round_to(x, fin, "toward_zero") if fin != label else x), fin
+
+
 def _label(name) -> str:
     try:
         return formats.get(name).label

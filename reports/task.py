@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from roundoff_coverage import formats, numerics, routes
+from roundoff_coverage.numerics import tensor_core
 
 from .rows import empty as empty_row
 
@@ -221,6 +222,13 @@ def scaled_problem(task, o) -> tuple | None:
     scheme without them; an implementation that takes no scaled inputs, delayed scaling (no
     amax history), a scheme whose dequantized values do not fit binary64, an operator with
     nothing to quantize (every input an index, a Boolean or an integer word)."""
+    policy = task.accumulation
+    if getattr(policy, "tensor_core", None) is not None and task.op in PRODUCTS and \
+            task.scheme is None:
+        try:                                 # the GPU's matrix unit takes the format?
+            tensor_core.operands(tensor_core.tensor_core(policy.tensor_core), task.fmt, [])
+        except ValueError as exc:
+            return "no_rule", str(exc), "tensor-core input format"
     recipe = numerics.policy.recipe(task.policy)
     if task.scheme is None:
         if recipe is None:

@@ -125,6 +125,8 @@ def _dot_bound(abs_x, abs_y, fmt, mode, policy):
     plain = _plain(policy, fmt)
     if plain is None:
         return None
+    if policy.tensor_core is not None:
+        return None                              # tc:GPU: no a priori bound derived yet
     order, acc, fma = plain
     k = abs_x.shape[-1]
     if policy.inner is not None:                 # two-level accumulation

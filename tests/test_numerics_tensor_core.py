@@ -1,0 +1,256 @@
+"""numerics.tensor_core against published GPU outputs (../shared/data/tensor-cores) and
+against an exact-rational oracle written from the model's definition (Fractions: the
+alignment exponent, the cut of every term, the exact sum, one rounding by
+formats.round_exact)."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import subprocess
+import sys
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from roundoff_coverage import formats, numerics
+from roundoff_coverage.numerics import tensor_core as tc
+
+DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tensor-cores"
+NAMES = {"fp16": "binary16", "bf16": "bfloat16", "tf32": "tf32", "E4M3": "float8_e4m3fn",
+         "E5M2": "float8_e5m2"}
+SETS = sorted(DATA.glob("*.npz"))
+
+
+def _f32(z, key):
+    return z[key].view(np.float32).astype(np.float64)
+
+
+def _same_bits(x, y):
+    return (x.view(np.int64) == y.view(np.int64)) | (np.isnan(x) & np.isnan(y))
+
+
+@pytest.mark.skipif(not SETS, reason="../shared/data/tensor-cores is not beside the checkout")
+@pytest.mark.parametrize("path", SETS, ids=lambda p: p.stem)
+def test_published_outputs_bit_for_bit(path):
+    gpu, fmt = path.stem.split("_")
+    z = np.load(path)
+    a, b, c = (_f32(z, k) for k in "abc")
+    core = tc.tensor_core(gpu)
+    fp8 = fmt in ("E4M3", "E5M2")
+    if gpu == "H100" and fp8:
+        # The published H100 FP8 binary32 outputs were taken with a zero accumulator: every
+        # one of them is the products' sum alone (each differs from the file's c + sum by
+        # about c), so they are replayed with c = 0.
+        c = np.zeros_like(c)
+    d = core.fma(a, b, c, NAMES[fmt], "binary32")
+    assert _same_bits(d, _f32(z, "d_fp32")).all(), np.flatnonzero(~_same_bits(d, _f32(z, "d_fp32")))
+    if "d_fp16" in z.files and not fp8:
+        c16 = formats.round_to(_f32(z, "c"), "binary16")
+        d16 = core.fma(a, b, c16, NAMES[fmt], "binary16")
+        assert _same_bits(d16, _f32(z, "d_fp16")).all()
+
+
+# ----- the exact-rational oracle -----------------------------------------------------------
+def _exponent(x: Fraction, floor: int) -> int:
+    """floor(log2 |x|), at least ``floor``."""
+    n, d = abs(x.numerator), x.denominator
+    e = n.bit_length() - d.bit_length()
+    if Fraction(n, d) < Fraction(2) ** e:
+        e -= 1
+    return max(e, floor)
+
+
+def _cut(x: Fraction, q: Fraction) -> Fraction:
+    """x truncated toward zero to a multiple of q."""
+    return Fraction(math.trunc(x / q)) * q
+
+
+def oracle(path: tc.Datapath, a, b, c, fin, fout, flush_out=False) -> float:
+    """One output of the model, from its definition in exact rationals."""
+    fin, fout = formats.get(fin), formats.get(fout)
+    nearest = path.rounding == "nearest_even" or fout.label == "binary16"
+    out = fout if path.extra is None or path.extra >= 0 or fout.label != "binary32" else \
+        formats.BinaryFormat(8, 23 + path.extra, 127)
+    c = Fraction(float(c))
+    for t0 in range(0, len(a), path.group):
+        prods = [(Fraction(float(x)) * Fraction(float(y)), x, y)
+                 for x, y in zip(a[t0:t0 + path.group], b[t0:t0 + path.group])]
+        exps = [_exponent(Fraction(float(x)), fin.emin) + _exponent(Fraction(float(y)), fin.emin)
+                for p, x, y in prods if p != 0]
+        if c != 0:
+            exps.append(_exponent(c, -126))
+        if not exps:
+            c = Fraction(0)
+            continue
+        terms = [p for p, _, _ in prods] + [c]
+        if path.extra is None:
+            s = sum(terms, Fraction(0))
+        else:
+            q = Fraction(2) ** (max(exps) - 23 - path.extra)
+            s = sum((_cut(t, q) for t in terms), Fraction(0))
+        mode = "nearest_even" if nearest else "toward_zero"
+        r = formats.round_exact(s, out, mode)
+        v = r.to_fraction()
+        if v is None:                                   # the model overflows to inf
+            return math.copysign(math.inf, s)
+        c = v
+    return float(c)
+
+
+def _values(rng, fmt, shape, subnormal_share=0.0):
+    f = formats.get(fmt)
+    x = rng.standard_normal(shape) * 2.0 ** rng.integers(-6, 6, shape)
+    if subnormal_share:
+        tiny = rng.random(shape) < subnormal_share
+        x = np.where(tiny, rng.standard_normal(shape) * f.min_normal / 2, x)
+    return formats.round_to(x, f)
+
+
+@pytest.mark.parametrize("gpu", list(tc.PRESETS))
+def test_every_datapath_against_the_oracle(gpu):
+    rng = np.random.default_rng(7)
+    core = tc.tensor_core(gpu)
+    for fin, path in core.paths.items():
+        outs = ("binary32", "binary16") if path.binary16 else ("binary32",)
+        for fout in outs:
+            k = 2 * path.group + 3                       # chained groups, a short last one
+            a, b = (_values(rng, fin, (12, k), 0.2) for _ in range(2))
+            c = formats.round_to(rng.standard_normal(12) * 4, fout)
+            c[0] = 0.0
+            a[1] = 0.0                                    # an all-zero row of products
+            got = core.fma(a, b, c, fin, fout)
+            want = np.array([oracle(path, a[i], b[i], c[i], fin, fout) for i in range(12)])
+            assert _same_bits(got, want).all(), (fin, fout, got, want)
+
+
+# ----- each parameter alone ----------------------------------------------------------------
+def test_extra_alignment_bits_alone():
+    # 1 - 1 + 2**-25 + 2**-26 in one bf16 group: E = 0, the quantum 2**(-23 - extra); the
+    # final rounding is exact here, so only the cut decides.
+    a = np.array([[1.0, 1.0, 2.0 ** -25, 2.0 ** -26]])
+    b = np.array([[1.0, -1.0, 1.0, 1.0]])
+    got = {x: tc.TensorCore("t", {"bfloat16": tc.Datapath(8, x)}).fma(a, b, [0.0], "bfloat16")
+           for x in (1, 2, 3)}
+    assert got == {1: 0.0, 2: 2.0 ** -25, 3: 3 * 2.0 ** -26}
+    for x in (1, 2, 3):
+        assert got[x] == oracle(tc.Datapath(8, x), a[0], b[0], 0.0, "bfloat16", "binary32")
+
+
+def test_group_size_alone():
+    # Eight products of 2**-26, then 1: in one group of 16 each tiny product falls below
+    # the quantum 2**-25 of E = 0; in groups of 8 they first sum to 2**-23 (their own group,
+    # exact), which survives the second group's cut.
+    a = np.array([[2.0 ** -13] * 8 + [1.0] + [0.0] * 7])
+    b = np.array([[2.0 ** -13] * 8 + [1.0] + [0.0] * 7])
+    one = tc.TensorCore("t", {"bfloat16": tc.Datapath(16, 2)}).fma(a, b, [0.0], "bfloat16")
+    two = tc.TensorCore("t", {"bfloat16": tc.Datapath(8, 2)}).fma(a, b, [0.0], "bfloat16")
+    assert one[0] == 1.0 and two[0] == 1.0 + 2.0 ** -23
+
+
+def test_final_rounding_alone():
+    # 1 + 3 * 2**-25: kept whole by the cut (extra 2), then rounded: toward zero gives 1,
+    # to nearest even 1 + 2**-23.
+    a, b = np.array([[1.0, 1.5]]), np.array([[1.0, 2.0 ** -24]])
+    rz = tc.TensorCore("t", {"bfloat16": tc.Datapath(16, 2)}).fma(a, b, [0.0], "bfloat16")
+    rn = tc.TensorCore("t", {"bfloat16": tc.Datapath(16, 2, "nearest_even")}).fma(
+        a, b, [0.0], "bfloat16")
+    assert rz[0] == 1.0 and rn[0] == 1.0 + 2.0 ** -23
+
+
+def test_hopper_fp8_keeps_thirteen_fraction_bits():
+    # 1 + 2**-12 + 2**-14 (E4M3 products): the cut at 2**(0 - 13) drops nothing, the output
+    # keeps 13 fraction bits toward zero: 1 + 2**-12 + 2**-14 -> 1 + 2**-12 (13 bits: 2**-13
+    # is the last one kept).
+    a = np.array([[1.0, 2.0 ** -6, 2.0 ** -7]])
+    b = np.array([[1.0, 2.0 ** -6, 2.0 ** -7]])
+    got = tc.tensor_core("h100").fma(a, b, [0.0], "float8_e4m3fn")
+    assert got[0] == 1.0 + 2.0 ** -12
+    assert got[0] == oracle(tc.tensor_core("h100").paths["float8_e4m3fn"], a[0], b[0], 0.0,
+                            "float8_e4m3fn", "binary32")
+
+
+def test_blackwell_fp8_is_the_correctly_rounded_sum():
+    rng = np.random.default_rng(3)
+    a, b = (_values(rng, "float8_e5m2", (40, 64), 0.1) for _ in range(2))
+    c = formats.round_to(rng.standard_normal(40) * 2.0 ** rng.integers(-30, 30, 40), "binary32")
+    got = tc.tensor_core("b200").fma(a, b, c, "float8_e5m2")
+    path = tc.tensor_core("b200").paths["float8_e5m2"]
+    want = [oracle(path, a[i], b[i], c[i], "float8_e5m2", "binary32") for i in range(40)]
+    assert _same_bits(got, np.array(want)).all()
+
+
+def test_specials_and_overflow():
+    core = tc.tensor_core("a100")
+    inf = math.inf
+    a = np.array([[inf, 1.0], [inf, 0.0], [inf, 1.0], [np.nan, 1.0], [65504.0, 65504.0]])
+    b = np.array([[1.0, 1.0], [0.0, 1.0], [-1.0, 0.0], [1.0, 1.0], [65504.0, 65504.0]])
+    c = np.array([0.0, 0.0, inf, 0.0, 0.0])
+    got = core.fma(a, b, c, "binary16")
+    assert got[0] == inf and np.isnan(got[1]) and np.isnan(got[2]) and np.isnan(got[3])
+    assert got[4] == 2 * 65504.0 ** 2                  # finite: far inside binary32
+    # binary16 outputs overflow to inf (round to nearest even).
+    assert core.fma(a[4:], b[4:], [0.0], "binary16", "binary16")[0] == inf
+
+
+# ----- the policy --------------------------------------------------------------------------
+@pytest.mark.parametrize("fmt,gpu", [("bfloat16", "h100"), ("binary16", "v100"),
+                                     ("float8_e4m3fn", "ada"), ("binary32", "a100")])
+def test_policy_matmul_against_the_oracle(fmt, gpu):
+    rng = np.random.default_rng(11)
+    x, y = _values(rng, fmt, (3, 37)), _values(rng, fmt, (37, 4))
+    got = numerics.emulated(fmt, "nearest_even", f"tc:{gpu}").matmul(x, y)
+    core = tc.tensor_core(gpu)
+    fin = tc.READS[formats.get(fmt).label]
+    # binary32 operands are read as tf32: their low 13 fraction bits ignored (truncation).
+    xr, yr = (formats.round_to(v, fin, "toward_zero") for v in (x, y))
+    for i in range(3):
+        for j in range(4):
+            want = oracle(core.paths[fin], xr[i], yr[:, j], 0.0, fin, "binary32")
+            want = formats.round_to(np.array([want]), fmt)    # stored in the run's format
+            assert _same_bits(got[i, j:j + 1], want).all()
+
+
+def test_bad_input_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown tensor core 'rtx1'.*choose from"):
+        tc.tensor_core("rtx1")
+    with pytest.raises(ValueError, match="takes binary16 inputs"):
+        tc.tensor_core("v100").fma([[1.0]], [[1.0]], [0.0], "bfloat16")
+    with pytest.raises(ValueError, match="binary32 outputs"):
+        tc.tensor_core("h100").fma([[1.0]], [[1.0]], [0.0], "bfloat16", "binary16")
+    with pytest.raises(ValueError, match="shape"):
+        tc.tensor_core("h100").fma([[1.0, 2.0]], [[1.0]], [0.0], "bfloat16")
+    with pytest.raises(ValueError, match="not bfloat16 values"):
+        tc.tensor_core("h100").fma([[1.1]], [[1.0]], [0.0], "bfloat16")
+    with pytest.raises(ValueError, match=r"takes .*binary32 \(as tf32\) operands \(got "
+                                         r"float8_e4m3fnuz\)"):
+        numerics.emulated("float8_e4m3fnuz", "nearest_even", "tc:h100").matmul(
+            np.ones((2, 2)), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="no enclosure"):
+        numerics.bounding("bfloat16", "nearest_even", "tc:h100")
+
+
+@pytest.mark.parametrize("argv", [["policies", "tc:rtx1"], ["run", "--ops", "matmul",
+                                                           "--policies", "tc:rtx1"]])
+def test_cli_refuses_an_unknown_gpu_in_one_line(argv):
+    p = subprocess.run([sys.executable, "-m", "roundoff_coverage", *argv], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "unknown tensor core 'rtx1'" in p.stderr
+
+
+def test_coverage_run_under_a_tensor_core(tmp_path):
+    out = tmp_path / "tc.json"
+    p = subprocess.run([sys.executable, "-m", "roundoff_coverage", "run", "--ops", "matmul",
+                        "--formats", "bfloat16", "--policies", "tc:h100,tc:v100", "--routes",
+                        "forward", "--quiet", "--out", str(out)], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    from roundoff_coverage import reports
+    rows = reports.load(out)
+    h100 = rows[rows.policy == "tc:h100"]
+    v100 = rows[rows.policy == "tc:v100"]
+    assert (h100.status == "ok").all() and len(h100) > 0
+    assert (v100.status == "no_rule").all()
+    assert v100.reason.str.contains("takes binary16 operands").all()
