@@ -9,8 +9,9 @@ from .native import NativeBackend, native
 from .policy import PRESETS, Policy, preset
 from .reference import ReferenceBackend, reference
 from .resolve import Resolution, Settled, resolve, settle
+from .tensor_cores import Datapath, TensorCore, tensor_core
 
 __all__ = ["CAPABILITIES", "Backend", "CapabilityError", "EmulatedBackend", "emulated",
            "ExactBackend", "ExactnessError", "exact", "NativeBackend", "native", "PRESETS",
            "Policy", "preset", "ReferenceBackend", "reference", "resolve", "Resolution",
-           "settle", "Settled"]
+           "settle", "Settled", "Datapath", "TensorCore", "tensor_core"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import tensor_core
+from . import tensor_cores
 from .policy import Policy, block_size
 from .primitives import (BINARY, CAPABILITIES, ELEMENTWISE, EXACT, NEEDS, TERNARY, UNARY,
                          named)
@@ -265,9 +265,9 @@ class Backend:
         if p.tensor_core is not None:
             # A GPU's matrix unit (numerics.tensor_core): the operands as it reads them,
             # each output's products in chained block FMAs from c = +0, binary32 results.
-            core = tensor_core.tensor_core(p.tensor_core)
-            x, fin = tensor_core.operands(core, self.fmt, self.to_float64(a))
-            y, _ = tensor_core.operands(core, self.fmt, self.to_float64(b))
+            core = tensor_cores.tensor_core(p.tensor_core)
+            x, fin = tensor_cores.operands(core, self.fmt, self.to_float64(a))
+            y, _ = tensor_cores.operands(core, self.fmt, self.to_float64(b))
             x, y = np.broadcast_arrays(x, y)
             total = np.zeros(x.shape[:-1])     # an empty inner dimension: the empty sum, +0
             if x.shape[-1] and total.size:

@@ -37,7 +37,7 @@ import numpy as np
 from roundoff_coverage import formats
 from roundoff_coverage.formats.fast import round_params, threads_for
 
-from . import eft, products, tensor_core
+from . import eft, products, tensor_cores
 from .backend import CAPABILITIES, Backend
 from .mpfr_path import MpfrPath
 from .policy import for_backend
@@ -247,10 +247,10 @@ class EmulatedBackend(Backend):
         p = self.policy
         if p.tensor_core is not None and a.shape[-1] and a.size:
             # The batched kernel over the operands' distinct values (products.layout).
-            core = tensor_core.tensor_core(p.tensor_core)
+            core = tensor_cores.tensor_core(p.tensor_core)
             lay = products.layout(a, b, unshared=True)
-            left, fin = tensor_core.operands(core, self.fmt, lay.left)
-            right, _ = tensor_core.operands(core, self.fmt, lay.right)
+            left, fin = tensor_cores.operands(core, self.fmt, lay.left)
+            right, _ = tensor_cores.operands(core, self.fmt, lay.right)
             total = lay.assemble(core.matmul(left, right, fin))
             return self.to_storage(acc.asarray(total), acc)
         total = None

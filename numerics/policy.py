@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from roundoff_coverage import formats
 
-from .tensor_core import tensor_core
+from .tensor_cores import tensor_core
 
 ORDERS = ("sequential", "pairwise", "blocked:K", "split:S")
 _BLOCKED = re.compile(r"^(blocked|split):(\d+)$")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from roundoff_coverage import formats, numerics, routes
-from roundoff_coverage.numerics import tensor_core
+from roundoff_coverage.numerics import tensor_cores
 
 from .rows import empty as empty_row
 
@@ -226,7 +226,7 @@ def scaled_problem(task, o) -> tuple | None:
     if getattr(policy, "tensor_core", None) is not None and task.op in PRODUCTS and \
             task.scheme is None:
         try:                                 # the GPU's matrix unit takes the format?
-            tensor_core.operands(tensor_core.tensor_core(policy.tensor_core), task.fmt, [])
+            tensor_cores.operands(tensor_cores.tensor_core(policy.tensor_core), task.fmt, [])
         except ValueError as exc:
             return "no_rule", str(exc), "tensor-core input format"
     recipe = numerics.policy.recipe(task.policy)

@@ -4,7 +4,7 @@ parameters and their sources; with NAME, one policy explained."""
 
 from __future__ import annotations
 
-from roundoff_coverage.numerics import policy, tensor_core
+from roundoff_coverage.numerics import policy, tensor_cores
 
 from .common import EXIT_OK, UsageError, text_table
 
@@ -40,9 +40,9 @@ def cmd_policies(args) -> int:
         print("parametrized: " + ", ".join(policy.PARAMETRIZED))
         print("\ntensor cores (tc:GPU; binary16 outputs round to nearest even, binary32 "
               "operands are read as tf32):")
-        rows = [r for core in tensor_core.PRESETS.values() for r in _datapath_rows(core)]
+        rows = [r for core in tensor_cores.PRESETS.values() for r in _datapath_rows(core)]
         print(text_table(_COLUMNS, rows, numeric={2, 3}))
-        sources = sorted({s for core in tensor_core.PRESETS.values()
+        sources = sorted({s for core in tensor_cores.PRESETS.values()
                           for s in core.source.split("; ")})
         print("\nsources: " + "; ".join(sources))
         return EXIT_OK
@@ -51,7 +51,7 @@ def cmd_policies(args) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if p.tensor_core is not None:
-        core = tensor_core.tensor_core(p.tensor_core)
+        core = tensor_cores.tensor_core(p.tensor_core)
         print(f"{p.label}: the products (matmul, linear, convolutions, attention) as the "
               f"{core.name} tensor cores compute them; the rest accumulates in binary32")
         print(text_table(_COLUMNS, _datapath_rows(core), numeric={2, 3}))

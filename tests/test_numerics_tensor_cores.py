@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats, numerics
-from roundoff_coverage.numerics import tensor_core as tc
+from roundoff_coverage.numerics import tensor_cores as tc
 
 DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tensor-cores"
 NAMES = {"fp16": "binary16", "bf16": "bfloat16", "tf32": "tf32", "E4M3": "float8_e4m3fn",
