@@ -41,7 +41,7 @@ class Policy:
     once into ``accumulate`` (the DeepSeek-V3 report measures FP8 tensor cores keeping about
     14 bits this way; the alignment-and-truncation model of NVIDIA tensor cores: Fasi,
     Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021).
-    tensor_core: a GPU's matrix unit (numerics.tensor_core PRESETS) computes the products,
+    tensor_core: a GPU's matrix unit (numerics.tensor_cores.PRESETS) computes the products,
     bit for bit as that GPU's block FMAs do (``tc:NAME``); its binary32 results are stored
     in the storage format.
     """
@@ -148,7 +148,7 @@ def preset(name: str, storage) -> Policy:
     fp32_accumulate_fma: the same with fused multiply-adds (an FMA chain).
     pairwise / blocked32: storage-format accumulation in pairwise / blocks-of-32 order.
     tc:GPU: the products of matmul, linear, convolutions and attention as that GPU's tensor
-    cores compute them (numerics.tensor_core: v100, a100, a2, a30, ada, l40s, h100, h200,
+    cores compute them (numerics.tensor_cores: v100, a100, a2, a30, ada, l40s, h100, h200,
     b200), operands in the storage format (binary32 operands read as tf32), results in
     binary32; everything else accumulates in binary32.
     fixed_point:B[:K]: blocks of K (32) products aligned and truncated to B bits, summed
