@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from dataclasses import dataclass, field
 
@@ -57,7 +58,8 @@ class ModelSelection:
         return [Config(f, m, p) for f in self.formats for m in self.modes for p in self.policies]
 
     def command(self) -> str:
-        return " ".join(["roundoff-coverage", "model"] + list(self.argv))
+        """The command line of these results (``argv``: the options that decide them)."""
+        return shlex.join(["roundoff-coverage", "model"] + list(self.argv))
 
     def describe(self) -> dict:
         return {"target": self.target, "artifact": self.artifact,
@@ -169,6 +171,8 @@ class ModelOutcome:
     ran: int
     resumed: int
     interrupted: bool
+    # The configurations an interrupted run did not finish (their keys, "format|mode|policy").
+    missing: tuple = ()
 
 
 def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = False,
@@ -205,9 +209,12 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
         summaries[_key(c)] = got["summary"]
         for k, v in got.get("phases", {}).items():
             phases[k] = phases.get(k, 0.0) + v
+    missing = tuple(_key(c) for c in configs if _key(c) not in done)
+    # An interrupt that came after the last unit finished stopped nothing: the run is whole.
+    interrupted = ran.interrupted and bool(missing)
     outcome = ModelOutcome(rows, summaries, phases, time.perf_counter() - t0, len(configs),
-                           ran.ran, len(keep), ran.interrupted)
-    if not ran.interrupted:
+                           ran.ran, len(keep), interrupted, missing)
+    if not interrupted:
         doc = results.document(rows, sel)
         doc["model"] = results.clean({"target": sel.target, "artifact": sel.artifact,
                                       "sha256": sel.artifact_hash, "summary": summaries})

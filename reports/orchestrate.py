@@ -32,8 +32,11 @@ from typing import Callable
 from . import executors, results
 
 
-class Interrupted(Exception):
-    """SIGTERM, raised in the parent so a killed run keeps its checkpoint."""
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised in the parent so a killed run keeps its checkpoint.  A
+    KeyboardInterrupt, like Ctrl-C, and for the same reason: a unit run in this process
+    turns its own failures (``except Exception``) into error rows, and a SIGTERM turned into
+    an error row would end the run "successfully" without the work it stopped."""
 
 
 def raise_interrupt(signum, frame):
@@ -244,7 +247,7 @@ def orchestrate(fn, units, executor: Executor, fold, *, checkpoint: Checkpoint |
                 checkpoint.add(str(key), got if record is None else record(got))
             ran.ran += 1
             bar.update(1, 1.0 if weight is None else weight(key))
-    except (KeyboardInterrupt, Interrupted):
+    except KeyboardInterrupt:                            # Ctrl-C, or SIGTERM: Interrupted
         ran.interrupted = True
     finally:
         signal.signal(signal.SIGTERM, old_term)

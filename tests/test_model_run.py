@@ -6,9 +6,11 @@ and the command on a captured torch model (rows, report, gate, refusals)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from fractions import Fraction as F
 
 import numpy as np
@@ -280,3 +282,78 @@ def test_torch_runs_the_model_beside_the_emulated_run(captured, tmp_path):
     r = next(x for x in rows if x["node"] == "output:out0" and x["implementation"] == "torch"
              and x["route"] == "forward")
     assert r["max_ulp"] == pytest.approx(want, rel=1e-6, abs=1e-9)
+
+
+# ----- an interrupted run keeps its work -------------------------------------------------------
+SLOW = ["--formats", "bfloat16,binary16,float8_e4m3fn", "--samples", "40", "--jobs", "1",
+        "--quiet", "--out", "m.json"]
+
+
+def _softmax_chain(n=32):
+    """y = softmax(exp(x) * a + b): enough work per configuration that a signal sent when
+    the first configuration is checkpointed lands while the second one runs."""
+    g = routes.Graph(x=value((4, n)), a=value((4, n)), b=value((4, n)))
+    h = g.apply(routes.op("exp", shape=(4, n)), g.input("x"), name="exp")
+    h = g.apply(routes.op("mul", shape=(4, n)), h, g.input("a"), name="mul")
+    h = g.apply(routes.op("add", shape=(4, n)), h, g.input("b"), name="add")
+    g.output(g.apply(routes.op("softmax", shape=(4, n), axis=1), h, name="softmax"))
+    rng = np.random.default_rng(5)
+    g.example_inputs = [rng.standard_normal((4, n)) for _ in range(3)]
+    return g
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(artifact bytes, the results file of an uninterrupted run of SLOW)."""
+    d = tmp_path_factory.mktemp("whole")
+    _softmax_chain().save(str(d / "g.json"))
+    done = _cli("model", "g.json", *SLOW, cwd=d)
+    assert done.returncode == 0, done.stderr
+    return (d / "g.json").read_bytes(), (d / "m.json").read_bytes()
+
+
+def _default_sigint():
+    # A shell that starts pytest in the background makes its children ignore SIGINT, and a
+    # Python started so never raises KeyboardInterrupt: give the child Ctrl-C's default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGINT", "SIGKILL"])
+def test_an_interrupted_model_run_keeps_its_checkpoint_and_resumes_to_the_same_bytes(
+        uninterrupted, tmp_path, sig):
+    artifact, whole = uninterrupted
+    (tmp_path / "g.json").write_bytes(artifact)
+    ckpt = tmp_path / "m.json.partial.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "roundoff_coverage", "model", "g.json",
+                             *SLOW], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ckpt.exists() and ckpt.read_bytes().count(b'"task"') >= 1:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.stderr.read()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=300)
+    assert ckpt.exists(), (proc.returncode, err)          # the work done so far is kept
+    kept = [json.loads(line)["task"] for line in ckpt.read_text().splitlines()[1:]
+            if line.strip()]
+    assert 1 <= len(kept) < 3 and not (tmp_path / "m.json").exists()
+    if sig == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL
+    else:
+        missing = [k for k in ("bfloat16|nearest_even|fp32_accumulate",
+                               "binary16|nearest_even|fp32_accumulate",
+                               "float8_e4m3fn|nearest_even|fp32_accumulate") if k not in kept]
+        assert proc.returncode == 130
+        assert err == (f"roundoff-coverage: interrupted: m.json not written; {len(missing)} of 3 "
+                       f"configurations missing ({', '.join(k.replace('|', ' ') for k in missing)}"
+                       f"), the other {len(kept)} kept in m.json.partial.jsonl; resume with: "
+                       f"roundoff-coverage model g.json --formats bfloat16,binary16,"
+                       f"float8_e4m3fn --samples 40 --out m.json --resume\n")
+    again = _cli("model", "g.json", *SLOW, "--resume", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "m.json").read_bytes() == whole
+    assert not ckpt.exists()

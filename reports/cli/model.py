@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 from roundoff_coverage import formats
@@ -14,6 +15,11 @@ from .gate import check_gate_baseline, gate_after_run
 from .report import check_report_dir, write_report
 from .run import _policies
 
+# The options that decide a model run's results (--jobs, --quiet, --html, --gate and
+# --resume do not): the command its results file records, so a resumed run writes the bytes
+# an uninterrupted one does, and the base of the resume command an interrupted run prints.
+RESULT_OPTIONS = ("formats_file", "formats", "modes", "policies", "routes", "implementations",
+                  "samples", "inputs", "seed", "out", "artifact")
 MODES = ("nearest_even", "nearest_away", "toward_zero", "upward", "downward", "odd",
          "stochastic")
 
@@ -87,7 +93,17 @@ def _selection(args, user):
     return ModelSelection(target=args.target, artifact="", artifact_hash="", formats=fmts,
                           modes=modes, policies=policies, routes=routes, samples=samples,
                           seed=seed, inputs=args.inputs, implementations=impls,
-                          argv=sys.argv[2:], schemes=schemes)
+                          argv=_argv(args), schemes=schemes)
+
+
+def _argv(args) -> list:
+    """The arguments of ``model`` that decide its results (RESULT_OPTIONS), as given."""
+    argv = [args.target]
+    for name in RESULT_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None:
+            argv += ["--" + name.replace("_", "-"), str(value)]
+    return argv
 
 
 def _formats(text, user, policies) -> tuple:
@@ -157,9 +173,7 @@ def cmd_model(args) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
     if outcome.interrupted:
-        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} "
-              f"configurations kept in {out}.partial.jsonl; rerun with --resume",
-              file=sys.stderr)
+        print(interrupted_line(sel, out, outcome), file=sys.stderr)
         return EXIT_INTERRUPTED
     if not args.quiet:
         print(summary_text(graph, outcome))
@@ -171,6 +185,17 @@ def cmd_model(args) -> int:
     if args.gate:
         return gate_after_run(args.gate, out)
     return EXIT_OK
+
+
+def interrupted_line(sel, out, outcome) -> str:
+    """One line for an interrupted run: what is missing, what is kept where, and the command
+    that resumes it."""
+    missing = [k.replace("|", " ") for k in outcome.missing]
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    resume = shlex.join(["roundoff-coverage", "model", *sel.argv, "--resume"])
+    return (f"{PROG}: interrupted: {out} not written; {len(missing)} of {outcome.total} "
+            f"configurations missing ({shown}), the other {outcome.total - len(missing)} kept "
+            f"in {out}.partial.jsonl; resume with: {resume}")
 
 
 def summary_text(graph, outcome) -> str:
