@@ -125,13 +125,17 @@ def unary_elementwise(name, family, f, d, *, domain, oracle=None, float64=None,
 
 def binary_elementwise(name, family, f, dx, dy, *, domain, words=None, oracle=None,
                        word_oracle=None, word_draw=None, bool_reason=None, float64=None,
-                       **more):
+                       zero_tangent_adds_nothing=False, **more):
     """Declare out = f(x, y) on two value ports of attribute ``shape``.  ``f(xp, x, y)``,
     ``dx(xp, x, y, out, v)`` and ``dy(...)`` the partial derivatives applied to v.  With
     ``words`` (a routes.words function ``(a, b, port)``) the operator also has the attribute
     ``element`` and ``word_oracle(p, q)`` on Python ints / bools is its independent oracle;
     ``word_draw(rng, port) -> (x, y)`` draws its word operands (default: routes.words.sample
     each) and ``bool_reason`` is as in the module docstring.
+    ``zero_tangent_adds_nothing``: in the tangent, each term is 0 where its tangent is 0,
+    even where its partial derivative is NaN or infinite -- forward mode with symbolic
+    zeros (torch's ZeroTensor, JAX's Zero) along an input that has no tangent (a graph
+    constant): pow's x ** 3.0 at x < 0, whose partial in the exponent is NaN.
     ``float64 = (forward(x, y), backward(x, y, g) -> (gx, gy))`` numpy functions.  The
     default ``examples`` add a 2x3 shape and, with words, the elements int8, uint64, bool."""
     attributes = (A.shape(),)
@@ -155,7 +159,11 @@ def binary_elementwise(name, family, f, dx, dy, *, domain, words=None, oracle=No
 
     def jvp(xp, a, xs, ys, ts):
         (x, y), out = xs, ys[0]
-        return xp.add(dx(xp, x, y, out, ts[0]), dy(xp, x, y, out, ts[1]))
+        terms = [d(xp, x, y, out, t) for d, t in ((dx, ts[0]), (dy, ts[1]))]
+        if zero_tangent_adds_nothing:
+            terms = [xp.where(xp.equal(t, xp.zeros_like(t)), xp.zeros_like(v), v)
+                     for v, t in zip(terms, ts)]
+        return xp.add(*terms)
 
     def full_oracle(ctx, a, x, y):
         if elem(a) == "scalar":

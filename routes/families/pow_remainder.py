@@ -116,6 +116,9 @@ binary_elementwise(
     "pow", "elementwise",
     f=lambda xp, x, y: xp.pow(x, y),
     dx=_pow_dx, dy=_pow_dy,
+    # x ** 3.0 at x < 0: the exponent (a constant) has no tangent, and its term, NaN there
+    # (log x), must not make the tangent NaN: torch's forward mode gives 3 x^2.
+    zero_tangent_adds_nothing=True,
     # Python's three-argument pow: exact modulo 2**64, a multiple of every width.
     words=W.power, word_oracle=lambda p, q: pow(p, q, 1 << 64),
     word_draw=lambda rng, port: (W.sample(rng, port), W.sample_exponents(rng, port)),
@@ -137,7 +140,9 @@ binary_elementwise(
            "NaN operand; a negative base needs an integral exponent (else NaN); pow(-0, y) "
            "for odd integral y < 0 is -inf (IEEE 754 pown/pow special cases).",
            "Gradient as PyTorch: y x^(y-1) g to x (0 where y = 0), x^y log(x) g to y (0 where "
-           "x = 0 and y >= 0; NaN for x < 0, where x^y is not differentiable in y).",
+           "x = 0 and y >= 0; NaN for x < 0, where x^y is not differentiable in y).  "
+           "Tangent: the two terms, each 0 where its tangent is 0 (forward mode's symbolic "
+           "zero, as torch's): x ** 3.0 at x < 0 has the tangent 3 x^2 t.",
            "element int*/uint*: torch.pow's integer kernel, x^y modulo 2**width (square and "
            "multiply with wrapping products; 0^0 = 1); no gradient.  validate refuses a "
            "negative exponent, as torch.pow does with a scalar exponent (\"Integers to "
