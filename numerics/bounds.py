@@ -322,6 +322,43 @@ def fixed_point_dot_bound(block_abs, block: int, fmt, mode: str, bits: int,
         return up(err + up(up(us * up(r + err)) + es))
 
 
+def tensor_core_dot_bound(block_abs, group: int, fmt, mode: str, extra, rounding: str,
+                          out_bits: int = 23, abs_result=None) -> np.ndarray:
+    """Bound on |computed - exact| of a dot product computed by a tensor core's chained block
+    FMAs (numerics.tensor_cores): ``block_abs[..., j]`` an upper bound of sum max(|x_i|, m)
+    max(|y_i|, m) over group j (nonzero operands, m the input format's least normal: the
+    alignment counts a subnormal at the least normal exponent).  Group j cuts its g + 1
+    terms (the running result and its products) to multiples of 2**(E_j - 23 - extra),
+    2**E_j <= max(A_j + E_(j-1), 2**-126) -- a binary32 running result is aligned at its
+    exponent, subnormals at -126 -- each by less than one quantum (no cut when ``extra`` is
+    None), then rounds the sum once (``rounding``, ``out_bits`` fraction bits, binary32's
+    range):
+        E_j <= E_(j-1) + D_j + u (A_j + E_(j-1) + D_j) + eta,
+        D_j = (g + 1) 2**(-23 - extra) (A_j + E_(j-1) + 2**-126),
+    evaluated in binary64 with every step rounded up; then the final rounding into the
+    storage format ``fmt`` under ``mode``."""
+    storage = formats.get(fmt)
+    out = formats.BinaryFormat(8, out_bits, 127)
+    a = np.asarray(block_abs, dtype=np.float64)
+    u, e = float(unit_roundoff(out, rounding)), float(eta(out, rounding))
+    us, es = (float(v) for v in _final(storage, out, mode))
+    c = 0.0 if extra is None else float(group + 1) * 2.0 ** (-23 - extra)
+
+    def up(v):
+        return np.nextafter(v, np.inf)
+
+    big_a = np.zeros(a.shape[:-1])
+    err = np.zeros(a.shape[:-1])
+    with np.errstate(over="ignore", invalid="ignore"):
+        for j in range(a.shape[-1]):
+            big_a = up(big_a + a[..., j])
+            t = up(big_a + err)
+            d = up(c * up(t + 2.0 ** -126))
+            err = up(up(err + d) + up(up(u * up(t + d)) + e))
+        r = big_a if abs_result is None else np.asarray(abs_result, dtype=np.float64)
+        return up(err + up(up(us * up(r + err)) + es))
+
+
 def elementwise_bound(exact_abs, fmt, mode: str = "nearest_even") -> np.ndarray:
     """Bound on |fl(x) - x| for one correctly rounded primitive with exact result x:
     max(u|x|, eta) (u, eta of the mode; d*e = 0 in the model, so this is also <= u|x| + eta):

@@ -45,6 +45,8 @@ from roundoff_coverage.formats.fast import threads_for
 INPUTS = ("binary16", "bfloat16", "tf32", "float8_e4m3fn", "float8_e5m2")
 OUTPUTS = ("binary32", "binary16")
 _NONE = -(1 << 20)          # the exponent of a zero operand: below every real exponent
+_SIGN = np.int64(-1) << 63  # the sign bit of a binary64 pattern
+_SPECIAL = 1 << 10          # at least the exponent of a term with an inf or NaN operand
 _C_FLOOR = -126             # c is aligned by its binary32 exponent, subnormals at -126
 
 
@@ -133,11 +135,16 @@ class TensorCore:
         float64 input-format values; (nb, m, n) float64."""
         p = self.path(input_format)
         fin = formats.get(_label(input_format))
+        # Products commute: the longer of m and n runs along the kernel's columns.
+        swap = b.shape[1] < min(a.shape[1], _W)
+        if swap:
+            a, b = b, a
         (ea, a), (eb, b) = self._read(a, fin), self._read(b, fin)
-        out = np.empty(a.shape[:2] + b.shape[1:2])
+        eb, b = (np.ascontiguousarray(np.swapaxes(v, 1, 2)) for v in (eb, b))
+        out = np.empty(a.shape[:2] + b.shape[2:])
         with threads_for(out.size * a.shape[-1]):
             _matmul_kernel(a, ea, b, eb, out, *self._params(p, formats.get("binary32")))
-        return out
+        return np.swapaxes(out, 1, 2) if swap else out
 
     def _read(self, x, fin):
         """(exponents, values) of input-format values: e(x) for the alignment (subnormals
@@ -148,6 +155,7 @@ class TensorCore:
             x = np.where(np.abs(x) < fin.min_normal, 0.0 * x, x)
         with np.errstate(invalid="ignore"):
             e = np.maximum(np.frexp(np.where(np.isfinite(x), x, 1.0))[1] - 1, fin.emin)
+        e = np.where(np.isfinite(x), e, 1 << 22)      # an inf or NaN operand: _SPECIAL
         return np.where(x == 0, _NONE, e).astype(np.int64), x
 
     def _params(self, p: Datapath, fout):
@@ -215,6 +223,34 @@ def _round(v, prec, emin, emax, nearest, flush):
     elif flush and r < math.ldexp(1.0, emin):
         r = 0.0
     return math.copysign(r, v)
+
+
+@numba.njit(inline="always")
+def _cut(x, base):
+    """x (0 or a normal binary64 number) truncated toward zero to a multiple of
+    2**(base - 1075): its pattern's lowest bit weighs 2**(field - 1075), so the base - field
+    lowest bits fall below the quantum (all of them, a signed zero, from 53 on).  The same
+    value as trunc(x / q) * q, in integer operations that vectorize."""
+    b = np.float64(x).view(np.int64)
+    n = base - ((b >> 52) & 0x7FF)
+    mask = _SIGN if n >= 53 else np.int64(-1) << max(n, 0)
+    return np.int64(b & mask).view(np.float64)
+
+
+@numba.njit(inline="always")
+def _store(v, prec, emin, emax, nearest, flush):
+    """_round, with the common case in a few instructions: a normal binary32 result (an
+    exponent in [-126, 127]) toward zero keeps the float64 pattern's top prec - 1 fraction
+    bits; to nearest even into 24 bits it is the hardware's float32 conversion."""
+    if emin == -126 and emax == 127:
+        b = np.float64(v).view(np.int64)
+        e = ((b >> 52) & 0x7FF) - 1023
+        if -126 <= e <= 127:
+            if not nearest:
+                return np.int64(b & (np.int64(-1) << (53 - prec))).view(np.float64)
+            if prec == 24:
+                return np.float64(np.float32(v))
+    return _round(v, prec, emin, emax, nearest, flush)
 
 
 @numba.njit(cache=True)
@@ -290,7 +326,7 @@ def _dot(a, ea, b, eb, c, buf, group, extra, exact, prec, emin, emax, nearest, f
             for t in range(t0, t1):
                 s += math.trunc(a[t] * b[t] * scale)
             s = math.ldexp(s, qe)
-        c = _round(s, prec, emin, emax, nearest, flush)
+        c = _store(s, prec, emin, emax, nearest, flush)
     return c
 
 
@@ -302,15 +338,70 @@ def _rows_kernel(A, EA, B, EB, C, out, group, extra, exact, prec, emin, emax, ne
                       emax, nearest, flush)
 
 
+_W = 16                     # output columns per kernel iteration: the inner loops run along them
+
+
 @numba.njit(parallel=True, cache=True)
 def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nearest, flush):
+    """out[bt, i, j]: _dot of A[bt, i, :] and B[bt, :, j] (B and its exponents EB laid out
+    (nb, k, n)), _W columns at a time so that the loops over them vectorize: per group, the
+    alignment exponent (a zero operand's _NONE keeps its product out of the maximum), the raw
+    IEEE sum (for inf and NaN), the cut terms' sum, one rounding."""
     nb, m, n = out.shape
-    for q in numba.prange(nb * m):
-        bt, i = q // m, q % m
+    k = A.shape[2]
+    nc = (n + _W - 1) // _W
+    lowest = _NONE // 2
+    for q in numba.prange(nb * m * nc):
+        bt, i, j0 = q // (m * nc), (q // nc) % m, (q % nc) * _W
+        w = min(_W, n - j0)
+        c = np.zeros(_W)
+        top = np.empty(_W, np.int64)
+        raw = np.empty(_W)
+        s = np.empty(_W)
+        base = np.empty(_W, np.int64)
         buf = np.empty(group + 1)
-        for j in range(n):
-            out[bt, i, j] = _dot(A[bt, i], EA[bt, i], B[bt, j], EB[bt, j], 0.0, buf, group,
-                                 extra, exact, prec, emin, emax, nearest, flush)
+        for t0 in range(0, k, group):
+            t1 = min(t0 + group, k)
+            for j in range(w):
+                # c's exponent from its pattern (a binary32 value is a normal binary64 one;
+                # an inf or NaN reads as 1024, above every finite term: _SPECIAL)
+                top[j] = max(((np.float64(c[j]).view(np.int64) >> 52) & 0x7FF) - 1023,
+                             _C_FLOOR) if c[j] != 0.0 else _NONE
+            for t in range(t0, t1):
+                et = EA[bt, i, t]
+                for j in range(w):
+                    top[j] = max(top[j], et + EB[bt, t, j0 + j])
+            for j in range(w):
+                raw[j] = 0.0
+                if top[j] >= _SPECIAL:            # an inf or NaN term: the IEEE sum
+                    raw[j] = c[j]
+                    for t in range(t0, t1):
+                        raw[j] += A[bt, i, t] * B[bt, t, j0 + j]
+            if exact:
+                for j in range(w):
+                    if lowest < top[j] < _SPECIAL:
+                        buf[0] = c[j]
+                        for t in range(t0, t1):
+                            buf[t - t0 + 1] = A[bt, i, t] * B[bt, t, j0 + j]
+                        s[j] = _odd_sum(buf, t1 - t0 + 1)
+            else:
+                for j in range(w):
+                    # the quantum 2**(top - 23 - extra) as _cut's base (its exponent + 1075)
+                    base[j] = min(max(top[j] - 23 - extra + 1075, 0), 4000)
+                    s[j] = _cut(c[j], base[j])
+                for t in range(t0, t1):
+                    at = A[bt, i, t]
+                    for j in range(w):
+                        s[j] += _cut(at * B[bt, t, j0 + j], base[j])
+            for j in range(w):
+                if top[j] >= _SPECIAL:
+                    c[j] = raw[j]
+                elif top[j] <= lowest:            # every term zero
+                    c[j] = 0.0
+                else:
+                    c[j] = _store(s[j], prec, emin, emax, nearest, flush)
+        for j in range(w):
+            out[bt, i, j0 + j] = c[j]
 
 
 # ----- the presets -------------------------------------------------------------------------

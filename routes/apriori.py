@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 from roundoff_coverage import formats
-from roundoff_coverage.numerics import bounds
+from roundoff_coverage.numerics import bounds, tensor_cores
 
 FORMULAS = {}
 
@@ -125,10 +125,10 @@ def _dot_bound(abs_x, abs_y, fmt, mode, policy):
     plain = _plain(policy, fmt)
     if plain is None:
         return None
-    if policy.tensor_core is not None:
-        return None                              # tc:GPU: no a priori bound derived yet
     order, acc, fma = plain
     k = abs_x.shape[-1]
+    if policy.tensor_core is not None:           # a GPU's block FMAs
+        return _tensor_core_bound(abs_x, abs_y, fmt, mode, policy)
     if policy.inner is not None:                 # two-level accumulation
         return bounds.promote_dot_bound(bounds.abs_matmul_upper(abs_x, abs_y), k, fmt, mode,
                                         policy.inner, policy.promote, policy.accumulate)
@@ -139,6 +139,25 @@ def _dot_bound(abs_x, abs_y, fmt, mode, policy):
         return bounds.fixed_point_dot_bound(blocks, policy.block, fmt, mode,
                                             policy.fixed_point, policy.accumulate)
     return bounds.matmul_bound(abs_x, abs_y, fmt, mode, order, fma, acc)
+
+
+def _tensor_core_bound(abs_x, abs_y, fmt, mode, policy):
+    """numerics.bounds.tensor_core_dot_bound over the groups along k; None where the unit
+    reads the operands in another format (binary32 as tf32: the read itself cuts) or takes
+    none of them."""
+    core = tensor_cores.tensor_core(policy.tensor_core)
+    label = formats.get(fmt).label
+    fin = tensor_cores.READS.get(label)
+    if fin != label or fin not in core.paths:
+        return None
+    path, least = core.paths[fin], float(formats.get(fin).min_normal)
+    # a nonzero operand is aligned at least at its format's least normal exponent
+    x, y = (np.where(v != 0, np.maximum(v, least), 0.0) for v in (abs_x, abs_y))
+    g = path.group
+    blocks = np.stack([bounds.abs_matmul_upper(x[..., i:i + g], y[..., i:i + g, :])
+                       for i in range(0, x.shape[-1], g)], axis=-1)
+    bits = 23 + min(path.extra, 0) if path.extra is not None else 23
+    return bounds.tensor_core_dot_bound(blocks, g, fmt, mode, path.extra, path.rounding, bits)
 
 
 @_formula("matmul")

@@ -195,18 +195,23 @@ def test_specials_and_overflow():
 
 
 # ----- the policy --------------------------------------------------------------------------
-@pytest.mark.parametrize("fmt,gpu", [("bfloat16", "h100"), ("binary16", "v100"),
-                                     ("float8_e4m3fn", "ada"), ("binary32", "a100")])
-def test_policy_matmul_against_the_oracle(fmt, gpu):
+@pytest.mark.parametrize("fmt,gpu,m,n", [("bfloat16", "h100", 3, 4), ("binary16", "v100", 2, 37),
+                                         ("float8_e4m3fn", "ada", 3, 4),
+                                         ("float8_e5m2", "b200", 2, 19),
+                                         ("binary32", "a100", 20, 3)])
+def test_policy_matmul_against_the_oracle(fmt, gpu, m, n):
+    # n = 37, 19: several blocks of the kernel's columns, a short last one; m = 20 > n = 3:
+    # the kernel runs the transposed product.
     rng = np.random.default_rng(11)
-    x, y = _values(rng, fmt, (3, 37)), _values(rng, fmt, (37, 4))
+    x, y = _values(rng, fmt, (m, 37)), _values(rng, fmt, (37, n))
+    x[0, :5] = 0.0
     got = numerics.emulated(fmt, "nearest_even", f"tc:{gpu}").matmul(x, y)
     core = tc.tensor_core(gpu)
     fin = tc.READS[formats.get(fmt).label]
     # binary32 operands are read as tf32: their low 13 fraction bits ignored (truncation).
     xr, yr = (formats.round_to(v, fin, "toward_zero") for v in (x, y))
-    for i in range(3):
-        for j in range(4):
+    for i in range(m):
+        for j in range(n):
             want = oracle(core.paths[fin], xr[i], yr[:, j], 0.0, fin, "binary32")
             want = formats.round_to(np.array([want]), fmt)    # stored in the run's format
             assert _same_bits(got[i, j:j + 1], want).all()
@@ -254,3 +259,62 @@ def test_coverage_run_under_a_tensor_core(tmp_path):
     assert (h100.status == "ok").all() and len(h100) > 0
     assert (v100.status == "no_rule").all()
     assert v100.reason.str.contains("takes binary16 operands").all()
+
+
+# ----- the a priori bound -------------------------------------------------------------------
+def _exact_matmul(x, y):
+    return np.array([[sum((Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x[i], y[:, j])),
+                          Fraction(0)) for j in range(y.shape[1])] for i in range(x.shape[0])])
+
+
+@pytest.mark.parametrize("fmt,gpu,mode", [("bfloat16", "h100", "nearest_even"),
+                                          ("binary16", "v100", "toward_zero"),
+                                          ("float8_e4m3fn", "h100", "nearest_even"),
+                                          ("float8_e5m2", "b200", "upward"),
+                                          ("bfloat16", "a100", "downward")])
+def test_apriori_bound_holds(fmt, gpu, mode):
+    from roundoff_coverage import routes
+    from roundoff_coverage.routes import apriori
+    rng = np.random.default_rng(5)
+    policy = numerics.preset(f"tc:{gpu}", fmt)
+    o = routes.op("matmul", x_shape=(3, 70), y_shape=(70, 5))
+    checked = 0
+    for trial in range(4):
+        # cancellation (signed terms), subnormal operands, magnitudes across the range
+        x, y = _values(rng, fmt, (3, 70), 0.15), _values(rng, fmt, (70, 5), 0.15)
+        if trial == 3:
+            y[:, 0] = -y[:, 0]
+            x[0, 35:] = -x[0, :35]
+        b = apriori.bound(o, [x, y], fmt, mode, policy)
+        got = numerics.emulated(fmt, mode, policy).matmul(x, y)
+        exact = _exact_matmul(x, y)
+        for g, e, bb in zip(got.ravel(), exact.ravel(), b.ravel()):
+            if np.isfinite(g) and np.isfinite(bb):
+                assert abs(Fraction(float(g)) - e) <= Fraction(float(bb)), (g, float(e), bb)
+                checked += 1
+    assert checked >= 15         # E4M3 results past 448 are NaN (fn): beyond the model
+
+
+def test_fewer_alignment_bits_violate_the_bound():
+    # A unit that keeps 14 bits fewer than binary32 where H100's bf16 path keeps 2 more: on
+    # products that nearly cancel (the second half of each row is the first half's next
+    # bfloat16 value, negated), its cut exceeds the bound stated for tc:h100.
+    from roundoff_coverage import routes
+    from roundoff_coverage.routes import apriori
+    rng = np.random.default_rng(9)
+    fmt = "bfloat16"
+    half = formats.round_to(1 + rng.random((4, 16)), fmt)
+    x = np.concatenate([half, -formats.next_up(half, fmt)], axis=1)
+    y = np.tile(formats.round_to(1 + rng.random((16, 4)), fmt), (2, 1))
+    b = apriori.bound(routes.op("matmul", x_shape=(4, 32), y_shape=(32, 4)), [x, y], fmt,
+                      "nearest_even", numerics.preset("tc:h100", fmt))
+    weak = tc.TensorCore("weak", {"bfloat16": tc.Datapath(16, -14)})
+    got = formats.round_to(weak.matmul(x[None], y.T[None], "bfloat16")[0], fmt)
+    exact = _exact_matmul(x, y)
+    over = [abs(Fraction(float(g)) - e) > Fraction(float(bb))
+            for g, e, bb in zip(got.ravel(), exact.ravel(), b.ravel())]
+    assert any(over)
+    # and H100's own path stays within it
+    good = numerics.emulated(fmt, "nearest_even", "tc:h100").matmul(x, y)
+    assert all(abs(Fraction(float(g)) - e) <= Fraction(float(bb))
+               for g, e, bb in zip(good.ravel(), exact.ravel(), b.ravel()))
