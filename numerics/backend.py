@@ -263,18 +263,7 @@ class Backend:
     def _hardware_contract(self, a, b, acc):
         p = self.policy
         if p.tensor_core is not None:
-            # A GPU's matrix unit (numerics.tensor_core): the operands as it reads them,
-            # each output's products in chained block FMAs from c = +0, binary32 results.
-            core = tensor_cores.tensor_core(p.tensor_core)
-            x, fin = tensor_cores.operands(core, self.fmt, self.to_float64(a))
-            y, _ = tensor_cores.operands(core, self.fmt, self.to_float64(b))
-            x, y = np.broadcast_arrays(x, y)
-            total = np.zeros(x.shape[:-1])     # an empty inner dimension: the empty sum, +0
-            if x.shape[-1] and total.size:
-                k = x.shape[-1]
-                total = core.fma(x.reshape(-1, k), y.reshape(-1, k), total.reshape(-1),
-                                 fin).reshape(total.shape)
-            return self.to_storage(acc.asarray(total), acc)
+            return self.to_storage(self._tensor_core_dot(a, b, acc), acc)
         if p.inner is not None:
             # Two-level: runs of ``promote`` products accumulated in the narrow format (each
             # product rounded into it, then added: FMA when the policy fuses), each run's sum
@@ -293,6 +282,21 @@ class Backend:
                 total = acc.asarray(np.zeros(a.shape[:-1]))
             return self.to_storage(total, acc)
         return self.to_storage(self._fixed_point_dot(a, b, acc), acc)
+
+    def _tensor_core_dot(self, a, b, acc):
+        """Policy.tensor_core: a GPU's matrix unit (numerics.tensor_cores) on the operands as
+        it reads them, each output's products in chained block FMAs from c = +0; the
+        binary32 results in ``acc``'s numbers."""
+        core = tensor_cores.tensor_core(self.policy.tensor_core)
+        x, fin = tensor_cores.operands(core, self.fmt, self.to_float64(a))
+        y, _ = tensor_cores.operands(core, self.fmt, self.to_float64(b))
+        x, y = np.broadcast_arrays(x, y)
+        total = np.zeros(x.shape[:-1])         # an empty inner dimension: the empty sum, +0
+        if x.shape[-1] and total.size:
+            k = x.shape[-1]
+            total = core.fma(x.reshape(-1, k), y.reshape(-1, k), total.reshape(-1),
+                             fin).reshape(total.shape)
+        return acc.asarray(total)
 
     def _fixed_point_dot(self, a, b, acc):
         """Policy.fixed_point on float64 values: the products exact in binary64 (storage

@@ -56,6 +56,7 @@ import numpy as np
 
 from roundoff_coverage import formats
 
+from . import tensor_cores
 from .backend import EXACT_PRIMITIVES, Backend
 from .policy import for_backend
 from .primitives import PRIMITIVES
@@ -224,6 +225,53 @@ def _aligned_block(lo, hi, bits):
     mig = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
     big_q = _quantum(np.max(mag, axis=-1), bits)[..., None]
     small_q = _quantum(np.max(mig, axis=-1), bits)[..., None]
+    low = np.where(lo >= 0, _trunc_to(lo, big_q), _trunc_to(lo, small_q))
+    high = np.where(hi >= 0, _trunc_to(hi, small_q), _trunc_to(hi, big_q))
+    slo, shi = low[..., 0], high[..., 0]
+    for j in range(1, lo.shape[-1]):
+        slo, shi = _sum_down(slo, low[..., j]), _sum_up(shi, high[..., j])
+    return slo, shi
+
+
+def _alignment(m, least):
+    """floor(log2 max(m, least)) for magnitudes m > 0, -inf for m = 0: the exponent a tensor
+    core aligns a nonzero operand by (numerics.tensor_cores: subnormals at the least normal
+    exponent); monotone in m."""
+    e = np.frexp(np.maximum(np.where(m > 0, m, 1.0), least))[1] - 1.0
+    return np.where(m > 0, e, -np.inf)
+
+
+def _tensor_core_block(clo, chi, plo, phi, big_e, small_e, extra):
+    """(lo, hi) enclosing every cut sum of one tensor-core group (numerics.tensor_cores):
+    the running result c in [clo, chi] and the products in [plo, phi], whose operands'
+    alignment exponents are at most big_e = (ea, eb) and at least small_e (-inf where an
+    operand may be zero).  E, the largest of e(a) + e(b) over the nonzero products and
+    max(e(c), -126), lies in [Emin, Emax]; the quantum 2**(E - 23 - extra) in [qmin, Q] --
+    powers of two, each dividing the larger.  As in _aligned_block, a coarser quantum cuts
+    further toward zero, so each cut term lies in [lo >= 0 ? trunc_Q(lo) : trunc_qmin(lo),
+    hi >= 0 ? trunc_qmin(hi) : trunc_Q(hi)], summed outward.  ``extra`` None: no cut, the
+    interval sum."""
+    if extra is None:
+        slo, shi = clo, chi
+        for j in range(plo.shape[-1]):
+            slo, shi = _sum_down(slo, plo[..., j]), _sum_up(shi, phi[..., j])
+        return slo, shi
+    cmag = np.maximum(np.abs(clo), np.abs(chi))
+    cmig = np.where((clo <= 0) & (chi >= 0), 0.0, np.minimum(np.abs(clo), np.abs(chi)))
+
+    def exponent(pe, cm):
+        ce = _alignment(cm, 2.0 ** -126)
+        return np.maximum(np.max(pe[0] + pe[1], axis=-1, initial=-np.inf), ce)
+
+    e_hi, e_lo = exponent(big_e, cmag), exponent(small_e, cmig)
+    # a group whose terms may all be zero: the smallest quantum is the least one
+    big_q = np.ldexp(1.0, np.clip(np.where(np.isfinite(e_hi), e_hi, -2000), -1074 - 40,
+                                  2000).astype(np.int64) - 23 - extra)[..., None]
+    small_q = np.ldexp(1.0, np.clip(np.where(np.isfinite(e_lo), e_lo, -2000), -1074 - 40,
+                                    2000).astype(np.int64) - 23 - extra)[..., None]
+    big_q, small_q = np.maximum(big_q, 2.0 ** -1074), np.maximum(small_q, 2.0 ** -1074)
+    lo = np.concatenate([clo[..., None], plo], axis=-1)
+    hi = np.concatenate([chi[..., None], phi], axis=-1)
     low = np.where(lo >= 0, _trunc_to(lo, big_q), _trunc_to(lo, small_q))
     high = np.where(hi >= 0, _trunc_to(hi, small_q), _trunc_to(hi, big_q))
     slo, shi = low[..., 0], high[..., 0]
@@ -474,6 +522,7 @@ class EnclosureFormats:
     midpoint).  Mixed in before numerics.Backend."""
 
     KIND = "enclosures"
+    TENSOR_CORES = False            # whether _tensor_core_dot encloses Policy.tensor_core
     STATE: dict = {}
     DTYPE: np.dtype | None = None
 
@@ -485,8 +534,8 @@ class EnclosureFormats:
                              f"enclosures are binary64 intervals")
         self.mode = mode
         self.policy = policy = for_backend(policy, self.fmt, self.KIND)
-        if policy.tensor_core is not None:
-            raise ValueError(f"{self.KIND}: no enclosure of a tensor core's block FMAs yet "
+        if policy.tensor_core is not None and not self.TENSOR_CORES:
+            raise ValueError(f"{self.KIND}: no enclosure of a tensor core's block FMAs "
                              f"(policy {policy.label})")
         self.name = f"{self.KIND}({self.fmt.label},{mode},{policy.label})"
         self._state = _state if _state is not None else dict(self.STATE)
@@ -529,6 +578,7 @@ class BoundingBackend(EnclosureFormats, Backend):
 
     capabilities = frozenset({"Rounding", "Erf", "InverseTrig", "Cbrt"})
     KIND = "bounding"
+    TENSOR_CORES = True
     STATE = {"undecided": False}
     DTYPE = DTYPE
 
@@ -652,6 +702,43 @@ class BoundingBackend(EnclosureFormats, Backend):
                     p.fixed_point)
                 clo, chi = acc._round(clo, chi, acc.fmt)
         return self.pack(clo, chi, elo, ehi)
+
+    def _tensor_core_dot(self, a, b, acc):
+        """Policy.tensor_core (Backend._tensor_core_dot) on enclosures, in ``acc``'s numbers:
+        E the exact dot product of the E operands; C every value of the unit on operands in
+        C, read in its input format (binary32 as tf32: a truncation, monotone), products
+        exact (points where binary64 holds them), per group the hull of the cut sum
+        (_tensor_core_block) with the running result as a term, rounded into the datapath's
+        output; a hull reaching the output's overflow threshold is poisoned (the unit gives
+        inf there under every rounding)."""
+        core = tensor_cores.tensor_core(self.policy.tensor_core)
+        fin = tensor_cores.READS.get(self.fmt.label)
+        tensor_cores.operands(core, self.fmt, [])             # ValueError: not taken
+        path = core.paths[fin]
+        out = formats.BinaryFormat(8, 23 + min(path.extra or 0, 0), 127)
+        least = float(formats.get(fin).min_normal)
+        a, b = np.broadcast_arrays(self._as(a), self._as(b))
+        with np.errstate(all="ignore"):
+            read = [self._round(v["clo"], v["chi"], fin, "toward_zero") for v in (a, b)]
+            plo, phi = _product(*read)
+            mags = [np.maximum(np.abs(lo), np.abs(hi)) for lo, hi in read]
+            migs = [np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
+                    for lo, hi in read]
+            qlo, qhi = _product((a["elo"], a["ehi"]), (b["elo"], b["ehi"]))
+            clo = chi = elo = ehi = np.zeros(a.shape[:-1])
+            for j in range(a.shape[-1]):
+                elo, ehi = _sum_down(elo, qlo[..., j]), _sum_up(ehi, qhi[..., j])
+            g = path.group
+            for i in range(0, a.shape[-1], g):
+                part = slice(i, i + g)
+                clo, chi = _tensor_core_block(
+                    clo, chi, plo[..., part], phi[..., part],
+                    [_alignment(m[..., part], least) for m in mags],
+                    [_alignment(m[..., part], least) for m in migs], path.extra)
+                over = (np.abs(clo) >= 2.0 ** 128) | (np.abs(chi) >= 2.0 ** 128)
+                clo, chi = self._round(clo, chi, out, path.rounding)
+                clo, chi = np.where(over, np.nan, clo), np.where(over, np.nan, chi)
+        return acc.pack(clo, chi, elo, ehi)
 
     # ----- comparisons and predicates --------------------------------------------------------
     def _compare(self, name, a, b):

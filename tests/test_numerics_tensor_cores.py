@@ -232,17 +232,19 @@ def test_bad_input_is_one_clear_error():
                                          r"float8_e4m3fnuz\)"):
         numerics.emulated("float8_e4m3fnuz", "nearest_even", "tc:h100").matmul(
             np.ones((2, 2)), np.ones((2, 2)))
-    with pytest.raises(ValueError, match="no enclosure"):
-        numerics.bounding("bfloat16", "nearest_even", "tc:h100")
 
 
-@pytest.mark.parametrize("argv", [["policies", "tc:rtx1"], ["run", "--ops", "matmul",
-                                                           "--policies", "tc:rtx1"]])
-def test_cli_refuses_an_unknown_gpu_in_one_line(argv):
+@pytest.mark.parametrize("argv,says", [
+    (["policies", "tc:rtx1"], "unknown tensor core 'rtx1'"),
+    (["run", "--ops", "matmul", "--policies", "tc:rtx1"], "unknown tensor core 'rtx1'"),
+    (["model", "x.py:f", "--policies", "tc:rtx1"], "unknown tensor core 'rtx1'"),
+    (["bound", "--ops", "matmul", "--box=-1,1", "--policies", "tc:h100"],
+     "no enclosure of a tensor core's block FMAs over a box")])
+def test_cli_refuses_in_one_line(argv, says, tmp_path):
     p = subprocess.run([sys.executable, "-m", "roundoff_coverage", *argv], capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 2
-    assert p.stderr.strip().count("\n") == 0 and "unknown tensor core 'rtx1'" in p.stderr
+                       text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().count("\n") == 0 and says in p.stderr
 
 
 def test_coverage_run_under_a_tensor_core(tmp_path):
@@ -318,3 +320,43 @@ def test_fewer_alignment_bits_violate_the_bound():
     good = numerics.emulated(fmt, "nearest_even", "tc:h100").matmul(x, y)
     assert all(abs(Fraction(float(g)) - e) <= Fraction(float(bb))
                for g, e, bb in zip(good.ravel(), exact.ravel(), b.ravel()))
+
+
+# ----- the per-sample enclosure (numerics.bounding) ------------------------------------------
+@pytest.mark.parametrize("fmt,gpu", [("bfloat16", "h100"), ("binary16", "v100"),
+                                     ("float8_e4m3fn", "h100"), ("float8_e5m2", "b200"),
+                                     ("binary32", "a100"), ("bfloat16", "ada")])
+def test_enclosure_holds_the_unit_and_the_exact_product(fmt, gpu):
+    rng = np.random.default_rng(2)
+    f = formats.get(fmt)
+    for trial in range(4):
+        x, y = _values(rng, fmt, (4, 50)), _values(rng, fmt, (50, 3))
+        if trial == 1:                                  # subnormal operands
+            x[:, :5] = formats.round_to(x[:, :5] * f.min_normal, fmt)
+        if trial == 2:                                  # cancellation
+            x[0, 25:] = -x[0, :25]
+        got = numerics.emulated(fmt, "nearest_even", f"tc:{gpu}").matmul(x, y)
+        bk = numerics.bounding(fmt, "nearest_even", f"tc:{gpu}")
+        clo, chi, elo, ehi = bk.split(bk.matmul(bk.asarray(x), bk.asarray(y)))
+        known = ~np.isnan(clo)
+        assert known.sum() >= 6
+        assert ((clo <= got) & (got <= chi))[known].all()
+        exact = _exact_matmul(x, y)
+        assert all(Fraction(float(lo)) <= e <= Fraction(float(hi))
+                   for lo, hi, e, k in zip(elo.ravel(), ehi.ravel(), exact.ravel(),
+                                           known.ravel()) if k)
+
+
+def test_a_unit_that_cuts_more_falls_outside_the_enclosure():
+    # Products that nearly cancel (as in the a priori test): point inputs give point
+    # enclosures, the model's own value, which a unit keeping 14 bits fewer misses.
+    rng = np.random.default_rng(9)
+    fmt = "bfloat16"
+    half = formats.round_to(1 + rng.random((4, 16)), fmt)
+    x = np.concatenate([half, -formats.next_up(half, fmt)], axis=1)
+    y = np.tile(formats.round_to(1 + rng.random((16, 4)), fmt), (2, 1))
+    bk = numerics.bounding(fmt, "nearest_even", "tc:h100")
+    clo, chi, _, _ = bk.split(bk.matmul(bk.asarray(x), bk.asarray(y)))
+    weak = tc.TensorCore("weak", {"bfloat16": tc.Datapath(16, -14)})
+    bad = formats.round_to(weak.matmul(x[None], y.T[None], fmt)[0], fmt)
+    assert ((bad < clo) | (bad > chi)).any()

@@ -133,6 +133,10 @@ def _element_policies(text) -> tuple:
             raise UsageError(f"--policies: {n} quantizes the products' operands into a scaled "
                              f"format; bound takes element formats (give strict, "
                              f"fp32_accumulate...)")
+        if n.startswith("tc:"):
+            raise UsageError(f"--policies: {n}: bound has no enclosure of a tensor core's "
+                             f"block FMAs over a box yet (run --policies {n} gives per-sample "
+                             f"and a priori bounds)")
     return names
 
 
