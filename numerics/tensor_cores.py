@@ -135,20 +135,15 @@ class TensorCore:
         float64 input-format values; (nb, m, n) float64."""
         p = self.path(input_format)
         fin = formats.get(_label(input_format))
-        # Products commute: the longer of m and n runs along the kernel's columns.
-        swap = b.shape[1] < min(a.shape[1], _W)
+        # Products commute: the longer of m and n runs along the kernel's rows of B.
+        swap = b.shape[1] < a.shape[1]
         if swap:
             a, b = b, a
         (ea, a), (eb, b) = self._read(a, fin), self._read(b, fin)
-        # (nb, k, n) with n padded to a multiple of _W by zero columns (exponent _NONE)
-        n = b.shape[1]
-        pad = ((0, 0), (0, -n % _W), (0, 0))
-        b = np.ascontiguousarray(np.swapaxes(np.pad(b, pad), 1, 2))
-        eb = np.ascontiguousarray(np.swapaxes(np.pad(eb, pad, constant_values=_NONE), 1, 2))
+        b, eb = (np.ascontiguousarray(np.swapaxes(v, 1, 2)) for v in (b, eb))   # (nb, k, n)
         out = np.empty(a.shape[:2] + b.shape[2:])
         with threads_for(out.size * a.shape[-1]):
             _matmul_kernel(a, ea, b, eb, out, *self._params(p, formats.get("binary32")))
-        out = out[:, :, :n]
         return np.swapaxes(out, 1, 2) if swap else out
 
     def _read(self, x, fin):
@@ -343,69 +338,61 @@ def _rows_kernel(A, EA, B, EB, C, out, group, extra, exact, prec, emin, emax, ne
                       emax, nearest, flush)
 
 
-_W = 16                     # output columns per kernel iteration: the inner loops run along them
-
-
 @numba.njit(parallel=True, cache=True)
 def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nearest, flush):
-    """out[bt, i, j]: _dot of A[bt, i, :] and B[bt, :, j] (B and its exponents EB laid out
-    (nb, k, n)), _W columns at a time so that the loops over them vectorize: per group, the
-    alignment exponent (a zero operand's _NONE keeps its product out of the maximum), the raw
-    IEEE sum (for inf and NaN), the cut terms' sum, one rounding."""
+    """out[bt, i, :]: _dot of A[bt, i, :] and every column B[bt, :, j] (B and its exponents
+    EB laid out (nb, k, n)), a row at a time so that the loops over its n outputs run along
+    contiguous rows of B and vectorize: per group, the alignment exponent (a zero operand's
+    _NONE keeps its product out of the maximum), the cut terms' sum, one rounding; the raw
+    IEEE sum only where an inf or NaN operand meets the group."""
     nb, m, n = out.shape
     k = A.shape[2]
-    nc = n // _W                         # n a multiple of _W (matmul pads B)
     lowest = _NONE // 2
-    for q in numba.prange(nb * m * nc):
-        bt, i, j0 = q // (m * nc), (q // nc) % m, (q % nc) * _W
-        c = np.zeros(_W)
-        top = np.empty(_W, np.int64)
-        raw = np.empty(_W)
-        s = np.empty(_W)
-        base = np.empty(_W, np.int64)
+    for q in numba.prange(nb * m):
+        bt, i = q // m, q % m
+        c = np.zeros(n)
+        top = np.empty(n, np.int64)
+        s = np.empty(n)
+        base = np.empty(n, np.int64)
         buf = np.empty(group + 1)
         for t0 in range(0, k, group):
             t1 = min(t0 + group, k)
-            for j in range(_W):
+            for j in range(n):
                 # c's exponent from its pattern (a binary32 value is a normal binary64 one;
                 # an inf or NaN reads as 1024, above every finite term: _SPECIAL)
                 top[j] = max(((np.float64(c[j]).view(np.int64) >> 52) & 0x7FF) - 1023,
                              _C_FLOOR) if c[j] != 0.0 else _NONE
             for t in range(t0, t1):
-                et = EA[bt, i, t]
-                for j in range(_W):
-                    top[j] = max(top[j], et + EB[bt, t, j0 + j])
-            for j in range(_W):
-                raw[j] = 0.0
-                if top[j] >= _SPECIAL:            # an inf or NaN term: the IEEE sum
-                    raw[j] = c[j]
-                    for t in range(t0, t1):
-                        raw[j] += A[bt, i, t] * B[bt, t, j0 + j]
+                et, ebt = EA[bt, i, t], EB[bt, t]
+                for j in range(n):
+                    top[j] = max(top[j], et + ebt[j])
             if exact:
-                for j in range(_W):
+                for j in range(n):
                     if lowest < top[j] < _SPECIAL:
                         buf[0] = c[j]
                         for t in range(t0, t1):
-                            buf[t - t0 + 1] = A[bt, i, t] * B[bt, t, j0 + j]
+                            buf[t - t0 + 1] = A[bt, i, t] * B[bt, t, j]
                         s[j] = _odd_sum(buf, t1 - t0 + 1)
             else:
-                for j in range(_W):
+                for j in range(n):
                     # the quantum 2**(top - 23 - extra) as _cut's base (its exponent + 1075)
                     base[j] = min(max(top[j] - 23 - extra + 1075, 0), 4000)
                     s[j] = _cut(c[j], base[j])
                 for t in range(t0, t1):
-                    at = A[bt, i, t]
-                    for j in range(_W):
-                        s[j] += _cut(at * B[bt, t, j0 + j], base[j])
-            for j in range(_W):
-                if top[j] >= _SPECIAL:
-                    c[j] = raw[j]
+                    at, bv = A[bt, i, t], B[bt, t]
+                    for j in range(n):
+                        s[j] += _cut(at * bv[j], base[j])
+            for j in range(n):
+                if top[j] >= _SPECIAL:            # an inf or NaN term: the IEEE sum
+                    raw = c[j]
+                    for t in range(t0, t1):
+                        raw += A[bt, i, t] * B[bt, t, j]
+                    c[j] = raw
                 elif top[j] <= lowest:            # every term zero
                     c[j] = 0.0
                 else:
                     c[j] = _store(s[j], prec, emin, emax, nearest, flush)
-        for j in range(_W):
-            out[bt, i, j0 + j] = c[j]
+        out[bt, i] = c
 
 
 # ----- the presets -------------------------------------------------------------------------
