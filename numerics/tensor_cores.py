@@ -156,7 +156,7 @@ class TensorCore:
         with np.errstate(invalid="ignore"):
             e = np.maximum(np.frexp(np.where(np.isfinite(x), x, 1.0))[1] - 1, fin.emin)
         e = np.where(np.isfinite(x), e, 1 << 22)      # an inf or NaN operand: _SPECIAL
-        return np.where(x == 0, _NONE, e).astype(np.int64), x
+        return np.where(x == 0, _NONE, e).astype(np.int32), x
 
     def _params(self, p: Datapath, fout):
         prec = fout.precision + (min(p.extra, 0) if p.extra is not None and
@@ -351,7 +351,7 @@ def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nea
     for q in numba.prange(nb * m):
         bt, i = q // m, q % m
         c = np.zeros(n)
-        top = np.empty(n, np.int64)
+        top = np.empty(n, np.int32)
         s = np.empty(n)
         base = np.empty(n, np.int64)
         buf = np.empty(group + 1)
