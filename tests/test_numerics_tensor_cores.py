@@ -360,3 +360,40 @@ def test_a_unit_that_cuts_more_falls_outside_the_enclosure():
     weak = tc.TensorCore("weak", {"bfloat16": tc.Datapath(16, -14)})
     bad = formats.round_to(weak.matmul(x[None], y.T[None], fmt)[0], fmt)
     assert ((bad < clo) | (bad > chi)).any()
+
+
+# ----- model runs -------------------------------------------------------------------------
+def test_a_model_run_computes_its_products_as_the_gpu_does():
+    # One matmul node under tc:a100 and tc:h100 in bfloat16, on products whose cut differs
+    # (and so in the error): the propagated forward error is the
+    # oracle's unit result, stored in bfloat16, against the exact product.
+    from roundoff_coverage import routes
+    from roundoff_coverage.reports import model as M
+    from roundoff_coverage.routes.ports import value
+    fmt = "bfloat16"
+    rng = np.random.default_rng(4)
+    # 1 - 1 leads each row: the alignment exponent 0 while the rest (products near 2**-20
+    # with 16 significant bits) sums to about 2**-17, so each GPU's cut shows in bfloat16.
+    x = formats.round_to((1 + rng.random((2, 16))) * 2.0 ** -10, fmt)
+    w = formats.round_to((1 + rng.random((16, 3))) * 2.0 ** -10, fmt)
+    x[:, :2], w[:2, :] = [1.0, -1.0], 1.0
+    g = routes.Graph(x=value((2, 16)), w=value((16, 3)))
+    g.output(g.apply(routes.op("matmul", x_shape=(2, 16), y_shape=(16, 3)), g.input("x"),
+                     g.input("w"), name="mm"))
+    exact = _exact_matmul(x, w)
+    ulp = formats.ulp(np.array([float(e) for e in exact.ravel()]), fmt)
+    wants = {}
+    for gpu in ("a100", "h100"):
+        rows, _, _ = M.measure(g, M.Config(fmt, "nearest_even", f"tc:{gpu}"), [[x, w]], 0,
+                               ("forward",))
+        path = tc.tensor_core(gpu).paths[fmt]
+        unit = np.array([[oracle(path, x[i], w[:, j], 0.0, fmt, "binary32") for j in range(3)]
+                         for i in range(2)])
+        stored = formats.round_to(unit, fmt)
+        wants[gpu] = max(float(abs(Fraction(float(s)) - e)) / u
+                         for s, e, u in zip(stored.ravel(), exact.ravel(), ulp))
+        row = next(r for r in rows if r["node"] == "mm" and r["route"] == "forward"
+                   and r["attribution"] == "propagated")
+        assert row["policy"] == f"tc:{gpu}"
+        assert row["max_ulp"] == pytest.approx(wants[gpu], rel=1e-9)
+    assert wants["a100"] != pytest.approx(wants["h100"], rel=1e-6)   # the data tells them apart
