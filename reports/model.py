@@ -114,6 +114,8 @@ REF_EXTRA = 64                     # the exact run starts at format precision + 
 REF_DOUBLINGS = 2
 KEEP_FORMAT = "binary32"           # the precision a user may keep one node in
 TOP = 10                           # nodes listed per route in the summary
+# The exceptional class of values NaN in both the exact and the computed run (_row).
+NAN_IN_BOTH = "nan_in_both"
 
 
 class ModelError(ValueError):
@@ -502,16 +504,52 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
     if not comps:
         return None
     comp, ex = np.concatenate(comps), np.concatenate(exacts)
-    ulp = measure_port(row, comp, ex, fmt, None) if scaled is None else \
+    computed_nan, exact_nan = np.isnan(comp), np.asarray(ex != ex, dtype=bool)
+    missed = exact_nan & ~computed_nan
+    if missed.any():
+        # The model's values are ordinary draws: an exact NaN beside a computed number is
+        # the reference failing (an operation outside its domain on exact values), never a
+        # measurement of the computed value.
+        return row | {"status": "error", "samples": int(comp.size),
+                      "reason": f"the exact value is NaN at {int(missed.sum())} of "
+                                f"{comp.size} elements where the {attribution} run of "
+                                f"{implementation} has a number: the reference failed "
+                                f"there, nothing is measured"}
+    both = exact_nan & computed_nan
+    if both.all():
+        return row | {"status": "error", "samples": int(comp.size),
+                      "unmeasured": int(comp.size), "exceptional": {NAN_IN_BOTH: int(comp.size)},
+                      "reason": f"every value is NaN in both the exact run and the "
+                                f"{attribution} run of {implementation}: nothing to measure"}
+    keep = ~both
+    ulp = measure_port(row, comp[keep], ex[keep], fmt, None) if scaled is None else \
         scaled.measure(g, row, site, attribution, comp, ex,
-                       [_get(exact[s], site) for s in where], where)
+                       [_get(exact[s], site) for s in where], where, keep)
+    if both.any():
+        _unmeasured_nan(row, int(both.sum()))
     if ulp is not None:
-        row["worst"] = _worst(ulp, comp, ex, [len(c) for c in comps], where)
+        full = np.full(comp.shape, np.nan)
+        full[keep] = ulp
+        row["worst"] = _worst(full, comp, ex, [len(c) for c in comps], where)
     if moving:
-        row["reason"] = (f"the exact values of sample(s) {', '.join(map(str, moving))} still "
-                         f"moved at {prec} bits (kept: an exact 0 reached by cancellation "
-                         f"does; see reports/model.py)")
+        row["reason"] = (f"{row['reason']}; " if row["reason"] else "") + (
+            f"the exact values of sample(s) {', '.join(map(str, moving))} still moved at "
+            f"{prec} bits (kept: an exact 0 reached by cancellation does; see "
+            f"reports/model.py)")
     return row
+
+
+def _unmeasured_nan(row, count) -> None:
+    """Count ``count`` elements NaN in both runs into ``row``, measured over the others: a
+    NaN that meets a NaN is no error of 0 ulp (numerics.metrics' convention for the coverage
+    run's special inputs), it is a value the model does not have."""
+    row["samples"] += count
+    row["unmeasured"] = (row["unmeasured"] or 0) + count
+    if isinstance(row.get("buckets"), list):
+        row["buckets"][-1] += count                          # the unmeasurable bucket
+    row["exceptional"] = dict(row.get("exceptional") or {}, **{NAN_IN_BOTH: count})
+    row["reason"] = (f"{count} of {row['samples']} values are NaN in both the exact and the "
+                     f"computed run: unmeasured, left out of the statistics")
 
 
 def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, target) -> list:

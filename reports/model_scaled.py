@@ -191,17 +191,20 @@ class Scaled:
         return ref_.cast(total, self.compute)
 
     # ----- the rows ---------------------------------------------------------------------
-    def measure(self, g, row, site, attribution, comp, exact, exacts, samples):
+    def measure(self, g, row, site, attribution, comp, exact, exacts, samples, keep=None):
         """Fill a row of ``site`` from its computed values ``comp`` and exact values
         ``exact`` (flat, over the samples), ``exacts`` the exact tensors of those
         ``samples``: ulps at the exact values' block scales (measure_scaled_port), the
-        scheme, the axes and the block counts.  Returns the ulp errors."""
+        scheme, the axes and the block counts.  ``keep``: a mask of the elements measured
+        (the blocks are those of every element).  Returns the ulp errors (of ``keep``)."""
         scheme = self.scheme(site.route)
-        scales = [element_scales(quantize_port(clamp_exact(np.asarray(e, dtype=object), B64),
-                                               scheme, -1, 0, exact=True)[1]).reshape(-1)
-                  for e in exacts]
-        ulp = measure_scaled_port(row, comp, exact, np.concatenate(scales), scheme,
-                                  self.compute)
+        scales = np.concatenate([
+            element_scales(quantize_port(clamp_exact(np.asarray(e, dtype=object), B64),
+                                         scheme, -1, 0, exact=True)[1]).reshape(-1)
+            for e in exacts])
+        if keep is not None:
+            comp, exact, scales = comp[keep], exact[keep], scales[keep]
+        ulp = measure_scaled_port(row, comp, exact, scales, scheme, self.compute)
         row.update(scheme=scheme.label, scale_axis=self._axes_text(g, site))
         total = None
         run = "emulated" if attribution == PROPAGATED else "local"

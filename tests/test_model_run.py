@@ -357,3 +357,64 @@ def test_an_interrupted_model_run_keeps_its_checkpoint_and_resumes_to_the_same_b
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "m.json").read_bytes() == whole
     assert not ckpt.exists()
+
+
+# ----- NaN is never an error of 0 ulp ----------------------------------------------------------
+
+def _nan_graph():
+    """root = sqrt((x + c) - x) with c = -2**-20, and log(x), at x = [1, -1]: in bfloat16
+    x + c rounds back to x, so the computed root is sqrt(0) = 0 where the exact one is
+    sqrt(-2**-20), NaN; log(-1) is NaN in both runs, log(1) = 0 in both."""
+    g = routes.Graph(x=value((2,)), c=value((2,)))
+    h = g.apply(routes.op("add", shape=(2,)), g.input("x"), g.input("c"), name="shift")
+    d = g.apply(routes.op("sub", shape=(2,)), h, g.input("x"), name="back")
+    g.apply(routes.op("sqrt", shape=(2,)), d, name="root")
+    g.output(g.apply(routes.op("log", shape=(2,)), g.input("x"), name="log"))
+    g.example_inputs = [np.array([1.0, -1.0]), np.full(2, -2.0 ** -20)]
+    return g
+
+
+def test_nan_rows_say_so_and_an_exact_nan_beside_a_number_is_an_error(tmp_path):
+    _nan_graph().save(str(tmp_path / "nan.json"))
+    done = _cli("model", "nan.json", "--formats", "bfloat16", "--samples", "1", "--routes",
+                "forward", "--jobs", "1", "--quiet", "--out", "r.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    for attribution in ("propagated", "local"):
+        r = _row(rows, "log", "forward", "y", attribution)
+        # log(-1): NaN in both runs, unmeasured; log(1) = 0 exactly: the one measured error.
+        assert (r["status"], r["samples"], r["unmeasured"]) == ("ok", 2, 1)
+        assert r["exceptional"] == {"nan_in_both": 1} and r["max_ulp"] == 0.0
+        assert r["buckets"][0] == 1 and r["buckets"][-1] == 1 and sum(r["buckets"]) == 2
+        assert "NaN in both" in r["reason"]
+    root = _row(rows, "root", "forward", "y", "propagated")
+    assert root["status"] == "error" and root["max_ulp"] is None
+    assert "the exact value is NaN at 2 of 2 elements" in root["reason"]
+    local = _row(rows, "root", "forward", "y", "local")        # sqrt(-2**-20) in both
+    assert local["status"] == "error" and local["exceptional"] == {"nan_in_both": 2}
+
+
+CUBE = textwrap.dedent("""
+    import torch
+
+    class Cube(torch.nn.Module):
+        def forward(self, x):
+            return x ** 3.0                        # GPT-2's gelu_new has x ** 3.0
+
+    def make():
+        return Cube(), (torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0], dtype=torch.float64),)
+""")
+
+
+def test_the_tangent_of_a_cube_at_negative_inputs_is_measured_not_nan(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "cube.py").write_text(CUBE)
+    done = _cli("model", "cube.py:make", "--formats", "binary64", "--samples", "1",
+                "--routes", "tangent", "--jobs", "1", "--quiet", "--out", "r.json",
+                cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    whole = _row(rows, "output:out0", "tangent", "out0", "propagated")
+    assert whole["status"] == "ok" and whole["unmeasured"] == 0 and not whole["exceptional"]
+    # 3 x^2 t exists at every input (torch's forward mode gives it): a few roundings off.
+    assert whole["samples"] == 5 and whole["max_ulp"] < 2
