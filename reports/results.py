@@ -6,7 +6,8 @@ floats as Python's shortest round-trip repr, non-finite floats as the strings ``
 ``"-inf"``, ``"nan"`` (JSON has none), numpy scalars as plain numbers.  Nothing in the file
 depends on time, worker order or --jobs, so the same command and seed give the same bytes.
 ``write(path, doc, csv=None)`` writes atomically (a temporary file in the same folder, then
-os.replace).  ``load(path) -> pandas.DataFrame`` (one row per measured route, the columns of
+os.replace), except to a special file (``special_file``: /dev/null, a FIFO), which it writes
+as a stream: a rename would replace the device with a regular file.  ``load(path) -> pandas.DataFrame`` (one row per measured route, the columns of
 ROW_FIELDS with ``attrs`` named ``attributes`` (FRAME_NAMES); floats back to float);
 ``to_csv(frame, path)`` with nested fields as JSON text.
 """
@@ -17,6 +18,7 @@ import json
 import math
 import os
 import platform
+import stat
 import sys
 import tempfile
 
@@ -133,7 +135,27 @@ def _mode() -> int:
     return 0o666 & ~mask
 
 
+def special_file(path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder (links
+    followed): "a character device" (/dev/null), "a FIFO"...; else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return ("a character device" if stat.S_ISCHR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket"
+            if stat.S_ISSOCK(mode) else "a special file")
+
+
 def _atomic(path, text) -> None:
+    if special_file(path):
+        # Written as a stream: renaming a temporary file over /dev/null would replace the
+        # device (for every program on the machine) with a regular file.
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
     os.chmod(tmp, _mode())
@@ -475,6 +497,9 @@ def to_csv(df, path) -> None:
     for f in NESTED_FIELDS:
         f = FRAME_NAMES.get(f, f)
         out[f] = out[f].map(lambda v: json.dumps(v, sort_keys=True) if v is not None else "")
+    if special_file(path):                               # a stream, never a rename (_atomic)
+        out.to_csv(path, index=False)
+        return
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".csv", dir=folder)
     os.close(fd)

@@ -16,9 +16,11 @@ import os
 import pathlib
 import re
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from unittest import mock
 
@@ -678,3 +680,75 @@ def test_fuzz_every_outcome_is_an_exit_status_and_at_most_one_error_line(argv):
     assert len(errors) == (1 if status == 2 else 0), (argv, status, text)
     if status == 2:
         assert lines[-1] == errors[0], (argv, text)
+
+
+# ----- special files: written as a stream, never replaced ------------------------------------------
+
+BOUND = ["bound", "--ops", "exp", "--box=-1,1", "--samples", "8", "--budget", "4"]
+
+
+def test_bound_writes_to_dev_null_through_a_link_and_leaves_it_a_device(capsys, tmp_path):
+    # A link to /dev/null, not /dev/null itself: were the file replaced, only the link goes.
+    link = tmp_path / "null"
+    link.symlink_to(os.devnull)
+    status, out, err = run(capsys, *BOUND, "--out", link)
+    assert (status, err) == (0, "") and out.endswith(f"3 rows: {link}\n")
+    assert link.is_symlink() and os.readlink(link) == os.devnull
+    assert stat.S_ISCHR(os.stat(link).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]      # nothing beside it
+
+
+def test_bound_streams_its_results_into_a_fifo(capsys, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    status, _, err = run(capsys, *BOUND, "--out", fifo)
+    reader.join(60)
+    assert (status, err) == (0, "")
+    assert json.loads(got[0])["schema"] == "roundoff-coverage/1"
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]
+
+
+@pytest.mark.parametrize("option, what, why", [
+    ("--out", "output file", "the run keeps its checkpoint (and by default the graph "
+                             "artifact) beside its results file"),
+    ("--artifact", "artifact file", "every configuration of the run reads the graph back "
+                                    "from it"),
+])
+def test_model_refuses_a_special_file_it_cannot_stream(capsys, tmp_path, option, what, why):
+    link = tmp_path / "null"
+    link.symlink_to(os.devnull)
+    status, _, err = run(capsys, "model", "net.py:make", option, link)
+    assert status == 2
+    assert one_error(err) == (f"{ERROR}{what} {link} is a character device, not a regular "
+                              f"file: {why}; give a file path")
+    assert link.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+
+
+def test_run_refuses_a_fifo_as_its_results_file(capsys, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    status, _, err = run(capsys, "run", *TINY, "--out", fifo)
+    assert status == 2
+    assert one_error(err) == (f"{ERROR}output file {fifo} is a FIFO, not a regular file: the "
+                              f"run keeps its checkpoint beside its results file; give a "
+                              f"file path")
+
+
+def test_model_refuses_an_artifact_that_is_the_results_file(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run(capsys, "model", "net.py:make", "--out", "m.json", "--artifact",
+                         "./sub/../m.json")
+    assert status == 2
+    assert one_error(err) == (f"{ERROR}--artifact ./sub/../m.json is the results file (--out "
+                              f"m.json): the results would overwrite the graph; give the "
+                              f"artifact another path (default: m.json.graph.json)")
+    (tmp_path / "g.json").write_text("{}")
+    status, _, err = run(capsys, "model", "g.json", "--out", "g.json")
+    assert status == 2
+    assert one_error(err) == (f"{ERROR}--out g.json is the graph artifact being measured: the "
+                              f"results would overwrite it; give the results another path")
+    assert (tmp_path / "g.json").read_text() == "{}"

@@ -107,11 +107,23 @@ def check_jobs(jobs, executor, scheduler) -> None:
                  f"this machine's {cores}; more only cost memory")
 
 
-def writable(path, what) -> str:
-    """``path`` when its folder exists or can be made and a file can be written there."""
+def writable(path, what, stream_refused=None) -> str:
+    """``path`` when its folder exists or can be made and a file can be written there.  An
+    existing special file (/dev/null, a FIFO: results.special_file) is written as a stream,
+    never replaced; ``stream_refused``, where the command cannot use one, says why (it keeps
+    files beside it, or reads the file back), and it is refused."""
+    from ..results import special_file
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"{what} {path} is a directory")
+    kind = special_file(path)
+    if kind and stream_refused:
+        raise UsageError(f"{what} {path} is {kind}, not a regular file: {stream_refused}; "
+                         f"give a file path")
+    if kind:
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"cannot write {what} {path}: permission denied")
+        return path
     try:
         os.makedirs(folder, exist_ok=True)
         probe = os.path.join(folder, f".roundoff-coverage-probe-{os.getpid()}")

@@ -114,7 +114,8 @@ def cmd_measure(args) -> int:
     fmt = formats.get(args.format, known=user_formats(args))
     in_range("--seed", args.seed, 0, SEED_MAX, SEED_WHY)
     samples = None if args.exhaustive else (1_000_000 if args.samples is None else args.samples)
-    out = writable(args.out or "results/measure.json", "output file")
+    out = writable(args.out or "results/measure.json", "output file",
+                   "the measurement keeps its checkpoint beside its results file")
     executor, scheduler = executor_options(args)
     check_jobs(args.jobs, executor, scheduler)
     try:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
@@ -149,8 +150,18 @@ def cmd_model(args) -> int:
     from .. import model_run
     from ..model import ModelError
     sel = _selection(args, user_formats(args))
-    out = writable(args.out or "results/model.json", "output file")
-    artifact = writable(args.artifact or out + ".graph.json", "artifact file")
+    out = writable(args.out or "results/model.json", "output file",
+                   "the run keeps its checkpoint (and by default the graph artifact) beside "
+                   "its results file")
+    artifact = writable(args.artifact or out + ".graph.json", "artifact file",
+                        "every configuration of the run reads the graph back from it")
+    if os.path.isfile(args.target) and _same_file(args.target, out):
+        raise UsageError(f"--out {out} is the graph artifact being measured: the results "
+                         f"would overwrite it; give the results another path")
+    if _same_file(artifact, out):
+        raise UsageError(f"--artifact {artifact} is the results file (--out {out}): the "
+                         f"results would overwrite the graph; give the artifact another path "
+                         f"(default: {out}.graph.json)")
     if args.gate:
         check_gate_baseline(args.gate, out)
     if args.html:
@@ -185,6 +196,11 @@ def cmd_model(args) -> int:
     if args.gate:
         return gate_after_run(args.gate, out)
     return EXIT_OK
+
+
+def _same_file(a, b) -> bool:
+    """Whether the paths ``a`` and ``b`` name one file (links and ``..`` resolved)."""
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def interrupted_line(sel, out, outcome) -> str:

@@ -180,7 +180,8 @@ def cmd_run(args) -> int:
                 setattr(args, key, value)
     from .. import runner, summary
     sel = _selection(args, user_formats(args))
-    out = writable(args.out or "results/coverage.json", "output file")
+    out = writable(args.out or "results/coverage.json", "output file",
+                   "the run keeps its checkpoint beside its results file")
     csv = writable(args.csv, "CSV file") if args.csv else None
     if args.gate:
         check_gate_baseline(args.gate, out)

@@ -90,7 +90,7 @@ def build(results_path, out_dir, baseline=None) -> Built:
 def prepare(out_dir) -> None:
     """Create ``out_dir`` with its assets/ and ops/ folders; HtmlError when impossible."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise HtmlError(f"report folder {out_dir} is a file")
+        raise HtmlError(f"report folder {out_dir} is not a folder (give a folder path)")
     try:
         for sub in ("assets", "ops"):
             os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
