@@ -25,6 +25,10 @@ WORKER_BASE = 400 << 20
 MEASURE_BYTES_PER_INPUT = 96
 MEASURE_BYTES_PER_CHUNK = 128
 CHECKPOINT_BYTES_PER_CHUNK = 16 << 10
+# A model run holds each input element many times over (the rounded samples, every node's
+# value in the emulated and the exact run, the exact run's mpmath numbers at about 100 bytes
+# for binary64's 8): the arrays of --inputs may take at most this share of the memory.
+MODEL_INPUTS_SHARE = 16
 
 
 class BudgetError(ValueError):
@@ -107,3 +111,15 @@ def check_run(largest: tuple, jobs: int) -> None:
                       f"{size_text(need / jobs)} per worker, {size_text(need)} for {jobs} "
                       f"worker(s), and {size_text(memory)} is available: at most about "
                       f"--samples {most} fits (or fewer --jobs)")
+
+
+def check_model_inputs(declared: int, path, largest: str) -> None:
+    """BudgetError when the arrays of a model run's ``--inputs`` file ``path``, ``declared``
+    bytes as their headers give them (``largest``: the largest, named), exceed
+    1/MODEL_INPUTS_SHARE of the available memory."""
+    limit = available_memory() // MODEL_INPUTS_SHARE
+    if declared > limit:
+        raise BudgetError(f"--inputs {path}: its arrays declare {size_text(declared)} "
+                          f"({largest}), more than the {size_text(limit)} a model run can "
+                          f"take here (1/{MODEL_INPUTS_SHARE} of the available memory); give "
+                          f"fewer or smaller samples")

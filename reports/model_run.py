@@ -18,9 +18,11 @@ worker that dies ends the run with a message), each checkpointed as it finishes 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import time
+import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -129,12 +131,46 @@ def load_target(target: str, artifact_out: str):
 
 
 def read_inputs(path) -> dict:
-    """The arrays of an ``--inputs`` .npz file by name (ModelError when unreadable)."""
+    """The arrays of an ``--inputs`` .npz file by name.  ModelError (one line) when it is
+    not a zip of .npy arrays, or when the arrays its .npy headers declare would not fit the
+    memory (budget.check_model_inputs): checked before any array is read, since a small
+    compressed file can expand to gigabytes."""
+    from . import budget
+    what = f"--inputs {path}: not a .npz file of arrays (np.savez)"
+    declared, largest = 0, (-1, "")
     try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                with z.open(info) as fh:
+                    shape, dtype = _npy_header(fh)
+                size = math.prod(shape) * dtype.itemsize
+                declared += size
+                largest = max(largest, (size, f"{info.filename[:-4]}: {dtype} "
+                                              f"{list(shape)}"))
+        budget.check_model_inputs(declared, path, largest[1])
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"--inputs {path}: not a readable .npz file ({exc})") from None
+    except budget.BudgetError as exc:
+        raise ModelError(str(exc)) from None
+    except OSError as exc:
+        raise ModelError(f"--inputs {path}: cannot read it ({exc.strerror or exc})") from None
+    except (ValueError, EOFError, zipfile.BadZipFile, NotImplementedError) as exc:
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise ModelError(f"{what} ({reason})") from None
+
+
+def _npy_header(fh) -> tuple:
+    """(shape, dtype) of the .npy stream ``fh`` from its header alone (numpy's format 1.0
+    and 2.0); ValueError when it is not one."""
+    version = np.lib.format.read_magic(fh)
+    read = {(1, 0): np.lib.format.read_array_header_1_0,
+            (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    if read is None:
+        raise ValueError(f".npy format {version[0]}.{version[1]} is not read here")
+    shape, _, dtype = read(fh)
+    if dtype.hasobject:
+        raise ValueError("an array of Python objects (pickled) is never loaded")
+    return shape, dtype
 
 
 def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),

@@ -418,3 +418,42 @@ def test_the_tangent_of_a_cube_at_negative_inputs_is_measured_not_nan(tmp_path):
     assert whole["status"] == "ok" and whole["unmeasured"] == 0 and not whole["exceptional"]
     # 3 x^2 t exists at every input (torch's forward mode gives it): a few roundings off.
     assert whole["samples"] == 5 and whole["max_ulp"] < 2
+
+
+# ----- --inputs: sizes checked before anything is read -------------------------------------------
+
+def _npz_declaring(path, shape, descr="<f8"):
+    """A compressed .npz whose one .npy member ``x`` is a header declaring ``shape`` and no
+    data: a few hundred bytes claiming as much as the shape says."""
+    import io
+    import zipfile
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, {"descr": descr, "fortran_order": False,
+                                                "shape": shape})
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.npy", head.getvalue())
+
+
+def test_bad_inputs_files_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _graph_chain().save("g.json")
+    (tmp_path / "empty.npz").write_bytes(b"")
+    _npz_declaring(tmp_path / "huge.npz", (1 << 40,))                  # 8 TiB of float64
+    np.savez(tmp_path / "objects.npz", x=np.array([{"a": 1}], dtype=object))
+    np.save(tmp_path / "plain.npy", np.ones(6))
+    assert (tmp_path / "huge.npz").stat().st_size < 1000
+
+    def refused(name):
+        status, _, err = run_cli(capsys, "model", "g.json", "--inputs", name, "--out", "o.json",
+                                 "--quiet", "--jobs", "1")
+        assert status == 2
+        return one_error(err)
+    assert refused("empty.npz").endswith("--inputs empty.npz: not a .npz file of arrays "
+                                         "(np.savez) (File is not a zip file)")
+    assert refused("plain.npy").endswith("(File is not a zip file)")
+    assert refused("objects.npz").endswith("(an array of Python objects (pickled) is never "
+                                           "loaded)")
+    line = refused("huge.npz")
+    assert "--inputs huge.npz: its arrays declare 8 TiB (x: float64 [1099511627776]), more " \
+           "than the" in line and line.endswith("give fewer or smaller samples")
+    assert not (tmp_path / "o.json").exists()
