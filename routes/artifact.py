@@ -153,7 +153,10 @@ def graph_hash(source) -> str:
         text = canonical(to_document(source))
     else:
         document = _read(source)
-        _schema(document)
+        try:
+            _schema(document)
+        except RouteError as exc:
+            raise RouteError(f"{source}: {str(exc).removeprefix('load_graph: ')}") from None
         text = canonical(document)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
@@ -387,16 +390,79 @@ def _examples(graph: Graph, recs):
     return tuple(out)
 
 
+# No count, index, bound or integer word of a document has more digits (uint64: 20).
+MAX_DIGITS = 40
+
+
+class _Literal:
+    """What the parser holds in place of a number no document has (an integer of more than
+    MAX_DIGITS digits, NaN, Infinity): refused with its place once the document is read."""
+
+    def __init__(self, what):
+        self.what = what
+
+
+def _parse_int(text):
+    digits = len(text.lstrip("-"))
+    if digits > MAX_DIGITS:            # int() of 5000 digits raises Python's own ValueError
+        return _Literal(f"an integer of {digits} digits (a graph artifact's have at most "
+                        f"{MAX_DIGITS})")
+    return int(text)
+
+
+def _parse_constant(text):
+    return _Literal(f"{text} is not a JSON number (a graph artifact writes floats as bit "
+                    f"words)")
+
+
+def _literal_at(document):
+    """(place, what) of the first _Literal in ``document`` (``nodes[0].args[1]``), or None;
+    iterative: a document nests as deep as the parser allowed."""
+    stack = [("", document)]
+    while stack:
+        place, v = stack.pop()
+        if isinstance(v, _Literal):
+            return place or "the document", v.what
+        if isinstance(v, dict):
+            stack += [(f"{place}.{k}" if place else str(k), x) for k, x in reversed(v.items())]
+        elif isinstance(v, list):
+            stack += [(f"{place}[{i}]", x) for i, x in reversed(list(enumerate(v)))]
+    return None
+
+
 def _read(path):
+    """The JSON document at ``path``: UTF-8 (a byte-order mark allowed: editors on Windows
+    write one), nothing but JSON data -- never a module name imported, a pickle or text
+    evaluated.  RouteError ``FILE: what is wrong`` (with the place where there is one)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise RouteError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise RouteError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
+                         f"{exc.start}): a graph artifact is JSON (graph.save)") from None
+    try:
+        document = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
     except json.JSONDecodeError as exc:
-        raise RouteError(f"load_graph: {path}: not JSON ({exc.msg} at line {exc.lineno} "
-                         f"column {exc.colno})") from None
+        raise RouteError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column "
+                         f"{exc.colno})") from None
+    except RecursionError:
+        raise RouteError(f"{path}: nested too deeply for a graph artifact") from None
+    bad = _literal_at(document)
+    if bad is not None:
+        raise RouteError(f"{path}: {bad[0]}: {bad[1]}")
+    return document
 
 
 def load_graph(path) -> Graph:
     """The Graph saved at ``path`` (``graph.save``), every node decoded and its ports
-    checked; RouteError (one line) when the document is refused."""
-    return from_document(_read(path))
+    checked; RouteError, one line ``FILE: PLACE: what is wrong``, when it is refused."""
+    document = _read(path)
+    try:
+        return from_document(document)
+    except RouteError as exc:
+        message = str(exc)
+        raise RouteError(f"{path}: {message.removeprefix('load_graph: ')}") from None

@@ -9,8 +9,11 @@ encoder (formats.encode, an independent implementation); each refusal is one lin
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
+import os
+import pickle
 
 import ml_dtypes
 import numpy as np
@@ -19,6 +22,7 @@ import pytest
 from roundoff_coverage import formats, numerics, routes
 from roundoff_coverage.routes import artifact
 from roundoff_coverage.routes import ports as P
+from conftest import one_error, run_cli
 
 try:
     import torch_models                # the captured test models (needs torch)
@@ -188,62 +192,62 @@ def _set(path, value):
 DELETE = object()
 REFUSALS = {
     "unknown-schema": (_set(["schema"], "other-graph/1"),
-                       "load_graph: unknown schema 'other-graph/1' (this reader reads "
+                       "unknown schema 'other-graph/1' (this reader reads "
                        "roundoff-coverage-graph/1)"),
     "newer-version": (_set(["schema"], "roundoff-coverage-graph/2"),
-                      "load_graph: schema roundoff-coverage-graph/2 is newer than this "
+                      "schema roundoff-coverage-graph/2 is newer than this "
                       "reader's roundoff-coverage-graph/1"),
-    "missing-key": (_set(["outputs"], DELETE), "load_graph: the document misses key 'outputs'"),
+    "missing-key": (_set(["outputs"], DELETE), "the document misses key 'outputs'"),
     "unknown-key": (_set(["extra"], 1),
-                    "load_graph: the document has unknown key 'extra' (keys: schema, source, "
+                    "the document has unknown key 'extra' (keys: schema, source, "
                     "inputs, constants, nodes, outputs, example_inputs)"),
     "malformed-node": (_set(["nodes", 1, "args"], DELETE),
-                       "load_graph: node 1: the record misses key 'args'"),
+                       "node 1: the record misses key 'args'"),
     "unknown-operator": (_set(["nodes", 0, "op", "tag"], "mull"),
-                         "load_graph: node 0 'h': decode: unknown operator tag 'mull' (close "
+                         "node 0 'h': decode: unknown operator tag 'mull' (close "
                          "matches: mul, mulhi, matmul)"),
     "malformed-reference": (_set(["nodes", 1, "args", 0], ["node", 0]),
-                            "load_graph: node 1 (mul): argument 0 must be [\"input\", i], "
+                            "node 1 (mul): argument 0 must be [\"input\", i], "
                             "[\"constant\", i] or [\"node\", k, j] (got ['node', 0])"),
     "later-node": (_set(["nodes", 1, "args", 0], ["node", 3, 0]),
-                   "load_graph: node 1 (mul): argument 0 refers to node 3, not one of the "
+                   "node 1 (mul): argument 0 refers to node 3, not one of the "
                    "nodes before it (0 to 0)"),
     "missing-output": (_set(["nodes", 3, "args", 1], ["node", 2, 2]),
-                       "load_graph: node 3 (clamp): argument 1 refers to output 2 of node 2, "
+                       "node 3 (clamp): argument 1 refers to output 2 of node 2, "
                        "which has 2"),
     "port-mismatch": (_set(["nodes", 0, "args", 0], ["input", 2]),
-                      "load_graph: node 0 'h' (mul): argument x expects value[3] but input 2 "
+                      "node 0 'h' (mul): argument x expects value[3] but input 2 "
                       "is index<5>[3]"),
     "unknown-constant": (_set(["nodes", 0, "args", 1], ["constant", 9]),
-                         "load_graph: node 0 'h' (mul): argument 1 refers to constant 9, but "
+                         "node 0 'h' (mul): argument 1 refers to constant 9, but "
                          "the graph has 5 constants"),
     "output-reference": (_set(["outputs", 0], ["node", 9, 0]),
-                         "load_graph: output 0 refers to node 9, not one of the graph's nodes "
+                         "output 0 refers to node 9, not one of the graph's nodes "
                          "(0 to 7)"),
     "bad-word": (_set(["constants", 0, "array", "words", 1], "-0"),
-                 "load_graph: constant 0 'c' array: a binary64 word is 16 lower-case hex "
+                 "constant 0 'c' array: a binary64 word is 16 lower-case hex "
                  "digits (got '-0')"),
     "unknown-format": (_set(["constants", 0, "array", "format"], "binary128"),
-                       "load_graph: constant 0 'c' array: format must be a catalog format "
+                       "constant 0 'c' array: format must be a catalog format "
                        "with an array type of its width (binary64, binary32, binary16, "
                        "bfloat16, float8_e4m3fn...) (got 'binary128')"),
     "element-count": (_set(["constants", 0, "array", "shape"], [2]),
-                      "load_graph: constant 0 'c' array: 3 elements for shape [2] "
+                      "constant 0 'c' array: 3 elements for shape [2] "
                       "(2 expected)"),
     "constant-port": (_set(["constants", 2, "port"], {"kind": "index", "shape": [3],
                                                       "bounds": [2]}),
-                      "load_graph: constant 2 'mask': expects index<2>[3] (got a bool array, "
+                      "constant 2 'mask': expects index<2>[3] (got a bool array, "
                       "not integers)"),
     "bad-port": (_set(["inputs", 0, "port", "kind"], "complex"),
-                 "load_graph: input 0 'x' port: kind must be one of value, frozen, detached, "
+                 "input 0 'x' port: kind must be one of value, frozen, detached, "
                  "index, bool, integer (got 'complex')"),
     "duplicate-input": (_set(["inputs", 1, "name"], "x"),
-                        "load_graph: input 1: duplicate name 'x'"),
+                        "input 1: duplicate name 'x'"),
     "example-out-of-bounds": (_set(["example_inputs", 2, "values", 0], 7),
-                              "load_graph: example input 2 'ids': expects index<5>[3] (got "
+                              "example input 2 'ids': expects index<5>[3] (got "
                               "index 7 outside [0, 5))"),
     "example-count": (_set(["example_inputs", 3], DELETE),
-                      "load_graph: example_inputs: 3 arrays for 4 inputs"),
+                      "example_inputs: 3 arrays for 4 inputs"),
 }
 
 
@@ -257,7 +261,7 @@ def test_a_malformed_document_is_refused_in_one_line_naming_the_place(key, tmp_p
     path.write_text(json.dumps(doc))
     with pytest.raises(routes.RouteError) as info:
         routes.load_graph(path)
-    assert str(info.value) == message and "\n" not in message
+    assert str(info.value) == f"{path}: {message}" and "\n" not in message
 
 
 def test_a_file_that_is_not_json_is_refused_in_one_line(tmp_path):
@@ -265,5 +269,111 @@ def test_a_file_that_is_not_json_is_refused_in_one_line(tmp_path):
     path.write_text('{"schema": ')
     with pytest.raises(routes.RouteError) as info:
         routes.load_graph(path)
-    assert str(info.value) == (f"load_graph: {path}: not JSON (Expecting value at line 1 "
+    assert str(info.value) == (f"{path}: not JSON (Expecting value at line 1 "
                                f"column 12)")
+
+
+# ----- one reader: hostile files, one line "FILE: PLACE: what is wrong" ---------------------------
+
+def _document() -> dict:
+    return json.loads(json.dumps(artifact.to_document(hand_built())))
+
+
+def test_a_huge_integer_and_a_nan_literal_name_the_file_and_the_place(tmp_path):
+    text = json.dumps(_document())                  # node 0's first argument: ["input", 0]
+    path = tmp_path / "g.json"
+    path.write_text(text.replace('["input", 0]', '["input", ' + "9" * 5000 + "]", 1))
+    with pytest.raises(routes.RouteError) as info:
+        routes.load_graph(path)
+    assert str(info.value) == (f"{path}: nodes[0].args[0][1]: an integer of 5000 digits (a "
+                               f"graph artifact's have at most 40)")
+    doc = _document()
+    path.write_text(json.dumps(doc).replace('"source": {}', '"source": {"eps": NaN}'))
+    with pytest.raises(routes.RouteError) as info:
+        routes.load_graph(path)
+    assert str(info.value) == (f"{path}: source.eps: NaN is not a JSON number (a graph "
+                               f"artifact writes floats as bit words)")
+
+
+def test_a_byte_order_mark_is_read_by_the_api_and_the_command_alike(tmp_path, capsys,
+                                                                    monkeypatch):
+    g = hand_built()
+    g.save(tmp_path / "plain.json")
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "plain.json").read_bytes())
+    loaded = routes.load_graph(tmp_path / "bom.json")
+    assert artifact.canonical(artifact.to_document(loaded)) + "\n" == \
+        (tmp_path / "plain.json").read_text()
+    assert routes.graph_hash(str(tmp_path / "bom.json")) == routes.graph_hash(g)
+    monkeypatch.chdir(tmp_path)
+    status, _, err = run_cli(capsys, "model", "bom.json", "--routes", "forward", "--samples",
+                             "1", "--jobs", "1", "--quiet", "--out", "r.json")
+    assert (status, err) == (0, "")
+
+
+def test_the_command_refuses_a_bad_artifact_in_one_line_naming_file_and_place(tmp_path,
+                                                                            capsys,
+                                                                            monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    doc = _document()
+    doc["nodes"][1]["args"][0] = ["node", 3, 0]
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    (tmp_path / "latin.json").write_bytes(b'{"schema": "\xe9"}')
+    status, _, err = run_cli(capsys, "model", "g.json", "--out", "r.json")
+    assert status == 2
+    assert one_error(err) == ("roundoff-coverage: error: g.json: node 1 (mul): argument 0 "
+                              "refers to node 3, not one of the nodes before it (0 to 0)")
+    status, _, err = run_cli(capsys, "model", "latin.json", "--out", "r.json")
+    assert status == 2
+    assert one_error(err) == ("roundoff-coverage: error: latin.json: not UTF-8 text (byte "
+                              "0xe9 at offset 12): a graph artifact is JSON (graph.save)")
+
+
+class _Payload:
+    """Unpickled, it would run ``touch <marker>``."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_the_loader_never_imports_unpickles_or_evaluates_what_a_file_names(tmp_path,
+                                                                          monkeypatch):
+    marker = tmp_path / "PWNED"
+    payload = pickle.dumps(_Payload(marker))
+    imported = []
+    real_import = builtins.__import__
+
+    def watch(name, *args, **kwargs):
+        imported.append(name)
+        return real_import(name, *args, **kwargs)
+    monkeypatch.setattr(builtins, "__import__", watch)
+    for guard in ("loads", "load"):
+        monkeypatch.setattr(pickle, guard, lambda *a, **k: pytest.fail("unpickled"))
+    doc = _document()
+    cases = {}
+    doc["nodes"][0]["op"]["tag"] = "os.system"
+    cases["tag"] = json.dumps(doc)
+    doc = _document()
+    doc["source"] = {"module": "os", "class": "system", "pickle": payload.decode("latin-1"),
+                     "eval": f"__import__('os').system('touch {marker}')"}
+    doc["nodes"][0]["op"]["tag"] = "__import__('os').system('touch x')"
+    cases["source"] = json.dumps(doc)
+    messages = {}
+    for key, text in cases.items():
+        (tmp_path / f"{key}.json").write_text(text)
+        with pytest.raises(routes.RouteError) as info:
+            routes.load_graph(tmp_path / f"{key}.json")
+        messages[key] = str(info.value)
+    (tmp_path / "pickle.json").write_bytes(payload)
+    with pytest.raises(routes.RouteError) as info:
+        routes.load_graph(tmp_path / "pickle.json")
+    messages["pickle"] = str(info.value)
+    assert messages["tag"] == (f"{tmp_path / 'tag.json'}: node 0 'h': decode: unknown "
+                               f"operator tag 'os.system'")
+    assert messages["source"].startswith(f"{tmp_path / 'source.json'}: node 0 'h': decode: "
+                                         f"unknown operator tag \"__import__(")
+    assert messages["pickle"].startswith(f"{tmp_path / 'pickle.json'}: not ")
+    assert all("\n" not in m for m in messages.values())
+    assert not marker.exists() and not {"os", "posix", "subprocess"} & set(imported)
