@@ -682,7 +682,7 @@ def test_fuzz_every_outcome_is_an_exit_status_and_at_most_one_error_line(argv):
         assert lines[-1] == errors[0], (argv, text)
 
 
-# ----- special files: written as a stream, never replaced ------------------------------------------
+# ----- special files: written as a stream, never replaced -----------------------------------------
 
 BOUND = ["bound", "--ops", "exp", "--box=-1,1", "--samples", "8", "--budget", "4"]
 
