@@ -6,6 +6,7 @@ and the command on a captured torch model (rows, report, gate, refusals)."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -457,3 +458,30 @@ def test_bad_inputs_files_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch)
     assert "--inputs huge.npz: its arrays declare 8 TiB (x: float64 [1099511627776]), more " \
            "than the" in line and line.endswith("give fewer or smaller samples")
     assert not (tmp_path / "o.json").exists()
+
+
+# ----- the model page ---------------------------------------------------------------------------
+
+def test_every_link_of_the_model_page_stays_in_the_report_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    g = _graph_chain()
+    g.example_inputs = [np.linspace(0.5, 2, 6)] * 4
+    g.save("g.json")
+    status, _, err = run_cli(capsys, "model", "g.json", "--routes", "forward", "--samples", "1",
+                             "--jobs", "1", "--quiet", "--out", "r.json")
+    assert (status, err) == (0, "")
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["model"]["summary"] = ["not a summary"]           # the page cannot be drawn from it
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    for results, folder in (("r.json", "good"), ("bad.json", "bad")):
+        status, _, err = run_cli(capsys, "report", results, "--out", folder)
+        assert (status, err) == (0, "")
+        page = (tmp_path / folder / "model.html").read_text()
+        links = re.findall(r'(?:href|src)="([^"#][^"]*)"', page)
+        inside = [h for h in links if not h.startswith("data:")]
+        assert "index.html" in inside
+        root = (tmp_path / folder).resolve()
+        for h in inside:
+            target = (root / h.split("#")[0]).resolve()
+            assert target.is_relative_to(root) and target.exists(), (folder, h)
+    assert "This page could not be drawn" in (tmp_path / "bad" / "model.html").read_text()

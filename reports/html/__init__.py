@@ -72,7 +72,7 @@ def build(results_path, out_dir, baseline=None) -> Built:
                                               None, op), root="../")
     if isinstance(doc.get("model"), dict):
         files["model.html"] = page("Model: roundoff coverage", _guard(
-            lambda: model_page.page_body(doc, doc["rows"]), None, "model"))
+            lambda: model_page.page_body(doc, doc["rows"]), None, "model", root=""))
     if baseline is not None:
         files["compare.html"] = page("Comparison with the baseline",
                                      compare.page_body(cmp, summary, baseline))
@@ -103,14 +103,16 @@ def prepare(out_dir) -> None:
                         f"{exc.strerror or exc}") from None
 
 
-def _guard(render, fallback, op=None):
-    """``render()``, or an error message in its place when it raises (module docstring)."""
+def _guard(render, fallback, op=None, root="../"):
+    """``render()``, or an error message in its place when it raises (module docstring);
+    ``root``: the path from the page back to the report folder (operator pages sit in ops/,
+    the model page beside index.html)."""
     try:
         return render()
     except Exception as exc:                                  # noqa: BLE001
         if fallback is not None:
             return fallback
-        return (f'<header><nav><a href="../index.html">report</a></nav><h1 id="operator">'
+        return (f'<header><nav><a href="{root}index.html">report</a></nav><h1 id="operator">'
                 f'{esc(op)}</h1></header><p class="bad">This page could not be drawn: '
                 f"{esc(_one_line(exc))}</p>")
 
