@@ -123,3 +123,19 @@ def check_model_inputs(declared: int, path, largest: str) -> None:
                           f"({largest}), more than the {size_text(limit)} a model run can "
                           f"take here (1/{MODEL_INPUTS_SHARE} of the available memory); give "
                           f"fewer or smaller samples")
+
+
+def check_model(elements: int, samples: int, largest: str) -> None:
+    """BudgetError when ``samples`` samples of a model whose values (inputs, constants,
+    node outputs) hold ``elements`` elements each (``largest``: the largest, named) cannot
+    fit the available memory even as one binary64 copy: a lower bound (the run holds many
+    copies), so it refuses no run that fits, and an artifact declaring huge shapes fails
+    here instead of in the middle of the run."""
+    need, available = 8 * elements * samples, available_memory()
+    if need > available:
+        need_text = f"{samples} sample{'s need' if samples != 1 else ' needs'}"
+        raise BudgetError(f"the model's values hold {elements} elements a sample (largest: "
+                          f"{largest}): {need_text} at least {size_text(need)} in binary64 "
+                          f"alone, more than the "
+                          f"{size_text(available)} available; give fewer --samples or a "
+                          f"smaller model")

@@ -130,6 +130,26 @@ def load_target(target: str, artifact_out: str):
     return graph, artifact_out
 
 
+def check_memory(graph, samples: int) -> None:
+    """ModelError (one line) when ``samples`` samples of ``graph`` cannot fit the memory
+    (budget.check_model), naming its largest value."""
+    from . import budget
+    sizes = [(math.prod(p.array_shape), f"input {n} {list(p.array_shape)}")
+             for n, p in zip(graph.input_names, graph.inputs)]
+    sizes += [(math.prod(p.array_shape), f"constant {i} {list(p.array_shape)}")
+              for i, p in enumerate(graph.constant_ports)]
+    for k, node in enumerate(graph.nodes):
+        sizes += [(math.prod(p.array_shape),
+                   f"node {k} {graph.node_names[k]!r} ({node.op.name}) output {name} "
+                   f"{list(p.array_shape)}")
+                  for name, p in zip(node.op.output_names, node.op.outputs)]
+    try:
+        budget.check_model(sum(n for n, _ in sizes), samples,
+                           max(sizes, key=lambda e: e[0])[1] if sizes else "none")
+    except budget.BudgetError as exc:
+        raise ModelError(str(exc)) from None
+
+
 def read_inputs(path) -> dict:
     """The arrays of an ``--inputs`` .npz file by name.  ModelError (one line) when it is
     not a zip of .npy arrays, or when the arrays its .npy headers declare would not fit the

@@ -7,8 +7,9 @@ floats as Python's shortest round-trip repr, non-finite floats as the strings ``
 depends on time, worker order or --jobs, so the same command and seed give the same bytes.
 ``write(path, doc, csv=None)`` writes atomically (a temporary file in the same folder, then
 os.replace), except to a special file (``special_file``: /dev/null, a FIFO), which it writes
-as a stream: a rename would replace the device with a regular file.  ``load(path) -> pandas.DataFrame`` (one row per measured route, the columns of
-ROW_FIELDS with ``attrs`` named ``attributes`` (FRAME_NAMES); floats back to float);
+as a stream: a rename would replace the device with a regular file.
+``load(path) -> pandas.DataFrame`` (one row per measured route, the columns of ROW_FIELDS
+with ``attrs`` named ``attributes`` (FRAME_NAMES); floats back to float);
 ``to_csv(frame, path)`` with nested fields as JSON text.
 """
 

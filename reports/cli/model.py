@@ -168,13 +168,14 @@ def cmd_model(args) -> int:
         check_report_dir(args.html)
     check_jobs(args.jobs, "local", None)
     try:
-        if args.inputs:
-            model_run.read_inputs(args.inputs)
+        given = model_run.read_inputs(args.inputs) if args.inputs else None
         graph, sel.artifact = model_run.load_target(args.target, artifact)
         sel.artifact_hash = routes.graph_hash(sel.artifact)
-        if args.inputs:
+        count = sel.samples
+        if given is not None:
             from ..model import sample_inputs
-            sample_inputs(graph, sel.samples, sel.seed, model_run.read_inputs(args.inputs))
+            count = len(sample_inputs(graph, sel.samples, sel.seed, given))
+        model_run.check_memory(graph, count)
         outcome = model_run.run(sel, out, jobs=args.jobs, resume=args.resume,
                                 progress=not args.quiet)
     except ModelError as exc:
