@@ -165,8 +165,8 @@ def read_inputs(path) -> dict:
                     shape, dtype = _npy_header(fh)
                 size = math.prod(shape) * dtype.itemsize
                 declared += size
-                largest = max(largest, (size, f"{info.filename[:-4]}: {dtype} "
-                                              f"{list(shape)}"))
+                name = info.filename.removesuffix(".npy")
+                largest = max(largest, (size, f"{name}: {dtype} {list(shape)}"))
         budget.check_model_inputs(declared, path, largest[1])
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
