@@ -354,6 +354,7 @@ def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nea
         top = np.empty(n, np.int32)
         s = np.empty(n)
         base = np.empty(n, np.int64)
+        lost = np.zeros(n, np.bool_)
         buf = np.empty(group + 1)
         for t0 in range(0, k, group):
             t1 = min(t0 + group, k)
@@ -367,8 +368,22 @@ def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nea
                 for j in range(n):
                     top[j] = max(top[j], et + ebt[j])
             if exact:
+                # The sum cut at 2**(E - 43) is the exact sum where no term loses a bit there
+                # (at most 33 terms below 2**45 quanta each: an exact binary64 sum); a group
+                # where one does is summed by _odd_sum instead.
                 for j in range(n):
-                    if lowest < top[j] < _SPECIAL:
+                    base[j] = min(max(top[j] - 43 + 1075, 0), 4000)
+                    s[j] = _cut(c[j], base[j])
+                    lost[j] = s[j] != c[j]
+                for t in range(t0, t1):
+                    at, bv = A[bt, i, t], B[bt, t]
+                    for j in range(n):
+                        p = at * bv[j]
+                        kept = _cut(p, base[j])
+                        s[j] += kept
+                        lost[j] |= kept != p
+                for j in range(n):
+                    if lost[j] and lowest < top[j] < _SPECIAL:
                         buf[0] = c[j]
                         for t in range(t0, t1):
                             buf[t - t0 + 1] = A[bt, i, t] * B[bt, t, j]

@@ -198,6 +198,7 @@ def test_specials_and_overflow():
 @pytest.mark.parametrize("fmt,gpu,m,n", [("bfloat16", "h100", 3, 4), ("binary16", "v100", 2, 37),
                                          ("float8_e4m3fn", "ada", 3, 4),
                                          ("float8_e5m2", "b200", 2, 19),
+                                         ("float8_e4m3fn", "b200", 3, 20),
                                          ("binary32", "a100", 20, 3)])
 def test_policy_matmul_against_the_oracle(fmt, gpu, m, n):
     # n = 37, 19: several blocks of the kernel's columns, a short last one; m = 20 > n = 3:
@@ -205,6 +206,10 @@ def test_policy_matmul_against_the_oracle(fmt, gpu, m, n):
     rng = np.random.default_rng(11)
     x, y = _values(rng, fmt, (m, 37)), _values(rng, fmt, (37, n))
     x[0, :5] = 0.0
+    if gpu == "b200":          # terms spanning more binades than one binary64 sum holds
+        top = float(formats.get(fmt).max_finite)
+        x = formats.round_to(np.clip(x * 2.0 ** rng.integers(-12, 12, x.shape), -top, top),
+                             fmt)
     got = numerics.emulated(fmt, "nearest_even", f"tc:{gpu}").matmul(x, y)
     core = tc.tensor_core(gpu)
     fin = tc.READS[formats.get(fmt).label]
@@ -397,3 +402,13 @@ def test_a_model_run_computes_its_products_as_the_gpu_does():
         assert row["policy"] == f"tc:{gpu}"
         assert row["max_ulp"] == pytest.approx(wants[gpu], rel=1e-9)
     assert wants["a100"] != pytest.approx(wants["h100"], rel=1e-6)   # the data tells them apart
+
+
+def test_blackwell_fp8_matmul_sums_exactly_across_63_binades():
+    # 2**30 + 2**6 is a tie in binary32 (ulp 2**7 there); a product of 2**-32 (E5M2's least
+    # subnormal squared) decides it: up with +2**-32, down to even with -2**-32.  The
+    # kernel's fast sum cuts at 2**(E - 43), so this group takes its exact path.
+    x = np.array([[2.0 ** 15, 2.0 ** 3, 2.0 ** -16], [2.0 ** 15, 2.0 ** 3, -(2.0 ** -16)]])
+    y = np.array([[2.0 ** 15, 2.0 ** 3, 2.0 ** -16]])
+    got = tc.tensor_core("b200").matmul(x[None], y[None], "float8_e5m2")[0, :, 0]
+    assert list(got) == [2.0 ** 30 + 2.0 ** 7, 2.0 ** 30]
