@@ -20,7 +20,7 @@ from numba import cuda
 
 from typing import Callable, NamedTuple
 
-from roundoff_coverage.routes.families.activation import _GELU_C, _RSQRT2, _RSQRT2PI, _SQRT_2_OVER_PI
+from roundoff_coverage.routes.families.activation import GELU_C, RSQRT2, RSQRT2PI, SQRT_2_OVER_PI
 
 from .base import DIRECTED, Instance, Kernel, flat
 from .contract import TRACED, Contract
@@ -359,7 +359,7 @@ def _softplus_grad(P, dev):
 # format by one multiplication by 1, which gives the same value as rounding the literal
 # itself in every format and mode of the kernels (no binary64 nearest of these literals lies
 # on a point or a midpoint of a grid of precision <= 25: tests/test_kernels_movement.py).
-_GELU_LITERALS = (float(_RSQRT2), float(_RSQRT2PI), float(_SQRT_2_OVER_PI), float(_GELU_C))
+_GELU_LITERALS = (float(RSQRT2), float(RSQRT2PI), float(SQRT_2_OVER_PI), float(GELU_C))
 
 
 def _literal(P, dev):

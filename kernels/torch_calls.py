@@ -78,13 +78,13 @@ TABLE: dict[str, Call] = {}
 DIFFERS = "differs"     # a convention's port where torch's exact value is not computed
 
 
-def _call(name, fn, **more):
+def register(name, fn, **more):
     if name in TABLE:
         raise ValueError(f"torch_calls: {name} is already in the table")
     TABLE[name] = Call(name, fn, **more)
 
 
-def _item(v):
+def as_number(v):
     """A frozen scalar (0-d tensor) as a Python float: the format value, exactly.  A number
     passes unchanged (torch_compile passes frozen scalars as numbers, which Dynamo traces
     as symbolic inputs instead of breaking the graph at ``.item()``)."""
@@ -93,19 +93,19 @@ def _item(v):
 
 # ----- exact values of torch's conventions (rationals from format values) --------------------
 
-def _q(v):
+def fraction_of(v):
     """A finite float as a Fraction; inf and NaN kept as floats."""
     v = float(v)
     return Fraction(v) if math.isfinite(v) else v
 
 
-def _objects(shape):
+def object_array(shape):
     return np.full(shape, None, dtype=object)
 
 
-def _scaled(v, g):
+def scaled_exact(v, g):
     """v (a Fraction or a non-finite float) times a cotangent g, the IEEE way for inf."""
-    g = _q(g)
+    g = fraction_of(g)
     if isinstance(v, float) or isinstance(g, float):
         return float(v) * float(g)
     return v * g
@@ -124,8 +124,8 @@ def _where(mask, value, ports, at=(0,)):
         vals = np.broadcast_to(np.asarray(value(xs, vs), np.float64), m.shape)
         out = [None] * ports
         for j in at:
-            o = _objects(m.shape)
-            o[m] = [_q(v) for v in vals[m]]
+            o = object_array(m.shape)
+            o[m] = [fraction_of(v) for v in vals[m]]
             out[j] = o
         return tuple(out)
     return exact
@@ -142,13 +142,13 @@ def _passes(xs, vs):
 
 # ----- elementwise arithmetic --------------------------------------------------------------------
 
-_call("add", lambda t, a, x, y: t.add(x, y))
-_call("sub", lambda t, a, x, y: t.sub(x, y))
-_call("mul", lambda t, a, x, y: t.mul(x, y))
-_call("div", lambda t, a, x, y: t.div(x, y, rounding_mode=None if a.rounding_mode == "none"
+register("add", lambda t, a, x, y: t.add(x, y))
+register("sub", lambda t, a, x, y: t.sub(x, y))
+register("mul", lambda t, a, x, y: t.mul(x, y))
+register("div", lambda t, a, x, y: t.div(x, y, rounding_mode=None if a.rounding_mode == "none"
                                       else a.rounding_mode))
-_call("neg", lambda t, a, x: t.neg(x))
-_call("abs", lambda t, a, x: t.abs(x))
+register("neg", lambda t, a, x: t.neg(x))
+register("abs", lambda t, a, x: t.abs(x))
 
 
 def _sqrt_clamp(route):
@@ -164,7 +164,7 @@ def _sqrt_clamp(route):
         below = (x < 0) | np.isnan(x) if route == "tangent" else np.zeros(x.shape, bool)
         if not (at | below).any():
             return None
-        out = _objects(x.shape)
+        out = object_array(x.shape)
         with np.errstate(divide="ignore", invalid="ignore"):
             out[at] = [float(q) for q in (v[at] / x[at])]     # x = +-0: sqrt(+-0) = +-0
         out[below] = math.nan
@@ -172,25 +172,25 @@ def _sqrt_clamp(route):
     return exact
 
 
-_call("sqrt", lambda t, a, x: t.sqrt(x) if a.mode == "raw" else t.sqrt(t.clamp(x, min=0)),
+register("sqrt", lambda t, a, x: t.sqrt(x) if a.mode == "raw" else t.sqrt(t.clamp(x, min=0)),
       conventions=(Convention("gradient", "sqrt at clampNegative: torch's sqrt(clamp(x, "
                               "min=0)) gives x = 0 the gradient g/0 = +-inf (the rule: 0, the "
                               "flat side)", _sqrt_clamp("gradient")),
                    Convention("tangent", "sqrt at clampNegative: torch's tangent is t/0 = "
                               "+-inf at x = 0 and NaN below 0 and at NaN (the rule: 0)",
                               _sqrt_clamp("tangent"))))
-_call("rsqrt", lambda t, a, x: t.rsqrt(x))
-_call("reciprocal", lambda t, a, x: t.reciprocal(x))
-_call("square", lambda t, a, x: t.square(x))
-_call("pow", lambda t, a, x, y: t.pow(x, y))
-_call("scale", lambda t, a, x, c: t.mul(x, c))
-_call("fmod", lambda t, a, x, y: t.fmod(x, y),
+register("rsqrt", lambda t, a, x: t.rsqrt(x))
+register("reciprocal", lambda t, a, x: t.reciprocal(x))
+register("square", lambda t, a, x: t.square(x))
+register("pow", lambda t, a, x, y: t.pow(x, y))
+register("scale", lambda t, a, x, c: t.mul(x, c))
+register("fmod", lambda t, a, x, y: t.fmod(x, y),
       conventions=(Convention("gradient", "fmod at an infinite x: torch's gradient at y is NaN "
                               "(the rule: -trunc(x/y) g, infinite)",
                               _where(lambda a, xs: np.isinf(xs[0]), _nan, 2, (1,))),
                    Convention("tangent", "fmod at an infinite x: torch's tangent is NaN",
                               _where(lambda a, xs: np.isinf(xs[0]), _nan, 1))))
-_call("remainder", lambda t, a, x, y: t.remainder(x, y))
+register("remainder", lambda t, a, x, y: t.remainder(x, y))
 
 
 def _hypot_nan(a, xs):
@@ -199,19 +199,19 @@ def _hypot_nan(a, xs):
     return ((x == 0) & (y == 0)) | np.isnan(np.hypot(x, y))
 
 
-_call("hypot", lambda t, a, x, y: t.hypot(x, y),
+register("hypot", lambda t, a, x, y: t.hypot(x, y),
       conventions=(Convention("gradient", "hypot at the origin and at a NaN operand: torch's "
                               "gradient x/hypot is NaN (the rule: the subgradient 0)",
                               _where(_hypot_nan, _nan, 2, (0, 1))),
                    Convention("tangent", "hypot at the origin and at a NaN operand: torch's "
                               "tangent is NaN (the rule: 0)", _where(_hypot_nan, _nan, 1))))
-_call("copysign", lambda t, a, x, y: t.copysign(x, y),
+register("copysign", lambda t, a, x, y: t.copysign(x, y),
       conventions=tuple(Convention(r, "copysign at an infinite or NaN x: torch's derivative "
                                       "result/x is NaN (the rule: +-1 at inf, 0 at NaN)",
                                    _where(lambda a, xs: ~np.isfinite(xs[0]), _nan,
                                           2 if r == "gradient" else 1))
                         for r in ("gradient", "tangent")))
-_call("nextafter", lambda t, a, x, y: t.nextafter(x, y))
+register("nextafter", lambda t, a, x, y: t.nextafter(x, y))
 def _lerp_inf(xs, vs):
     """torch's lerp with an infinite endpoint, in IEEE arithmetic (exact: the results are
     infinities or NaN): x + w (y - x) for |w| < 0.5, y - (y - x)(1 - w) otherwise."""
@@ -220,17 +220,17 @@ def _lerp_inf(xs, vs):
         return np.where(np.abs(w) < 0.5, x + w * (y - x), y - (y - x) * (1 - w))
 
 
-_call("lerp", lambda t, a, x, y, w: t.lerp(x, y, w),
+register("lerp", lambda t, a, x, y, w: t.lerp(x, y, w),
       conventions=(Convention("forward", "lerp with an infinite endpoint: torch's formula "
                               "switches to y - (y - x)(1 - w) at w >= 0.5, so it gives inf "
                               "where x + w (y - x) is inf - inf = NaN (and the other way)",
                               _where(lambda a, xs: np.isinf(xs[0]) | np.isinf(xs[1]),
                                      _lerp_inf, 1)),))
-_call("addcmul", lambda t, a, x, t1, t2, c: t.addcmul(x, t1, t2, value=_item(c)))
-_call("addcdiv", lambda t, a, x, t1, t2, c: t.addcdiv(x, t1, t2, value=_item(c)))
-_call("nanToNum", lambda t, a, x, nan, pos, neg: t.nan_to_num(
-    x, nan=_item(nan), posinf=_item(pos), neginf=_item(neg)))
-_call("fullLike", lambda t, a, x, c: t.full_like(x, _item(c)))
+register("addcmul", lambda t, a, x, t1, t2, c: t.addcmul(x, t1, t2, value=as_number(c)))
+register("addcdiv", lambda t, a, x, t1, t2, c: t.addcdiv(x, t1, t2, value=as_number(c)))
+register("nanToNum", lambda t, a, x, nan, pos, neg: t.nan_to_num(
+    x, nan=as_number(nan), posinf=as_number(pos), neginf=as_number(neg)))
+register("fullLike", lambda t, a, x, c: t.full_like(x, as_number(c)))
 
 # ----- transcendental functions ------------------------------------------------------------------
 
@@ -241,9 +241,9 @@ for _name, _fn in (("exp", "exp"), ("exp2", "exp2"), ("expm1", "expm1"), ("log",
                    ("acosh", "acosh"), ("atanh", "atanh"), ("erf", "erf"),
                    ("floor", "floor"), ("ceil", "ceil"), ("round", "round"),
                    ("trunc", "trunc"), ("frac", "frac")):
-    _call(_name, (lambda f: lambda t, a, x: getattr(t, f)(x))(_fn))
+    register(_name, (lambda f: lambda t, a, x: getattr(t, f)(x))(_fn))
 # atan2's first port is the numerator, as torch.atan2(input, other).
-_call("atan2", lambda t, a, x, y: t.atan2(x, y))
+register("atan2", lambda t, a, x, y: t.atan2(x, y))
 
 
 def _sign_nan(t, a, xs, vs):
@@ -252,12 +252,12 @@ def _sign_nan(t, a, xs, vs):
     at = np.isnan(x)
     if not at.any():
         return None
-    out = _objects(x.shape)
+    out = object_array(x.shape)
     out[at] = Fraction(0)
     return (out,)
 
 
-_call("sign", lambda t, a, x: t.sign(x),
+register("sign", lambda t, a, x: t.sign(x),
       conventions=(Convention("forward", "sign(NaN): torch gives 0 (the rule: NaN)",
                               _sign_nan),))
 
@@ -278,20 +278,21 @@ def _max_conv(route):
             return None
         if route == "gradient":
             g = np.asarray(vs[0], np.float64)
-            gx = _objects(x.shape)
-            gx[nan] = [_q(v) for v in g[nan]]
-            gx[zeros] = [_scaled(Fraction(1, 2), v) for v in g[zeros]]
+            gx = object_array(x.shape)
+            gx[nan] = [fraction_of(v) for v in g[nan]]
+            gx[zeros] = [scaled_exact(Fraction(1, 2), v) for v in g[zeros]]
             return (gx, gx.copy())
         tx, ty = (np.asarray(v, np.float64) for v in vs)
-        out = _objects(x.shape)
-        out[nan] = [_q(v) for v in ty[nan]]
-        out[zeros] = [_scaled(Fraction(1, 2), _add(p, q)) for p, q in zip(tx[zeros], ty[zeros])]
+        out = object_array(x.shape)
+        out[nan] = [fraction_of(v) for v in ty[nan]]
+        out[zeros] = [scaled_exact(Fraction(1, 2), add_exact(p, q))
+                      for p, q in zip(tx[zeros], ty[zeros])]
         return (out,)
     return exact
 
 
-def _add(p, q):
-    p, q = _q(p), _q(q)
+def add_exact(p, q):
+    p, q = fraction_of(p), fraction_of(q)
     return float(p) + float(q) if isinstance(p, float) or isinstance(q, float) else p + q
 
 
@@ -309,18 +310,18 @@ def _fmax_tie(name, route):
         if route == "tangent":
             tx, ty = (np.asarray(v, np.float64) for v in vs)
             pick = np.where(tie & (name == "fmax"), ty, tx)
-            out = _objects(x.shape)
-            out[at] = [_q(v) for v in pick[at]]
+            out = object_array(x.shape)
+            out[at] = [fraction_of(v) for v in pick[at]]
             return (out,)
-        first, second = _objects(x.shape), _objects(x.shape)
-        first[at] = [_q(v) for v in np.asarray(vs[0], np.float64)[at]]
+        first, second = object_array(x.shape), object_array(x.shape)
+        first[at] = [fraction_of(v) for v in np.asarray(vs[0], np.float64)[at]]
         second[at] = Fraction(0)
         return (first, second)
     return exact
 
 
 for _name, _fn in (("max", "maximum"), ("min", "minimum")):
-    _call(_name, (lambda f: lambda t, a, x, y: getattr(t, f)(x, y))(_fn),
+    register(_name, (lambda f: lambda t, a, x, y: getattr(t, f)(x, y))(_fn),
           conventions=tuple(Convention(r, f"{_name} with a NaN operand: torch gives both "
                                           f"operands the whole cotangent and the tangent ty "
                                           f"(the rule: half each, the half sum); at a tie of "
@@ -328,7 +329,7 @@ for _name, _fn in (("max", "maximum"), ("min", "minimum")):
                                           f"the zeros)", _max_conv(r))
                             for r in ("gradient", "tangent")))
 for _name in ("fmax", "fmin"):
-    _call(_name, (lambda f: lambda t, a, x, y: getattr(t, f)(x, y))(_name),
+    register(_name, (lambda f: lambda t, a, x, y: getattr(t, f)(x, y))(_name),
           conventions=(
               Convention("gradient", f"{_name} at a tie (x == y, -0 == +0, or both NaN): torch "
                                      f"gives x the whole cotangent (the rule splits it in "
@@ -337,7 +338,7 @@ for _name in ("fmax", "fmin"):
                                     f"{'ty' if _name == 'fmax' else 'tx'} (tx where both are "
                                     f"NaN; the rule: the half sum)",
                          _fmax_tie(_name, "tangent"))))
-_call("clamp", lambda t, a, x, lo, hi: t.clamp(x, min=_item(lo), max=_item(hi)))
+register("clamp", lambda t, a, x, lo, hi: t.clamp(x, min=as_number(lo), max=as_number(hi)))
 
 # ----- activations -----------------------------------------------------------------------------
 
@@ -352,40 +353,41 @@ def _threshold_nan(name, rule, ports):
                  for r in ("gradient", "tangent"))
 
 
-_call("relu", lambda t, a, x: t.nn.functional.relu(x), conventions=_threshold_nan("relu", "0", 1))
-_call("elu", lambda t, a, x, alpha: t.nn.functional.elu(x, alpha=_item(alpha)),
+register("relu", lambda t, a, x: t.nn.functional.relu(x),
+         conventions=_threshold_nan("relu", "0", 1))
+register("elu", lambda t, a, x, alpha: t.nn.functional.elu(x, alpha=as_number(alpha)),
       conventions=_threshold_nan("elu", "NaN", 2))
-_call("sigmoid", lambda t, a, x: t.sigmoid(x))
-_call("tanh", lambda t, a, x: t.tanh(x))
-_call("softplus", lambda t, a, x, beta, th: t.nn.functional.softplus(
-    x, beta=_item(beta), threshold=_item(th)))
-_call("silu", lambda t, a, x: t.nn.functional.silu(x))
-_call("gelu", lambda t, a, x: t.nn.functional.gelu(x, approximate=a.approximate))
-_call("leakyReLU", lambda t, a, x, s: t.nn.functional.leaky_relu(x, negative_slope=_item(s)))
+register("sigmoid", lambda t, a, x: t.sigmoid(x))
+register("tanh", lambda t, a, x: t.tanh(x))
+register("softplus", lambda t, a, x, beta, th: t.nn.functional.softplus(
+    x, beta=as_number(beta), threshold=as_number(th)))
+register("silu", lambda t, a, x: t.nn.functional.silu(x))
+register("gelu", lambda t, a, x: t.nn.functional.gelu(x, approximate=a.approximate))
+register("leakyReLU", lambda t, a, x, s: t.nn.functional.leaky_relu(x, negative_slope=as_number(s)))
 
 # ----- comparisons, logic, casts ---------------------------------------------------------------
 
 for _name, _fn in (("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"),
                    ("ge", "ge"), ("logicalAnd", "logical_and"), ("logicalOr", "logical_or"),
                    ("logicalXor", "logical_xor")):
-    _call(_name, (lambda f: lambda t, a, x, y: getattr(t, f)(x, y))(_fn))
+    register(_name, (lambda f: lambda t, a, x, y: getattr(t, f)(x, y))(_fn))
 for _name, _fn in (("isNaN", "isnan"), ("isInf", "isinf"), ("isFinite", "isfinite"),
                    ("logicalNot", "logical_not")):
-    _call(_name, (lambda f: lambda t, a, x: getattr(t, f)(x))(_fn))
-_call("select", lambda t, a, c, x, y: t.where(c, x, y))
+    register(_name, (lambda f: lambda t, a, x: getattr(t, f)(x))(_fn))
+register("select", lambda t, a, c, x, y: t.where(c, x, y))
 # The dtype argument ``d`` of a conversion: the value ports' dtype (the format's).
-_call("cast", lambda t, a, x, d=None: x.to(d))
+register("cast", lambda t, a, x, d=None: x.to(d))
 
 # ----- integer words ---------------------------------------------------------------------------
 
 for _name, _fn in (("bitwiseAnd", "bitwise_and"), ("bitwiseOr", "bitwise_or"),
                    ("bitwiseXor", "bitwise_xor"), ("bitwiseLeftShift", "bitwise_left_shift")):
-    _call(_name, (lambda f: lambda t, a, x, y: getattr(t, f)(x, y))(_fn))
-_call("bitwiseNot", lambda t, a, x: t.bitwise_not(x))
-_call("shiftRightArithmetic", lambda t, a, x, n: t.bitwise_right_shift(x, n),
+    register(_name, (lambda f: lambda t, a, x, y: getattr(t, f)(x, y))(_fn))
+register("bitwiseNot", lambda t, a, x: t.bitwise_not(x))
+register("shiftRightArithmetic", lambda t, a, x, n: t.bitwise_right_shift(x, n),
       refuses=lambda a: None if a.element.startswith("int") else
       "torch shifts unsigned words right logically (no arithmetic shift of a uint pattern)")
-_call("shiftRightLogical", lambda t, a, x, n: t.bitwise_right_shift(x, n),
+register("shiftRightLogical", lambda t, a, x, n: t.bitwise_right_shift(x, n),
       refuses=lambda a: None if a.element.startswith("uint") else
       "torch shifts signed words right arithmetically (no logical shift of an int pattern)")
 
@@ -399,9 +401,9 @@ def _bitcast(t, a, x, d=None):
     return x.view(to)
 
 
-_call("bitcast", _bitcast)
-_call("encodeIndex", lambda t, a, i, d=None: i.to(_word(t, a.element)))
-_call("decodeIndex", lambda t, a, w, d=None: w.to(t.int64))
+register("bitcast", _bitcast)
+register("encodeIndex", lambda t, a, i, d=None: i.to(_word(t, a.element)))
+register("decodeIndex", lambda t, a, w, d=None: w.to(t.int64))
 
 
 def _word(t, name):

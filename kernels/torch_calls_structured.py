@@ -10,20 +10,21 @@ from fractions import Fraction
 
 import numpy as np
 
-from .torch_calls import DIFFERS, Convention, _add, _call, _item, _objects, _q, _scaled
+from .torch_calls import (DIFFERS, Convention, add_exact, as_number, fraction_of, object_array,
+                          register, scaled_exact)
 
 # ----- scans and orderings ---------------------------------------------------------------------
 
-_call("cumsum", lambda t, a, x: t.cumsum(x, a.axis))
-_call("cumprod", lambda t, a, x: t.cumprod(x, a.axis))
-_call("cummax", lambda t, a, x: tuple(t.cummax(x, a.axis)))
-_call("cummin", lambda t, a, x: tuple(t.cummin(x, a.axis)))
-_call("sort", lambda t, a, x: tuple(t.sort(x, dim=a.axis, descending=a.descending,
-                                           stable=True)))
-_call("topk", lambda t, a, x: tuple(t.topk(x, a.k, dim=a.axis, largest=a.largest,
-                                           sorted=True)))
-_call("argmax", lambda t, a, x: t.argmax(x, dim=a.axis, keepdim=a.keepdim))
-_call("argmin", lambda t, a, x: t.argmin(x, dim=a.axis, keepdim=a.keepdim))
+register("cumsum", lambda t, a, x: t.cumsum(x, a.axis))
+register("cumprod", lambda t, a, x: t.cumprod(x, a.axis))
+register("cummax", lambda t, a, x: tuple(t.cummax(x, a.axis)))
+register("cummin", lambda t, a, x: tuple(t.cummin(x, a.axis)))
+register("sort", lambda t, a, x: tuple(t.sort(x, dim=a.axis, descending=a.descending,
+                                              stable=True)))
+register("topk", lambda t, a, x: tuple(t.topk(x, a.k, dim=a.axis, largest=a.largest,
+                                              sorted=True)))
+register("argmax", lambda t, a, x: t.argmax(x, dim=a.axis, keepdim=a.keepdim))
+register("argmin", lambda t, a, x: t.argmin(x, dim=a.axis, keepdim=a.keepdim))
 
 # ----- indexing --------------------------------------------------------------------------------
 
@@ -88,18 +89,18 @@ def _scatter_replace_grad(t, a, xs, vs):
     if all(len(set(row)) == len(row) for row in flat.tolist()):
         return None
     gt = np.transpose(g, perm).reshape(nb, nk, nr)
-    gu = _objects((nb, ni, nr))
+    gu = object_array((nb, ni, nr))
     for b in range(nb):
         for i in range(ni):
-            gu[b, i] = [_q(v) for v in gt[b, flat[b, i]]]
+            gu[b, i] = [fraction_of(v) for v in gt[b, flat[b, i]]]
     return (None, None, gu.reshape(np.shape(up)))
 
 
-_call("gather", _gather)
-_call("scatter", _scatter,
-      conventions=(Convention("gradient", "scatter replace with a repeated target: torch "
-                              "gives every update of the target its cotangent (the rule: the "
-                              "last update only)", _scatter_replace_grad),))
+register("gather", _gather)
+register("scatter", _scatter,
+         conventions=(Convention("gradient", "scatter replace with a repeated target: torch "
+                                 "gives every update of the target its cotangent (the rule: the "
+                                 "last update only)", _scatter_replace_grad),))
 
 
 def _indices(t, a):
@@ -109,10 +110,10 @@ def _indices(t, a):
     return t.stack(grids, dim=-1)
 
 
-_call("indices", lambda t, a: _indices(t, a), composite=True)
-_call("indexAt", lambda t, a, x, at: t.index_select(x, a.axis, at.reshape(1)).squeeze(a.axis))
-_call("slice", lambda t, a, x: x[(slice(None),) * a.axis + (slice(a.start, a.stop, a.step),)])
-_call("embedding", lambda t, a, w, ids: t.nn.functional.embedding(ids, w))
+register("indices", lambda t, a: _indices(t, a), composite=True)
+register("indexAt", lambda t, a, x, at: t.index_select(x, a.axis, at.reshape(1)).squeeze(a.axis))
+register("slice", lambda t, a, x: x[(slice(None),) * a.axis + (slice(a.start, a.stop, a.step),)])
+register("embedding", lambda t, a, w, ids: t.nn.functional.embedding(ids, w))
 
 # ----- data movement ---------------------------------------------------------------------------
 
@@ -123,12 +124,12 @@ def _pad(t, a, x):
     return t.nn.functional.pad(x, pads, mode="constant", value=0)
 
 
-_call("reshape", lambda t, a, x: x.reshape(a.to))
-_call("permute", lambda t, a, x: x.permute(a.perm))
-_call("broadcast", lambda t, a, x: t.broadcast_to(x, a.to))
-_call("flip", lambda t, a, x: t.flip(x, a.axes))
-_call("pad", _pad)
-_call("cat", lambda t, a, *xs: t.cat(xs, dim=a.axis))
+register("reshape", lambda t, a, x: x.reshape(a.to))
+register("permute", lambda t, a, x: x.permute(a.perm))
+register("broadcast", lambda t, a, x: t.broadcast_to(x, a.to))
+register("flip", lambda t, a, x: t.flip(x, a.axes))
+register("pad", _pad)
+register("cat", lambda t, a, *xs: t.cat(xs, dim=a.axis))
 
 # ----- reductions and products ------------------------------------------------------------------
 
@@ -149,12 +150,12 @@ def _reduce(t, a, x):
     return y
 
 
-_call("reduce", _reduce)
-_call("mean", lambda t, a, x: t.mean(x, dim=list(a.axes), keepdim=a.keepdim))
-_call("contract", lambda t, a, x, y: t.tensordot(x, y, dims=(list(a.x_axes), list(a.y_axes))))
-_call("matmul", lambda t, a, x, y: t.matmul(x, y))
-_call("scaledMatmul", lambda t, a, x, y, s: t.matmul(x, y) * s, composite=True)
-_call("linear", lambda t, a, w, b, x: t.nn.functional.linear(x, w, b))
+register("reduce", _reduce)
+register("mean", lambda t, a, x: t.mean(x, dim=list(a.axes), keepdim=a.keepdim))
+register("contract", lambda t, a, x, y: t.tensordot(x, y, dims=(list(a.x_axes), list(a.y_axes))))
+register("matmul", lambda t, a, x, y: t.matmul(x, y))
+register("scaledMatmul", lambda t, a, x, y, s: t.matmul(x, y) * s, composite=True)
+register("linear", lambda t, a, w, b, x: t.nn.functional.linear(x, w, b))
 
 # ----- convolution and pooling -----------------------------------------------------------------
 
@@ -224,16 +225,16 @@ def _pool_tie(route):
             return None
         if route == "tangent":
             tx = np.asarray(vs[0], np.float64).reshape(rows, -1)
-            out = _objects(idx.shape)
+            out = object_array(idx.shape)
             for r, w in zip(*np.nonzero(tied)):
-                out[r, w] = _q(tx[r, idx[r, w]])
+                out[r, w] = fraction_of(tx[r, idx[r, w]])
             return (out.reshape(tuple(y.shape)),)
         g = np.asarray(vs[0], np.float64).reshape(rows, -1)
         out = np.empty((rows, math.prod(spatial)), dtype=object)
         out[...] = Fraction(0)
         for r in range(rows):
             for w in range(idx.shape[1]):
-                out[r, idx[r, w]] = _add(out[r, idx[r, w]], g[r, w])
+                out[r, idx[r, w]] = add_exact(out[r, idx[r, w]], g[r, w])
         return (out.reshape(x.shape),)
     return exact
 
@@ -264,23 +265,23 @@ def _tied_windows(a, rows, spatial):
     return tied
 
 
-_call("conv", _conv, refuses=lambda a: None if _nd(a) <= 3 else
-      f"torch convolves over 1 to 3 axes (got {_nd(a)})")
-_call("convTranspose", _conv_t, refuses=lambda a: None if _nd(a) <= 3 else
-      f"torch convolves over 1 to 3 axes (got {_nd(a)})")
-_call("pool", _pool, refuses=_pool_refuses,
-      conventions=(Convention("gradient", "max pooling at a tie (equal maxima or NaN): torch "
-                              "gives the window's cotangent to the one entry its kernel keeps; "
-                              "the rule shares it among the entries at the maximum",
-                              _pool_tie("gradient")),
-                   Convention("tangent", "max pooling at a tie (equal maxima or NaN): torch "
-                              "takes the tangent of the one entry its kernel keeps; the rule "
-                              "averages the entries at the maximum", _pool_tie("tangent"))))
+register("conv", _conv, refuses=lambda a: None if _nd(a) <= 3 else
+         f"torch convolves over 1 to 3 axes (got {_nd(a)})")
+register("convTranspose", _conv_t, refuses=lambda a: None if _nd(a) <= 3 else
+         f"torch convolves over 1 to 3 axes (got {_nd(a)})")
+register("pool", _pool, refuses=_pool_refuses,
+         conventions=(Convention("gradient", "max pooling at a tie (equal maxima or NaN): torch "
+                                 "gives the window's cotangent to the one entry its kernel keeps; "
+                                 "the rule shares it among the entries at the maximum",
+                                 _pool_tie("gradient")),
+                      Convention("tangent", "max pooling at a tie (equal maxima or NaN): torch "
+                                 "takes the tangent of the one entry its kernel keeps; the rule "
+                                 "averages the entries at the maximum", _pool_tie("tangent"))))
 
 # ----- normalization ---------------------------------------------------------------------------
 
-_call("layerNorm", lambda t, a, x, w, b, eps: t.nn.functional.layer_norm(
-    x, (a.shape[-1],), w, b, eps=_item(eps)))
+register("layerNorm", lambda t, a, x, w, b, eps: t.nn.functional.layer_norm(
+    x, (a.shape[-1],), w, b, eps=as_number(eps)))
 
 
 def _batch_stats_refuse(a):
@@ -293,17 +294,17 @@ def _batch_stats_refuse(a):
     return None
 
 
-_call("batchNorm", lambda t, a, x, w, b, eps: t.nn.functional.batch_norm(
-    x, None, None, w, b, training=True, eps=_item(eps)), refuses=_batch_stats_refuse)
+register("batchNorm", lambda t, a, x, w, b, eps: t.nn.functional.batch_norm(
+    x, None, None, w, b, training=True, eps=as_number(eps)), refuses=_batch_stats_refuse)
 
 
 def _bn_running(t, a, x, w, b, rm, rv, eps):
     moved = x.movedim(a.axis, 0).unsqueeze(0)            # (1, C, rest...)
-    y = t.nn.functional.batch_norm(moved, rm, rv, w, b, training=False, eps=_item(eps))
+    y = t.nn.functional.batch_norm(moved, rm, rv, w, b, training=False, eps=as_number(eps))
     return y.squeeze(0).movedim(0, a.axis)
 
 
-_call("batchNormRunning", _bn_running)
+register("batchNormRunning", _bn_running)
 
 # ----- softmax and attention ---------------------------------------------------------------------
 
@@ -321,31 +322,31 @@ def _masked_nan(route):
                                                                                    x.shape))
         if not at.any():
             return None
-        out = _objects(x.shape)
+        out = object_array(x.shape)
         out[at] = math.nan
         return (out,)
     return exact
 
 
-_call("softmax", lambda t, a, x: t.softmax(x, dim=a.axis))
-_call("logSoftmax", lambda t, a, x: t.log_softmax(x, dim=a.axis))
-_call("maskedSoftmax", lambda t, a, x, m: t.softmax(x.masked_fill(~m, float("-inf")),
-                                                    dim=a.axis),
-      composite=True,
-      conventions=tuple(Convention(r, "maskedSoftmax: torch's masked_fill(-inf) then softmax "
-                                      "gives NaN over a slice with no kept entry and at the "
-                                      "masked entries of a slice with a kept NaN or +inf (the "
-                                      "rule: 0 there)", _masked_nan(r))
-                        for r in ("forward", "tangent")))
+register("softmax", lambda t, a, x: t.softmax(x, dim=a.axis))
+register("logSoftmax", lambda t, a, x: t.log_softmax(x, dim=a.axis))
+register("maskedSoftmax", lambda t, a, x, m: t.softmax(x.masked_fill(~m, float("-inf")),
+                                                       dim=a.axis),
+         composite=True,
+         conventions=tuple(Convention(r, "maskedSoftmax: torch's masked_fill(-inf) then softmax "
+                                         "gives NaN over a slice with no kept entry and at the "
+                                         "masked entries of a slice with a kept NaN or +inf (the "
+                                         "rule: 0 there)", _masked_nan(r))
+                           for r in ("forward", "tangent")))
 
 
 def _sdpa(t, q, k, v, scale):
     return t.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)
 
 
-_call("attention", lambda t, a, q, k, v, s: _sdpa(t, q, k, v, _item(s)))
-_call("attentionFromScores", lambda t, a, s, v: t.matmul(t.softmax(s, dim=-1), v),
-      composite=True)
+register("attention", lambda t, a, q, k, v, s: _sdpa(t, q, k, v, as_number(s)))
+register("attentionFromScores", lambda t, a, s, v: t.matmul(t.softmax(s, dim=-1), v),
+         composite=True)
 
 
 def _mha(t, a, q, k, v, s):
@@ -354,12 +355,12 @@ def _mha(t, a, q, k, v, s):
     def split(z, d):
         return z.reshape(z.shape[:-1] + (a.heads, d)).transpose(-3, -2)
     out = _sdpa(t, split(q, a.head_dim), split(k, a.head_dim), split(v, a.value_head_dim),
-                _item(s))
+                as_number(s))
     out = out.transpose(-3, -2)
     return out.reshape(out.shape[:-2] + (a.heads * a.value_head_dim,))
 
 
-_call("multiheadAttention", _mha, composite=True)
+register("multiheadAttention", _mha, composite=True)
 
 # ----- losses ------------------------------------------------------------------------------------
 
@@ -406,12 +407,12 @@ def _bce_grad(t, a, xs, vs):
         return None
     g = np.broadcast_to(np.asarray(vs[0], np.float64), x.shape)
     n = x.size if a.reduction == "mean" else 1
-    gx, gt = _objects(x.shape), _objects(x.shape)
+    gx, gt = object_array(x.shape), object_array(x.shape)
     ctx = mpmath.MPContext()
     ctx.prec = 256
     for pos in zip(*np.nonzero(near)):
         v = xq[pos]
-        gx[pos] = _scaled((v - Fraction(tg[pos])) / max(v * (1 - v), _BCE_EPS) / n, g[pos])
+        gx[pos] = scaled_exact((v - Fraction(tg[pos])) / max(v * (1 - v), _BCE_EPS) / n, g[pos])
     for pos in zip(*np.nonzero(clamped)):
         v = xq[pos]
         if v in (0, 1):
@@ -429,11 +430,11 @@ def _bce_tangent(t, a, xs, vs):
     return (DIFFERS,) if _bce_near(x)[1].any() else None
 
 
-_call("mseLoss", lambda t, a, x, y: t.nn.functional.mse_loss(x, y, reduction=a.reduction))
-_call("maeLoss", lambda t, a, x, y: t.nn.functional.l1_loss(x, y, reduction=a.reduction))
-_call("huberLoss", lambda t, a, x, y, d: t.nn.functional.huber_loss(
-    x, y, reduction=a.reduction, delta=_item(d)))
-_call("poissonLoss", lambda t, a, x, y: t.nn.functional.poisson_nll_loss(
+register("mseLoss", lambda t, a, x, y: t.nn.functional.mse_loss(x, y, reduction=a.reduction))
+register("maeLoss", lambda t, a, x, y: t.nn.functional.l1_loss(x, y, reduction=a.reduction))
+register("huberLoss", lambda t, a, x, y, d: t.nn.functional.huber_loss(
+    x, y, reduction=a.reduction, delta=as_number(d)))
+register("poissonLoss", lambda t, a, x, y: t.nn.functional.poisson_nll_loss(
     x, y, log_input=True, full=False, reduction=a.reduction))
 def _bce_rejects(a, xs):
     target = np.asarray(xs[1], np.float64)
@@ -443,25 +444,25 @@ def _bce_rejects(a, xs):
             "target should be between 0 and 1\"; the rule does not check them)")
 
 
-_call("binaryCrossEntropy", lambda t, a, x, y: t.nn.functional.binary_cross_entropy(
+register("binaryCrossEntropy", lambda t, a, x, y: t.nn.functional.binary_cross_entropy(
     x, y, reduction=a.reduction), rejects=_bce_rejects,
-      conventions=(Convention("gradient", "binaryCrossEntropy near 0 and 1: torch divides by "
-                              "max(x (1 - x), 1e-12) (the rule differentiates the clamped "
-                              "logs), and its target gradient takes the logs unclamped (+-inf "
-                              "at 0 and 1; the rule clamps at -100)", _bce_grad),
-                   Convention("tangent", "binaryCrossEntropy within 1e-12 of 0 or 1: torch's "
-                              "forward-mode formula differs (NaN at 0 and 1)", _bce_tangent)))
-_call("cosineLoss", lambda t, a, x, y, eps: _reduced(
-    t, a, 1 - t.nn.functional.cosine_similarity(x, y, dim=a.axis, eps=_item(eps))),
-      composite=True)
-_call("crossEntropy", lambda t, a, x, y: t.nn.functional.cross_entropy(
+         conventions=(Convention("gradient", "binaryCrossEntropy near 0 and 1: torch divides by "
+                                 "max(x (1 - x), 1e-12) (the rule differentiates the clamped "
+                                 "logs), and its target gradient takes the logs unclamped (+-inf "
+                                 "at 0 and 1; the rule clamps at -100)", _bce_grad),
+                      Convention("tangent", "binaryCrossEntropy within 1e-12 of 0 or 1: torch's "
+                                 "forward-mode formula differs (NaN at 0 and 1)", _bce_tangent)))
+register("cosineLoss", lambda t, a, x, y, eps: _reduced(
+    t, a, 1 - t.nn.functional.cosine_similarity(x, y, dim=a.axis, eps=as_number(eps))),
+         composite=True)
+register("crossEntropy", lambda t, a, x, y: t.nn.functional.cross_entropy(
     x, y, reduction=a.reduction))
-_call("crossEntropyProbabilities", lambda t, a, x, y: t.nn.functional.cross_entropy(
+register("crossEntropyProbabilities", lambda t, a, x, y: t.nn.functional.cross_entropy(
     x, y, reduction=a.reduction))
 
 
 def _distill(t, a, x, teacher, temp):
-    F, T = t.nn.functional, _item(temp)
+    F, T = t.nn.functional, as_number(temp)
     ax = _class_axis(a)
     kl = F.kl_div(F.log_softmax(x / T, dim=ax), F.softmax(teacher / T, dim=ax),
                   reduction="none").sum(dim=ax)
@@ -472,9 +473,9 @@ def _distill(t, a, x, teacher, temp):
     return kl * (T * T)
 
 
-_call("distill", _distill, composite=True,
-      refuses=lambda a: None if len(a.shape) <= 2 else
-      "torch's kl_div batchmean divides by the batch extent, the rule by the slice count")
+register("distill", _distill, composite=True,
+         refuses=lambda a: None if len(a.shape) <= 2 else
+         "torch's kl_div batchmean divides by the batch extent, the rule by the slice count")
 
 # ----- masks, spectral, graph --------------------------------------------------------------------
 
@@ -485,15 +486,16 @@ def _dropout_nonfinite(t, a, xs, vs):
     at = (mask == 0) & ~np.isfinite(x)
     if not at.any():
         return None
-    out = _objects(x.shape)
+    out = object_array(x.shape)
     out[at] = math.nan
     return (out,)
 
 
-_call("dropout", lambda t, a, x, mask, p: x * mask * (1.0 / (1.0 - _item(p))), composite=True,
-      conventions=(Convention("forward", "dropout of a NaN or infinite entry: torch's "
-                              "x * mask * scale gives NaN (the rule: +0)",
-                              _dropout_nonfinite),))
+register("dropout", lambda t, a, x, mask, p: x * mask * (1.0 / (1.0 - as_number(p))),
+         composite=True,
+         conventions=(Convention("forward", "dropout of a NaN or infinite entry: torch's "
+                                 "x * mask * scale gives NaN (the rule: +0)",
+                                 _dropout_nonfinite),))
 
 
 def _rfft(t, a, x):
@@ -501,6 +503,6 @@ def _rfft(t, a, x):
     return y.real, y.imag
 
 
-_call("rfft", _rfft)
-_call("irfft", lambda t, a, re, im: t.fft.irfft(t.complex(re, im), n=a.length, dim=a.axis))
-_call("detach", lambda t, a, x: x.detach())
+register("rfft", _rfft)
+register("irfft", lambda t, a, re, im: t.fft.irfft(t.complex(re, im), n=a.length, dim=a.axis))
+register("detach", lambda t, a, x: x.detach())

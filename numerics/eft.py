@@ -127,7 +127,7 @@ def _exact_odd(op, a, b, c, downward):
 
 
 @numba.njit(cache=True, inline="always", error_model="numpy")
-def _odd_bits(op, a, b, c, downward):
+def odd_bits(op, a, b, c, downward):
     """(binary64 pattern, flags) of the exact result of ``op`` rounded to odd in binary64: the
     nearest value v and the sign of the remainder d, then, where v is not exact and even,
     one binary64 ulp toward the exact value (v != 0 there, so the step keeps the sign; +1
@@ -148,7 +148,7 @@ def _make_loop(op, mode):
     def loop(a, b, c, out, flags, want_flags, p, qmin, emax, mtop, params, seed, offset):
         lo, hi, shift = in_range_window(p, qmin, emax)
         for i in numba.prange(out.size):
-            bits, f = _odd_bits(op, a[i], b[i], c[i], mode == 4)
+            bits, f = odd_bits(op, a[i], b[i], c[i], mode == 4)
             e = (bits >> 52) & 0x7FF
             if e >= lo and e <= hi:
                 r, g = round_in_range(bits, shift, mode, seed, offset + i)
@@ -165,7 +165,7 @@ def _make_loop(op, mode):
         lo, hi, shift = in_range_window(p, qmin, emax)
         outside = 0
         for i in numba.prange(out.size):
-            bits, f = _odd_bits(op, a[i], b[i], c[i], mode == 4)
+            bits, f = odd_bits(op, a[i], b[i], c[i], mode == 4)
             e = (bits >> 52) & 0x7FF
             if e >= lo and e <= hi:
                 bits = round_in_range(bits, shift, mode, seed, offset + i)[0]

@@ -85,7 +85,7 @@ from roundoff_coverage.formats.fast import (in_range_window, round_in_range, rou
                                             round_params, threads_for)
 
 from . import eft
-from .eft import ADD, FMA, MULTIPLY, _odd_bits
+from .eft import ADD, FMA, MULTIPLY, odd_bits
 from .policy import block_size
 
 __all__ = ["STRATEGIES", "strategy", "Layout", "layout", "fold", "contract", "fold_calls",
@@ -147,7 +147,7 @@ def contract_calls(k: int, order: str, fused: bool) -> int:
 def _exact_round(op, x, y, z, f, mode):
     """The complete routine, right for every input: numerics.eft's exact op(x, y, z) rounded
     to odd, then formats.fast.round_one into the format ``f`` (``_format_tuple``)."""
-    b = _odd_bits(op, x, y, z, mode == _DOWNWARD)[0]
+    b = odd_bits(op, x, y, z, mode == _DOWNWARD)[0]
     return np.int64(round_one(b, f[0], f[1], f[2], f[3], f[4], mode, 0, 0)[0]).view(np.float64)
 
 

@@ -42,9 +42,9 @@ from roundoff_coverage.routes import bounds as routes_bounds
 from . import implementations
 from .draws import (Draws, axis_text, draw, element_scales, quantize_draws, quantize_port,
                     quantize_seed, run_routes, sample_kinds)
-from .measuring import (REPRO_MAX_ELEMENTS, Bounds, _apriori, _bound, _computed, _concat,
-                        by_magnitude, interval_bounds, measure_port, measure_scaled_port,
-                        per_sample, recipe_unit, worst_case)
+from .measuring import (REPRO_MAX_ELEMENTS, Bounds, apriori_bounds, by_magnitude,
+                        computed_values, concat_draws, interval_bounds, measure_port,
+                        measure_scaled_port, per_sample, recipe_unit, route_bound, worst_case)
 from .task import (BATCH_FAMILIES, EXHAUSTIVE_FAMILIES, EXHAUSTIVE_MAX_BITS, ROUTES, Task,
                    attrs_text, base_row, batchable, compute_task, exhaustible, jsonable,
                    one_line, rng_for, route_ports, route_scheme, scaled_problem, scaling,
@@ -203,8 +203,8 @@ def _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized=Non
         model = impl.model_task(route)
         with timer("bounds"):
             b = Bounds() if model is None else \
-                Bounds(_bound(model, route),
-                       _apriori(model, d, fmt) if route == "forward" else None,
+                Bounds(route_bound(model, route),
+                       apriori_bounds(model, d, fmt) if route == "forward" else None,
                        interval.get(route))
         with timer("measurement"):
             measured = _rows(task, d, fmt, impl.numbers, route, got[route], exact[route],
@@ -290,8 +290,8 @@ def _rows(task, d, fmt, backend, route, got, ref, prec, bounds):
         # True only where ``draw`` enumerated the format (Task.exhaustive asks for it, but
         # only `exhaustible` operators and formats are enumerated; the rest are sampled).
         row["exhaustive"] = d.kinds == ["exhaustive"]
-        comp, where = _concat(got, i, fmt, backend, port.scalar)
-        exact, _ = _concat(ref, i, fmt, None)
+        comp, where = concat_draws(got, i, fmt, backend, port.scalar)
+        exact, _ = concat_draws(ref, i, fmt, None)
         ulp = measure_port(row, comp, exact, fmt, bounds.ulps, *bounds.port(j),
                            *per_sample(d, where))
         if ulp is not None:
@@ -306,7 +306,7 @@ def _stored(per_draw, ports, fmt, mode, backend) -> list:
     scalar one (computed in binary32) rounded once into the recipe's storage format ``fmt``
     under the task's mode, as a GEMM's epilogue converts its FP32 accumulator; indices
     and Booleans as they are."""
-    return [tuple(formats.round_to(_computed(y, backend.fmt, backend), fmt, mode)
+    return [tuple(formats.round_to(computed_values(y, backend.fmt, backend), fmt, mode)
                   if y is not None and p.scalar else y for y, p in zip(ys, ports))
             for ys in per_draw]
 
@@ -338,14 +338,14 @@ def _scaled_rows(task, d, fmt, backend, route, got, ref, prec, quantized):
                    scaled_inputs=quantized.fields(route),
                    scale_axis=f"{quantized.axes(route)}; {name}:{axis_text(scheme, -1)}")
         if not port.scalar:
-            comp, _ = _concat(got, i, fmt, backend, False)
-            exact, _ = _concat(ref, i, fmt, None)
+            comp, _ = concat_draws(got, i, fmt, backend, False)
+            exact, _ = concat_draws(ref, i, fmt, None)
             measure_port(row, comp, exact, fmt, None)
             out.append(row)
             continue
         comps, scales, exacts, counts = [], [], [], None
         for k, ys in enumerate(got):
-            deq, _, c = quantize_port(_computed(ys[i], fmt, backend), scheme, -1,
+            deq, _, c = quantize_port(computed_values(ys[i], fmt, backend), scheme, -1,
                                       quantize_seed(task, route, name, k))
             # Exact values beyond binary64's range clamped to +-2**1025 and +-2**-1138
             # (they quantize and measure alike: a NaN scale, the least scale), so that no
@@ -359,8 +359,8 @@ def _scaled_rows(task, d, fmt, backend, route, got, ref, prec, quantized):
                 counts = c
             else:
                 counts.add(c)
-        _, where = _concat(got, i, fmt, backend, True)
-        exact, _ = _concat([(e,) for e in exacts], 0, fmt, None)
+        _, where = concat_draws(got, i, fmt, backend, True)
+        exact, _ = concat_draws([(e,) for e in exacts], 0, fmt, None)
         comp = np.concatenate(comps) if comps else np.zeros(0)
         ulp = measure_scaled_port(row, comp, exact,
                                   np.concatenate(scales) if scales else np.zeros(0),

@@ -38,7 +38,7 @@ from .task import route_ports
 
 REPRO_MAX_ELEMENTS = 256       # full input arrays in a reproducer up to this many elements
 
-def _computed(y, fmt, backend):
+def computed_values(y, fmt, backend):
     """Computed values as float64 (object arrays for formats wider than binary64)."""
     a = np.asarray(y)
     if a.dtype.kind in "biu" and not fmt.fits_binary64:
@@ -51,7 +51,7 @@ def _computed(y, fmt, backend):
 
 # ----- measuring -------------------------------------------------------------------------------
 
-def _bound(task, route):
+def route_bound(task, route):
     """The certified forward bound in ulps for this task, or None: a fixed-ulp roundoff
     certificate of the operator covering the format and mode, under the emulated backend's
     strict policy."""
@@ -73,7 +73,7 @@ class Bounds:
 
     def port(self, j):
         """(a priori, interval) absolute bounds of the route's j-th measured port, flattened
-        and joined over draws as _concat joins values (None where absent)."""
+        and joined over draws as concat_draws joins values (None where absent)."""
         def joined(per_draw):
             if per_draw is None:
                 return None
@@ -82,7 +82,7 @@ class Bounds:
         return joined(self.apriori), joined(self.interval)
 
 
-def _apriori(task, d, fmt):
+def apriori_bounds(task, d, fmt):
     """Per draw, the forward output's a priori bound (routes.apriori) under the task's
     declared policy, or None (no formula, another implementation, not applicable)."""
     if task.implementation != "emulated" or task.op not in routes.apriori.FORMULAS:
@@ -97,13 +97,13 @@ def _apriori(task, d, fmt):
     return out
 
 
-def _concat(per_draw, i, fmt, backend, scalar=True):
+def concat_draws(per_draw, i, fmt, backend, scalar=True):
     """Port ``i`` of every draw, flattened and joined; with (draw, element) of each entry.
-    Computed values (``backend`` given) at scalar ports as _computed gives them; words,
+    Computed values (``backend`` given) at scalar ports as computed_values gives them; words,
     indices and Booleans unchanged (a uint64 word does not survive float64)."""
     parts, where = [], []
     for k, ys in enumerate(per_draw):
-        a = _computed(ys[i], fmt, backend) if backend is not None and scalar else \
+        a = computed_values(ys[i], fmt, backend) if backend is not None and scalar else \
             np.asarray(ys[i], dtype=object) if _is_objects(ys[i]) else np.asarray(ys[i])
         parts.append(np.asarray(a).reshape(-1))
         where += [(k, j) for j in range(parts[-1].size)]
@@ -267,7 +267,7 @@ def by_input(ulp, kinds, inputs) -> dict | None:
 
 
 def per_sample(d, where):
-    """(kinds, inputs) of the measured elements ``where`` ([(draw, element)], as _concat
+    """(kinds, inputs) of the measured elements ``where`` ([(draw, element)], as concat_draws
     lists them): the sample kind of each (an object array), and for a unary elementwise
     operator -- one value input whose element i goes with element i of the port -- (the
     input's name, its float64 value at each element); inputs None for other operators."""
@@ -435,7 +435,8 @@ def worst_case(d, ulp, where, comp, exact, route, fmt, out_size) -> dict | None:
     k, elem = where[j]
     o = d.op
     out = {"kind": d.kinds[k], "draw": k, "element": elem, "ulp": float(ulp[j]),
-           "computed": _decimal(comp[j]), "exact": _decimal(np.asarray(exact).reshape(-1)[j]),
+           "computed": decimal_text(comp[j]),
+           "exact": decimal_text(np.asarray(exact).reshape(-1)[j]),
            "inputs": {n: _piece(x, p, elem, d.elementwise, fmt, out_size)
                       for n, p, x in zip(o.input_names, o.inputs, d.inputs[k])}}
     if route == "tangent":
@@ -449,7 +450,7 @@ def worst_case(d, ulp, where, comp, exact, route, fmt, out_size) -> dict | None:
     return out
 
 
-def _decimal(v) -> str:
+def decimal_text(v) -> str:
     """A number as a decimal string: repr for binary64, 20 significant digits for mpmath."""
     m = getattr(v, "_mpf_", None)
     if m is not None:

@@ -99,7 +99,7 @@ from roundoff_coverage.routes.graph import INPUT, GraphRule, Ref
 from roundoff_coverage.routes.invoke import checked_rule, invoke_prepared
 
 from . import rows as row_fields
-from .measuring import _decimal, measure_port
+from .measuring import decimal_text, measure_port
 
 ROUTES = ("forward", "tangent", "gradient")
 LOCAL, PROPAGATED = "local", "propagated"
@@ -133,7 +133,7 @@ class Config:
 
 # ----- inputs ----------------------------------------------------------------------------------
 
-def _is_float(port) -> bool:
+def is_float_port(port) -> bool:
     return port.kind in ("value", "frozen")
 
 
@@ -187,7 +187,7 @@ def sample_inputs(graph, samples: int, seed: int, given: dict | None = None) -> 
 
 
 def _typed(a, port):
-    return np.asarray(a, dtype=np.float64) if _is_float(port) else np.asarray(a)
+    return np.asarray(a, dtype=np.float64) if is_float_port(port) else np.asarray(a)
 
 
 def in_format(graph, fmt):
@@ -195,11 +195,12 @@ def in_format(graph, fmt):
     import copy
     g = copy.copy(graph)
     g.constants = [formats.round_to(np.asarray(c, dtype=np.float64), fmt)
-                   if _is_float(p) else c for c, p in zip(graph.constants, graph.constant_ports)]
+                   if is_float_port(p) else c
+                   for c, p in zip(graph.constants, graph.constant_ports)]
     return g
 
 
-def _directions(graph, fmt, xs, seed, s):
+def tangent_directions(graph, fmt, xs, seed, s):
     """(cotangents per output, tangents per input) of sample ``s``, rounded into fmt."""
     rng = np.random.default_rng([seed, s, 0x636F74])
     cots = []
@@ -293,9 +294,9 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
         if recipe is None:
             check(config, fmt)
         g = in_format(graph, fmt)
-        xs = [[formats.round_to(x, fmt) if _is_float(p) else x for x, p in zip(s, g.inputs)]
+        xs = [[formats.round_to(x, fmt) if is_float_port(p) else x for x, p in zip(s, g.inputs)]
               for s in samples]
-        dirs = [_directions(g, fmt, x, seed, s) for s, x in enumerate(xs)]
+        dirs = [tangent_directions(g, fmt, x, seed, s) for s, x in enumerate(xs)]
     want_grad, want_tan = "gradient" in routes, "tangent" in routes
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
     phases = {}
@@ -305,7 +306,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     t0 = time.perf_counter()
     rule = GraphRule(g, emu)
     override = recipe and recipe.products(g)
-    emulated = [rule.trace([emu.asarray(a) if _is_float(p) else a
+    emulated = [rule.trace([emu.asarray(a) if is_float_port(p) else a
                             for a, p in zip(x, g.inputs)],
                            c if want_grad else None, t if want_tan else None, override,
                            post=scaled and scaled.hook(g, "emulated", s),
@@ -350,7 +351,7 @@ def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan):
         out = []
         for s in items:
             cots, tans = dirs[s]
-            tr = rule.trace([ref.asarray(a) if _is_float(p) else a
+            tr = rule.trace([ref.asarray(a) if is_float_port(p) else a
                              for a, p in zip(xs[s], g.inputs)],
                             cots if want_grad else None, tans if want_tan else None)
             if s in kept:
@@ -366,7 +367,7 @@ def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan):
     return [kept[s] for s in range(len(xs))], settled.precs, moving
 
 
-def _rounder(fmt):
+def rounder_of(fmt):
     ref = numerics.reference(fmt.precision + REF_EXTRA)
 
     def rnd(v):
@@ -381,7 +382,7 @@ def _rounder(fmt):
 def _rounded(g, fmt, tr, want_grad, want_tan) -> list:
     """Per node, what it reads in ``tr`` rounded to nearest into fmt: (arguments, gradient
     flags, output cotangents, argument tangents)."""
-    rnd = _rounder(fmt)
+    rnd = rounder_of(fmt)
     out = []
     for k, node in enumerate(g.nodes):
         op = node.op
@@ -594,7 +595,7 @@ def _worst(ulp, comp, exact, sizes, samples) -> dict | None:
     ends = np.cumsum(sizes)
     s = int(np.searchsorted(ends, i, side="right"))
     return {"sample": samples[s], "element": i - (int(ends[s - 1]) if s else 0),
-            "computed": repr(float(comp[i])), "exact": _decimal(exact[i]),
+            "computed": repr(float(comp[i])), "exact": decimal_text(exact[i]),
             "ulp": float(ulp[i])}
 
 
@@ -692,7 +693,7 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None,
         if recipe is not None:
             override.update(recipe.products(g, ks))
         try:
-            traces = [rule.trace([emu.asarray(a) if _is_float(p) else a
+            traces = [rule.trace([emu.asarray(a) if is_float_port(p) else a
                                   for a, p in zip(x, g.inputs)],
                                  c if want_grad else None, None, override,
                                  post=scaled and scaled.hook(g, "emulated", s, ks, False),

@@ -15,7 +15,7 @@ from roundoff_coverage.routes.graph import CONSTANT, INPUT, Ref
 from .draws import BlockCounts, axis_text, element_scales, quantize_port, scale_axis
 from .measuring import measure_scaled_port, scaled_errors
 from .model import (B64, EXACT_SUM_PREC, PROPAGATED, ModelError,
-                    _directions, _is_float, _rounder)
+                    tangent_directions, is_float_port, rounder_of)
 from .task import PRODUCTS, compute_format, quantized_port
 
 
@@ -86,7 +86,7 @@ class Scaled:
         c32 = self.compute
 
         def stored(x, port, ref, key):
-            if not _is_float(port) and not quantized_port(port):
+            if not is_float_port(port) and not quantized_port(port):
                 return x
             x = formats.round_to(np.asarray(x, dtype=np.float64), c32)
             if not quantized_port(port):
@@ -103,7 +103,7 @@ class Scaled:
               for s, sample in enumerate(samples)]
         dirs = []
         for s, x in enumerate(xs):
-            cots, tans = _directions(g, c32, x, self.seed, s)
+            cots, tans = tangent_directions(g, c32, x, self.seed, s)
             cots = [None if c is None else self._quantize(c, self.grad, -1,
                                                           ("cotangent", s, j))[0]
                     for j, c in enumerate(cots)]
@@ -151,7 +151,7 @@ class Scaled:
     def reads(self, g, tr, cots, want_grad, want_tan) -> list:
         """What each node reads in the exact trace ``tr`` as the emulated run stores it
         (_rounded's tuples; the module docstring): ``cots`` the outputs' cotangents."""
-        rnd, memo = _rounder(self.compute), {}
+        rnd, memo = rounder_of(self.compute), {}
 
         def stored(r, v, kind):
             if v is None or r.node < 0 or not g.port(r).scalar:

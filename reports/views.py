@@ -59,11 +59,6 @@ def default_view(rows) -> str:
 def number(v) -> float | None:
     """A statistic as a float ("inf", "nan" included), None when absent or not a number."""
     return None if v is None else results.number(v)
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
-        return float(v)
-    return None
 
 
 def inside_words(inside, fmt, ge: str = "≥", le: str = "≤") -> list[str]:

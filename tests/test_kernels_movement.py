@@ -84,7 +84,7 @@ def test_gelu_literals_round_on_the_device_as_the_rule_rounds_them():
     """The device rounds the binary64 nearest of each literal into the format (one
     multiplication by 1); the rule rounds the decimal literal itself (xp.full_like).  Equal
     in every format and deterministic mode the kernels serve."""
-    literals = dict(zip(("_RSQRT2", "_RSQRT2PI", "_SQRT_2_OVER_PI", "_GELU_C"),
+    literals = dict(zip(("RSQRT2", "RSQRT2PI", "SQRT_2_OVER_PI", "GELU_C"),
                         elementwise._GELU_LITERALS))
     from roundoff_coverage.routes.families import activation
     checked = 0

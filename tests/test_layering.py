@@ -169,3 +169,32 @@ def test_relative_imports_resolve_to_the_layer(source, module, is_package, expec
 def test_layer_order(importer, imported, allowed):
     found = violations(f"from roundoff_coverage import {imported}\n", (importer, "m"))
     assert (found == []) == allowed
+
+
+def private_imports(source: str, where: str) -> list[str]:
+    """Every ``from <a module of the project> import _name`` in ``source`` (inside functions
+    too): a private name belongs to its module; another module that needs it needs a public
+    name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        ours = node.level > 0 or (node.module or "").split(".")[0] == PACKAGE
+        for alias in node.names if ours else ():
+            if alias.name.startswith("_") and not alias.name.startswith("__"):
+                found.append(f"{where}:{node.lineno}: imports the private {alias.name} from "
+                             f"{'.' * node.level}{node.module or ''}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules():
+    found = []
+    for path, _, _ in package_modules():
+        found += private_imports(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert not found, "private names imported across modules:\n" + "\n".join(found)
+
+
+def test_the_private_import_check_sees_one():
+    assert private_imports("from .eft import ADD, _odd_bits\n", "m.py") == \
+        ["m.py:1: imports the private _odd_bits from .eft"]
+    assert private_imports("from torch.utils import _pytree\n", "m.py") == []

@@ -11,7 +11,7 @@ from roundoff_coverage import formats
 
 from .common import (EXIT_FAILED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError, empty_list,
                      in_range, name_list, path_arg, text_table, user_formats, writable)
-from .run import _policies
+from .run import policy_names
 
 MAX_BUDGET, MAX_SAMPLES = 65536, 1_000_000
 
@@ -127,7 +127,7 @@ def _element_policies(text) -> tuple:
     """--policies of a bound run: its formats are element formats, which no recipe
     (numerics.policy.RECIPES: a scaled format's products) applies to."""
     from roundoff_coverage.numerics import policy
-    names = _policies(text)
+    names = policy_names(text)
     for n in names:
         if policy.recipe(n) is not None:
             raise UsageError(f"--policies: {n} quantizes the products' operands into a scaled "

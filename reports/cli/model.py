@@ -14,7 +14,7 @@ from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageE
                      user_formats, writable)
 from .gate import check_gate_baseline, gate_after_run
 from .report import check_report_dir, write_report
-from .run import _policies
+from .run import policy_names
 
 # The options that decide a model run's results (--jobs, --quiet, --html, --gate and
 # --resume do not): the command its results file records, so a resumed run writes the bytes
@@ -79,7 +79,7 @@ def add(sub, shared):
 def _selection(args, user):
     from ..model_run import ModelSelection
     modes = name_list(args.modes, "rounding mode", MODES, ("nearest_even",), "--modes")
-    policies = _policies(args.policies) if args.policies else ("fp32_accumulate",)
+    policies = policy_names(args.policies) if args.policies else ("fp32_accumulate",)
     fmts, schemes = _formats(args.formats, user, policies)
     routes = name_list(args.routes, "route", ("forward", "tangent", "gradient"),
                        ("forward", "tangent", "gradient"), "--routes")

@@ -162,7 +162,7 @@ def _selection(args, user):
         ops=ops, formats=tuple(fmts),
         modes=name_list(args.modes, "rounding mode", formats.MODES, ("nearest_even",), "--modes"),
         routes=name_list(args.routes, "route", evaluate.ROUTES, evaluate.ROUTES, "--routes"),
-        policies=_policies(args.policies),
+        policies=policy_names(args.policies),
         implementations=name_list(args.implementations, "implementation",
                                   runner.IMPLEMENTATIONS, ("emulated",), "--implementations"),
         draws=samples, seed=seed,
@@ -269,7 +269,7 @@ class _PolicyNames:
         return iter(policy.PRESETS + policy.PARAMETRIZED)
 
 
-def _policies(text):
+def policy_names(text):
     """--policies: the names checked; a parametrized name with a bad parameter says why."""
     names = name_list(text, "policy", _PolicyNames(), ("strict",), "--policies") \
         if text is None or all(":" not in n for n in text.split(",")) else \

@@ -223,17 +223,17 @@ _frozen_unary(
 
 
 # ----- gelu -------------------------------------------------------------------------------------
-_RSQRT2 = "0.707106781186547524400844362104849039284835937688474036588339868995366239231"          # 1/sqrt(2)
-_RSQRT2PI = "0.398942280401432677939946059934381868475858631164934657665925829670657925899"        # 1/sqrt(2 pi)
-_SQRT_2_OVER_PI = "0.797884560802865355879892119868763736951717262329869315331851659341315851799"  # sqrt(2/pi)
-_GELU_C = "0.044715"
+RSQRT2 = "0.707106781186547524400844362104849039284835937688474036588339868995366239231"          # 1/sqrt(2)
+RSQRT2PI = "0.398942280401432677939946059934381868475858631164934657665925829670657925899"        # 1/sqrt(2 pi)
+SQRT_2_OVER_PI = "0.797884560802865355879892119868763736951717262329869315331851659341315851799"  # sqrt(2/pi)
+GELU_C = "0.044715"
 
 
 def _gelu_tanh_parts(xp, x):
     """c and s = sigmoid(2 z), z = sqrt(2/pi) (x + c x^3): (1 + tanh z) / 2 = sigmoid(2 z)
     exactly, without the cancellation of 1 + tanh z at negative x."""
-    c = xp.full_like(x, _GELU_C)
-    inner = xp.multiply(xp.full_like(x, _SQRT_2_OVER_PI),
+    c = xp.full_like(x, GELU_C)
+    inner = xp.multiply(xp.full_like(x, SQRT_2_OVER_PI),
                         xp.add(x, xp.multiply(c, xp.multiply(x, xp.multiply(x, x)))))
     return c, _sigmoid(xp, xp.add(inner, inner))
 
@@ -241,7 +241,7 @@ def _gelu_tanh_parts(xp, x):
 def _gelu(xp, a, x):
     half, one = xp.full_like(x, "0.5"), xp.ones_like(x)
     if a.approximate == "none":
-        phi = xp.multiply(half, xp.add(one, xp.erf(xp.multiply(x, xp.full_like(x, _RSQRT2)))))
+        phi = xp.multiply(half, xp.add(one, xp.erf(xp.multiply(x, xp.full_like(x, RSQRT2)))))
         return xp.multiply(x, phi)
     _, s = _gelu_tanh_parts(xp, x)
     return xp.multiply(x, s)
@@ -250,12 +250,12 @@ def _gelu(xp, a, x):
 def _gelu_d(xp, a, x, v):
     half, one = xp.full_like(x, "0.5"), xp.ones_like(x)
     if a.approximate == "none":
-        cdf = xp.multiply(half, xp.add(one, xp.erf(xp.multiply(x, xp.full_like(x, _RSQRT2)))))
-        pdf = xp.multiply(xp.full_like(x, _RSQRT2PI),
+        cdf = xp.multiply(half, xp.add(one, xp.erf(xp.multiply(x, xp.full_like(x, RSQRT2)))))
+        pdf = xp.multiply(xp.full_like(x, RSQRT2PI),
                           xp.exp(xp.multiply(xp.negative(half), xp.multiply(x, x))))
         return xp.multiply(v, xp.add(cdf, xp.multiply(x, pdf)))
     c, s = _gelu_tanh_parts(xp, x)
-    dinner = xp.multiply(xp.full_like(x, _SQRT_2_OVER_PI),
+    dinner = xp.multiply(xp.full_like(x, SQRT_2_OVER_PI),
                          xp.add(one, xp.multiply(xp.full_like(x, "3"),
                                                  xp.multiply(c, xp.multiply(x, x)))))
     # d/dx x s(2z) = s + 2 x s (1 - s) z'
@@ -272,7 +272,7 @@ def _mp_gelu(ctx, a, x):
     if a.approximate == "none":
         return x * (1 + ctx.erf(x / ctx.sqrt(2))) / 2
     k = ctx.sqrt(2 / ctx.pi)
-    return x * (1 + ctx.tanh(k * (x + ctx.mpf(_GELU_C) * x ** 3))) / 2
+    return x * (1 + ctx.tanh(k * (x + ctx.mpf(GELU_C) * x ** 3))) / 2
 
 
 define(
