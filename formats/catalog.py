@@ -185,9 +185,9 @@ def _boolean(v, key, where):
 
 
 def load_formats_file(path) -> dict:
-    """User formats from a TOML file: ``user_formats`` of its document, read here with the
-    messages of reports/tomlfile.py (formats is below reports and cannot use it).  The
-    command line reads the file with that reader and calls ``user_formats`` itself."""
+    """User formats from a TOML file: ``user_formats`` of its document, read here with
+    messages of its own (formats is the lowest layer: it uses no reader above it).  The
+    command line reads the file with its own TOML reader and calls ``user_formats``."""
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)

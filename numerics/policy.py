@@ -219,8 +219,8 @@ def _int(text):
 @dataclass(frozen=True)
 class Recipe:
     """A scaled-format recipe for the products, as low-precision training and inference
-    apply one: the operands of each product (matmul, linear, conv, contract, attention:
-    reports/draws.py ``OPERANDS``) quantized into the scaled format the task names, the
+    apply one: the operands of each product (matmul, linear, conv, contract, attention)
+    quantized into the scaled format the task names, the
     product accumulated in ``accumulate``, its outputs -- and every tensor outside the
     products -- stored in ``storage``.  ``forward`` and ``gradient``: the element formats of
     the forward operands (and tangents) and of the gradient operands (the cotangents the

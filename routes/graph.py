@@ -364,7 +364,7 @@ class GraphRule:
         the forward sweep and again in the forward-mode sweep), ``"contribution"`` its
         pullback's output for argument ``index`` (None outputs are not passed),
         ``"tangent"`` its output tangent ``index`` -- a storage format between the nodes (a
-        scaled format's quantizer, reports/model.py).  Without it every value is the
+        scaled format's quantizer).  Without it every value is the
         backend's own.
 
         ``pre(kind, node, index, value) -> value``, when given, replaces what each node
@@ -372,7 +372,7 @@ class GraphRule:
         sweeps; what its pullback keeps), ``"argument_tangent"`` the tangent of argument
         ``index``, ``"cotangent"`` the cotangent of its output ``index`` as its pullback
         receives it -- a quantization in front of one operator (a scaled-format recipe
-        quantizes the operands of products, reports/model_recipe.py)."""
+        quantizing the operands of products)."""
         g = self.graph
         needs = tuple(p.differentiable for p in g.inputs) if cotangents is not None else \
             (False,) * len(g.inputs)

@@ -198,3 +198,18 @@ def test_the_private_import_check_sees_one():
     assert private_imports("from .eft import ADD, _odd_bits\n", "m.py") == \
         ["m.py:1: imports the private _odd_bits from .eft"]
     assert private_imports("from torch.utils import _pytree\n", "m.py") == []
+
+
+def test_no_lower_layer_names_a_reports_module():
+    # A lower layer documents what it offers, not who uses it: a docstring naming
+    # reports/model.py goes stale when reports moves, and invites the import that layering
+    # forbids.
+    import re
+    found = []
+    for path, module, _ in package_modules():
+        if module[0] == "reports":
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\b(reports|engine)/\w+\.py|\breports\.\w+\.\w", line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, "lower layers naming reports modules:\n" + "\n".join(found)

@@ -145,7 +145,7 @@ def from_torch(model, args, kwargs=None, *, dropout_seed: int = 0) -> Graph:
 def exported(model, args, kwargs=None):
     """``torch.export`` of ``model(*args, **kwargs)`` decomposed to the aten operators the
     table translates (the default decompositions but those of TABLE's operators): the
-    program from_torch reads, and the one reports/model_torch.py runs node by node so its
+    program from_torch reads, and the one a node-by-node torch run interprets, so that its
     node names are the graph's.  CaptureError (one line) when export fails."""
     import warnings
 
