@@ -225,6 +225,13 @@ def _aligned_block(lo, hi, bits):
     mig = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
     big_q = _quantum(np.max(mag, axis=-1), bits)[..., None]
     small_q = _quantum(np.max(mig, axis=-1), bits)[..., None]
+    return _cut_sum(lo, hi, big_q, small_q)
+
+
+def _cut_sum(lo, hi, big_q, small_q):
+    """(lo, hi) enclosing the sum of terms t_j in [lo[..., j], hi[..., j]], each truncated
+    toward zero to a multiple of a quantum q in [small_q, big_q] (powers of two): a coarser
+    quantum cuts further toward zero (_aligned_block's derivation), summed outward."""
     low = np.where(lo >= 0, _trunc_to(lo, big_q), _trunc_to(lo, small_q))
     high = np.where(hi >= 0, _trunc_to(hi, small_q), _trunc_to(hi, big_q))
     slo, shi = low[..., 0], high[..., 0]
@@ -270,14 +277,8 @@ def _tensor_core_block(clo, chi, plo, phi, big_e, small_e, extra):
     small_q = np.ldexp(1.0, np.clip(np.where(np.isfinite(e_lo), e_lo, -2000), -1074 - 40,
                                     2000).astype(np.int64) - 23 - extra)[..., None]
     big_q, small_q = np.maximum(big_q, 2.0 ** -1074), np.maximum(small_q, 2.0 ** -1074)
-    lo = np.concatenate([clo[..., None], plo], axis=-1)
-    hi = np.concatenate([chi[..., None], phi], axis=-1)
-    low = np.where(lo >= 0, _trunc_to(lo, big_q), _trunc_to(lo, small_q))
-    high = np.where(hi >= 0, _trunc_to(hi, small_q), _trunc_to(hi, big_q))
-    slo, shi = low[..., 0], high[..., 0]
-    for j in range(1, lo.shape[-1]):
-        slo, shi = _sum_down(slo, low[..., j]), _sum_up(shi, high[..., j])
-    return slo, shi
+    return _cut_sum(np.concatenate([clo[..., None], plo], axis=-1),
+                    np.concatenate([chi[..., None], phi], axis=-1), big_q, small_q)
 
 
 # ----- transcendental primitives: trusted libm values, widened -------------------------------
@@ -712,8 +713,7 @@ class BoundingBackend(EnclosureFormats, Backend):
         output; a hull reaching the output's overflow threshold is poisoned (the unit gives
         inf there under every rounding)."""
         core = tensor_cores.tensor_core(self.policy.tensor_core)
-        fin = tensor_cores.READS.get(self.fmt.label)
-        tensor_cores.operands(core, self.fmt, [])             # ValueError: not taken
+        fin = tensor_cores.input_format(core, self.fmt)       # ValueError: not taken
         path = core.paths[fin]
         out = formats.BinaryFormat(8, 23 + min(path.extra or 0, 0), 127)
         least = float(formats.get(fin).min_normal)

@@ -307,6 +307,14 @@ def fixed_point_dot_bound(block_abs, block: int, fmt, mode: str, bits: int,
     u_a, eta_a = float(unit_roundoff(acc, mode)), float(eta(acc, mode))
     us, es = (float(v) for v in _final(storage, acc, mode))
     c = float(block + 1) * 2.0 ** -bits                    # exact: a power of two times K+1
+    return _cut_blocks_bound(a, c, 0.0, u_a, eta_a, us, es, abs_result)
+
+
+def _cut_blocks_bound(a, c, floor, u, e, us, es, abs_result):
+    """The recursion of fixed_point_dot_bound and tensor_core_dot_bound over the blocks
+    ``a[..., j]`` (upper bounds of their absolute sums): each block's cut costs at most
+    D_j = c (A_j + E_(j-1) + floor), its rounding u (A_j + E_(j-1) + D_j) + e; then the
+    final rounding (us, es) into storage.  Binary64, every step rounded up."""
     def up(v):
         return np.nextafter(v, np.inf)
 
@@ -316,8 +324,8 @@ def fixed_point_dot_bound(block_abs, block: int, fmt, mode: str, bits: int,
         for j in range(a.shape[-1]):
             big_a = up(big_a + a[..., j])
             t = up(big_a + err)
-            d = up(c * t)
-            err = up(up(err + d) + up(up(u_a * up(t + d)) + eta_a))
+            d = up(c * (up(t + floor) if floor else t))
+            err = up(up(err + d) + up(up(u * up(t + d)) + e))
         r = big_a if abs_result is None else np.asarray(abs_result, dtype=np.float64)
         return up(err + up(up(us * up(r + err)) + es))
 
@@ -343,20 +351,7 @@ def tensor_core_dot_bound(block_abs, group: int, fmt, mode: str, extra, rounding
     u, e = float(unit_roundoff(out, rounding)), float(eta(out, rounding))
     us, es = (float(v) for v in _final(storage, out, mode))
     c = 0.0 if extra is None else float(group + 1) * 2.0 ** (-23 - extra)
-
-    def up(v):
-        return np.nextafter(v, np.inf)
-
-    big_a = np.zeros(a.shape[:-1])
-    err = np.zeros(a.shape[:-1])
-    with np.errstate(over="ignore", invalid="ignore"):
-        for j in range(a.shape[-1]):
-            big_a = up(big_a + a[..., j])
-            t = up(big_a + err)
-            d = up(c * up(t + 2.0 ** -126))
-            err = up(up(err + d) + up(up(u * up(t + d)) + e))
-        r = big_a if abs_result is None else np.asarray(abs_result, dtype=np.float64)
-        return up(err + up(up(us * up(r + err)) + es))
+    return _cut_blocks_bound(a, c, 2.0 ** -126, u, e, us, es, abs_result)
 
 
 def elementwise_bound(exact_abs, fmt, mode: str = "nearest_even") -> np.ndarray:

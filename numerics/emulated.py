@@ -245,14 +245,6 @@ class EmulatedBackend(Backend):
         conditions for this backend, the accumulator and the narrow format; fixed_point also
         needs products.fixed_point_exact.  The generic path elsewhere."""
         p = self.policy
-        if p.tensor_core is not None and a.shape[-1] and a.size:
-            # The batched kernel over the operands' distinct values (products.layout).
-            core = tensor_cores.tensor_core(p.tensor_core)
-            lay = products.layout(a, b, unshared=True)
-            left, fin = tensor_cores.operands(core, self.fmt, lay.left)
-            right, _ = tensor_cores.operands(core, self.fmt, lay.right)
-            total = lay.assemble(core.matmul(left, right, fin))
-            return self.to_storage(acc.asarray(total), acc)
         total = None
         if p.tensor_core is None and a.shape[-1] and \
                 self._products_strategy(self, False) is not None:
@@ -261,6 +253,17 @@ class EmulatedBackend(Backend):
         if total is None:
             return super()._hardware_contract(a, b, acc)
         return self.to_storage(total, acc)
+
+    def _tensor_core_dot(self, a, b, acc):
+        """Backend._tensor_core_dot as one batched kernel over the operands' distinct values
+        (products.layout) instead of every broadcast row."""
+        if not (a.shape[-1] and a.size):
+            return super()._tensor_core_dot(a, b, acc)
+        core = tensor_cores.tensor_core(self.policy.tensor_core)
+        lay = products.layout(a, b, unshared=True)
+        left, fin = tensor_cores.operands(core, self.fmt, lay.left)
+        right, _ = tensor_cores.operands(core, self.fmt, lay.right)
+        return acc.asarray(lay.assemble(core.matmul(left, right, fin)))
 
     def _fixed_point(self, a, b, acc):
         """Backend._fixed_point_dot compiled, or None where it cannot be."""

@@ -124,11 +124,8 @@ class TensorCore:
             if not _within(v, f):
                 raise ValueError(f"tensor core {self.name}: {what} holds values that are "
                                  f"not {f.label} values")
-        out = np.empty(a.shape[0])
-        (ea, a), (eb, b) = self._read(a, fin), self._read(b, fin)
-        with threads_for(a.size):
-            _rows_kernel(a, ea, b, eb, c, out, *self._params(p, fout))
-        return out
+        # A batch of n one-output products: row i alone against column i alone.
+        return self._run(a[:, None, :], b[:, None, :], c[:, None, None], fin, fout, p)[:, 0, 0]
 
     def matmul(self, a, b, input_format) -> np.ndarray:
         """Batched a @ b.T with binary32 outputs and c = +0: ``a`` (nb, m, k), ``b`` (nb, n, k)
@@ -139,12 +136,19 @@ class TensorCore:
         swap = b.shape[1] < a.shape[1]
         if swap:
             a, b = b, a
+        out = self._run(a, b, np.zeros((a.shape[0], a.shape[1], b.shape[1])), fin,
+                        formats.get("binary32"), p)
+        return np.swapaxes(out, 1, 2) if swap else out
+
+    def _run(self, a, b, c, fin, fout, p: Datapath) -> np.ndarray:
+        """The kernel on ``a`` (nb, m, k) and ``b`` (nb, n, k) input-format values from the
+        accumulators ``c`` (nb, m, n) of format ``fout``: (nb, m, n) float64."""
         (ea, a), (eb, b) = self._read(a, fin), self._read(b, fin)
         b, eb = (np.ascontiguousarray(np.swapaxes(v, 1, 2)) for v in (b, eb))   # (nb, k, n)
-        out = np.empty(a.shape[:2] + b.shape[2:])
+        out = np.ascontiguousarray(c, dtype=np.float64).copy()
         with threads_for(out.size * a.shape[-1]):
-            _matmul_kernel(a, ea, b, eb, out, *self._params(p, formats.get("binary32")))
-        return np.swapaxes(out, 1, 2) if swap else out
+            _matmul_kernel(a, ea, b, eb, out, *self._params(p, fout))
+        return out
 
     def _read(self, x, fin):
         """(exponents, values) of input-format values: e(x) for the alignment (subnormals
@@ -173,9 +177,9 @@ READS = {"binary16": "binary16", "bfloat16": "bfloat16", "float8_e4m3fn": "float
          "float8_e5m2": "float8_e5m2", "binary32": "tf32"}
 
 
-def operands(core: TensorCore, storage, x) -> tuple[np.ndarray, str]:
-    """Values of the storage format as the unit reads them, and its input format's name;
-    ValueError when the unit takes no operands of that format."""
+def input_format(core: TensorCore, storage) -> str:
+    """The input format the unit reads a storage format's operands in (READS); ValueError
+    when it takes no operands of that format."""
     label = _label(storage)
     fin = READS.get(label)
     if fin not in core.paths:
@@ -183,8 +187,15 @@ def operands(core: TensorCore, storage, x) -> tuple[np.ndarray, str]:
                           if f in core.paths)
         raise ValueError(f"tc:{core.name}: its matrix unit takes {takes} operands "
                          f"(got {label})")
+    return fin
+
+
+def operands(core: TensorCore, storage, x) -> tuple[np.ndarray, str]:
+    """Values of the storage format as the unit reads them, and its input format's name
+    (input_format)."""
+    fin = input_format(core, storage)
     x = np.asarray(x, dtype=np.float64)
-    return (formats.round_to(x, fin, "toward_zero") if fin != label else x), fin
+    return (formats.round_to(x, fin, "toward_zero") if fin != _label(storage) else x), fin
 
 
 def _label(name) -> str:
@@ -293,55 +304,11 @@ def _odd_sum(vals, n):
     return hi
 
 
-@numba.njit(cache=True)
-def _dot(a, ea, b, eb, c, buf, group, extra, exact, prec, emin, emax, nearest, flush):
-    """One output: the groups of a[:] * b[:] in order, each a block FMA with the running
-    result as c (module docstring)."""
-    k = a.shape[0]
-    for t0 in range(0, k, group):
-        t1 = min(t0 + group, k)
-        raw = c
-        top = max(math.frexp(c)[1] - 1, _C_FLOOR) if c != 0.0 and math.isfinite(c) \
-            else _NONE
-        for t in range(t0, t1):
-            p = a[t] * b[t]                      # exact: inputs of at most 11 bits
-            raw += p
-            if p != 0.0:
-                top = max(top, ea[t] + eb[t])
-        if not math.isfinite(raw):               # an inf or NaN term: no finite sum overflows
-            c = raw
-            continue
-        if top == _NONE:                         # every term zero
-            c = 0.0
-            continue
-        if exact:
-            buf[0] = c
-            for t in range(t0, t1):
-                buf[t - t0 + 1] = a[t] * b[t]
-            s = _odd_sum(buf, t1 - t0 + 1)
-        else:
-            qe = top - 23 - extra
-            scale = math.ldexp(1.0, -qe)
-            s = math.trunc(c * scale)            # the cut terms: integers, summed exactly
-            for t in range(t0, t1):
-                s += math.trunc(a[t] * b[t] * scale)
-            s = math.ldexp(s, qe)
-        c = _store(s, prec, emin, emax, nearest, flush)
-    return c
-
-
-@numba.njit(parallel=True, cache=True)
-def _rows_kernel(A, EA, B, EB, C, out, group, extra, exact, prec, emin, emax, nearest, flush):
-    for r in numba.prange(A.shape[0]):
-        buf = np.empty(group + 1)
-        out[r] = _dot(A[r], EA[r], B[r], EB[r], C[r], buf, group, extra, exact, prec, emin,
-                      emax, nearest, flush)
-
-
 @numba.njit(parallel=True, cache=True)
 def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nearest, flush):
-    """out[bt, i, :]: _dot of A[bt, i, :] and every column B[bt, :, j] (B and its exponents
-    EB laid out (nb, k, n)), a row at a time so that the loops over its n outputs run along
+    """out[bt, i, :]: the groups of A[bt, i, :] times every column B[bt, :, j] in order (B
+    and its exponents EB laid out (nb, k, n)), each a block FMA with the running result as c,
+    starting from out's own values (module docstring); a row at a time so that the loops over its n outputs run along
     contiguous rows of B and vectorize: per group, the alignment exponent (a zero operand's
     _NONE keeps its product out of the maximum), the cut terms' sum, one rounding; the raw
     IEEE sum only where an inf or NaN operand meets the group."""
@@ -350,7 +317,7 @@ def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nea
     lowest = _NONE // 2
     for q in numba.prange(nb * m):
         bt, i = q // m, q % m
-        c = np.zeros(n)
+        c = out[bt, i].copy()
         top = np.empty(n, np.int32)
         s = np.empty(n)
         base = np.empty(n, np.int64)
@@ -465,13 +432,3 @@ def tensor_core(name: str) -> TensorCore:
         raise ValueError(f"unknown tensor core {name!r} (choose from "
                          f"{', '.join(PRESETS)})")
     return PRESETS[key]
-
-
-def describe(core: TensorCore) -> list[str]:
-    """One line per datapath: input format, group, extra bits, rounding, outputs."""
-    lines = []
-    for fin, p in core.paths.items():
-        cut = "no cut (exact sum)" if p.extra is None else f"{p.extra:+d} extra bits"
-        outs = "binary32, binary16 (nearest_even)" if p.binary16 else "binary32"
-        lines.append(f"{fin}: groups of {p.group}, {cut}, {p.rounding}; outputs {outs}")
-    return lines

@@ -226,7 +226,7 @@ def scaled_problem(task, o) -> tuple | None:
     if getattr(policy, "tensor_core", None) is not None and task.op in PRODUCTS and \
             task.scheme is None:
         try:                                 # the GPU's matrix unit takes the format?
-            tensor_cores.operands(tensor_cores.tensor_core(policy.tensor_core), task.fmt, [])
+            tensor_cores.input_format(tensor_cores.tensor_core(policy.tensor_core), task.fmt)
         except ValueError as exc:
             return "no_rule", str(exc), "tensor-core input format"
     recipe = numerics.policy.recipe(task.policy)

@@ -146,9 +146,11 @@ def _tensor_core_bound(abs_x, abs_y, fmt, mode, policy):
     reads the operands in another format (binary32 as tf32: the read itself cuts) or takes
     none of them."""
     core = tensor_cores.tensor_core(policy.tensor_core)
-    label = formats.get(fmt).label
-    fin = tensor_cores.READS.get(label)
-    if fin != label or fin not in core.paths:
+    try:
+        fin = tensor_cores.input_format(core, fmt)
+    except ValueError:
+        return None
+    if fin != formats.get(fmt).label:
         return None
     path, least = core.paths[fin], float(formats.get(fin).min_normal)
     # a nonzero operand is aligned at least at its format's least normal exponent

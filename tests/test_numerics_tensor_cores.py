@@ -302,17 +302,23 @@ def test_apriori_bound_holds(fmt, gpu, mode):
     assert checked >= 15         # E4M3 results past 448 are NaN (fn): beyond the model
 
 
+def _nearly_cancelling(fmt):
+    """x (4, 32), y (32, 4): the second half of each row of x is the first half's next value,
+    negated, against the same y: products that nearly cancel."""
+    rng = np.random.default_rng(9)
+    half = formats.round_to(1 + rng.random((4, 16)), fmt)
+    x = np.concatenate([half, -formats.next_up(half, fmt)], axis=1)
+    return x, np.tile(formats.round_to(1 + rng.random((16, 4)), fmt), (2, 1))
+
+
 def test_fewer_alignment_bits_violate_the_bound():
     # A unit that keeps 14 bits fewer than binary32 where H100's bf16 path keeps 2 more: on
     # products that nearly cancel (the second half of each row is the first half's next
     # bfloat16 value, negated), its cut exceeds the bound stated for tc:h100.
     from roundoff_coverage import routes
     from roundoff_coverage.routes import apriori
-    rng = np.random.default_rng(9)
     fmt = "bfloat16"
-    half = formats.round_to(1 + rng.random((4, 16)), fmt)
-    x = np.concatenate([half, -formats.next_up(half, fmt)], axis=1)
-    y = np.tile(formats.round_to(1 + rng.random((16, 4)), fmt), (2, 1))
+    x, y = _nearly_cancelling(fmt)
     b = apriori.bound(routes.op("matmul", x_shape=(4, 32), y_shape=(32, 4)), [x, y], fmt,
                       "nearest_even", numerics.preset("tc:h100", fmt))
     weak = tc.TensorCore("weak", {"bfloat16": tc.Datapath(16, -14)})
@@ -355,11 +361,8 @@ def test_enclosure_holds_the_unit_and_the_exact_product(fmt, gpu):
 def test_a_unit_that_cuts_more_falls_outside_the_enclosure():
     # Products that nearly cancel (as in the a priori test): point inputs give point
     # enclosures, the model's own value, which a unit keeping 14 bits fewer misses.
-    rng = np.random.default_rng(9)
     fmt = "bfloat16"
-    half = formats.round_to(1 + rng.random((4, 16)), fmt)
-    x = np.concatenate([half, -formats.next_up(half, fmt)], axis=1)
-    y = np.tile(formats.round_to(1 + rng.random((16, 4)), fmt), (2, 1))
+    x, y = _nearly_cancelling(fmt)
     bk = numerics.bounding(fmt, "nearest_even", "tc:h100")
     clo, chi, _, _ = bk.split(bk.matmul(bk.asarray(x), bk.asarray(y)))
     weak = tc.TensorCore("weak", {"bfloat16": tc.Datapath(16, -14)})
