@@ -8,9 +8,10 @@ subpackage that needs it is used)::
 
 ``formats`` (binary formats, rounding, bits) <- ``numerics`` (backends, policies, metrics)
 <- ``routes`` (the operator table) <- ``kernels`` (CUDA kernels under measurement) <-
-``reports`` (the coverage run, results, HTML reports, the gate, the command line).
+``engine`` (the measurement engine: runs, samples, references, implementations, the results
+file) <- ``reports`` (summaries, HTML reports, the gate, the command line).
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["formats", "numerics", "routes", "kernels", "reports"]
+__all__ = ["formats", "numerics", "routes", "kernels", "engine", "reports"]

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_measure.py [--chunks 16] [--mpmath-n 20000]
 
-One process (one core) runs reports.measure.run_chunk on --chunks chunks of the exhaustive
+One process (one core) runs engine.measure.run_chunk on --chunks chunks of the exhaustive
 binary32 enumeration spread over the whole range (every 1024/chunks-th chunk of 2**22 inputs,
 so overflow, underflow, tiny and NaN inputs get their share): input generation, expf itself,
 the compiled binary64 screen, candidates for the maximum and the exact recomputation of the
@@ -22,7 +22,7 @@ import mpmath
 import numba
 import numpy as np
 
-from roundoff_coverage.reports import measure
+from roundoff_coverage.engine import measure
 
 
 def main(argv=None) -> int:

@@ -4,7 +4,7 @@
 
 Runs ``roundoff-coverage run``'s default selection (all operators; routes forward, tangent,
 gradient; formats bfloat16, binary16, float8_e4m3fn, float8_e5m2, binary32; nearest_even;
-policy strict; implementation emulated) through ``reports.runner.run`` into a temporary
+policy strict; implementation emulated) through ``engine.runner.run`` into a temporary
 folder, and prints the wall time, the peak memory of the parent and one worker, and the
 seconds per phase (sampling, evaluation, reference, measurement; summed over workers).
 
@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from roundoff_coverage import routes
-from roundoff_coverage.reports import evaluate, implementations, runner
+from roundoff_coverage.engine import evaluate, implementations, runner
 
 
 def main(argv=None) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from roundoff_coverage.reports import evaluate, runner
+from roundoff_coverage.engine import evaluate, runner
 
 
 def main(argv=None) -> int:

@@ -1,7 +1,7 @@
-"""reports: the coverage runner, result records, HTML reports, the gate and the CLI.
+"""reports: functions of results files: loading, summaries, HTML reports, the gate, the CLI.
 
 ``load(path) -> pandas.DataFrame``: a results file (roundoff-coverage/1), one row per
-measured route (reports/results.py).
+measured route (engine/results.py).
 ``reproduce(results, row) -> dict``: the inputs of a row's worst case, regenerated from the
 seed (reports/regenerate.py), for inputs too large to store in the file.
 ``assert_ulp_close(actual, exact, fmt, max_ulp=0.5)``: a test assertion on ulp errors in any
@@ -10,8 +10,8 @@ format (reports/testing.py; also the fixture of the pytest plugin reports/pytest
 
 
 def load(path):
-    """The results file at ``path`` as a pandas DataFrame (see reports.results.load)."""
-    from .results import load as _load
+    """The results file at ``path`` as a pandas DataFrame (see engine.results.load)."""
+    from ..engine.results import load as _load
     return _load(path)
 
 

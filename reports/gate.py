@@ -2,7 +2,7 @@
 
 ``compare(baseline_doc, current_doc, metric="max", tolerances=None,
 allow_different_settings=False) -> Comparison``.  Both documents are ``roundoff-coverage/1``
-results (reports/results.py) read through ``read(path)``, which turns every defect of a file
+results (engine/results.py) read through ``read(path)``, which turns every defect of a file
 (missing, empty, truncated, not JSON, another schema, a row without its key fields, two rows
 with one key) into a one-line ``GateError``.  A route is identified by its key (operator,
 attributes, route, port, format, mode, policy, implementation); fields the gate does not
@@ -21,13 +21,13 @@ A route regressed when, against the baseline:
 - it has more bound violations, more mismatches (exactly compared ports), more unmeasurable
   errors, or an exceptional outcome class (``nan_from_finite``, ``overflow_to_inf``, ...)
   the baseline row did not have;
-- it is a scaled format's row (reports/draws.py ``BlockCounts``) with more ``clipped``
+- it is a scaled format's row (engine/draws.py ``BlockCounts``) with more ``clipped``
   elements (beyond the element range at their block's scale) or more ``nan_blocks`` (a NaN
   scale: an Inf or NaN in the block, or a scale past the scale format) than the baseline
   row, on the same points, at its port or in one of its quantized inputs (``scaled_inputs``:
   a recipe's operands): values the format no longer represents, whatever the ulps say;
 - it is a CUDA kernel's row (``--implementations cuda``) whose contract held in the baseline
-  and does not now (reports/cuda.py);
+  and does not now (engine/cuda.py);
 - it was measured (status ``ok``) in the baseline and is now missing or not ``ok``.
 
 Improvements (a metric that shrank by more than the tolerance, fewer violations or
@@ -48,8 +48,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from . import operators, results
-from .rows import MEASURED
+from ..engine import operators, results
+from ..engine.rows import MEASURED
 
 DEFAULT_TOLERANCE = 0.01                  # ulp
 METRICS = {"max": "max_ulp", "p99": "p99_ulp"}
@@ -267,7 +267,7 @@ def compare(baseline, current, metric="max", tolerances=None,
 
 
 def _families(doc, ops) -> dict:
-    """{operator: family} as the results document records them (reports/operators.py; a
+    """{operator: family} as the results document records them (engine/operators.py; a
     removed operator has none: it gets the format or default tolerance)."""
     table = operators.Table(doc)
     return {name: table.family(name) for name in ops if table.family(name)}

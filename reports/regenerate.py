@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 
-from . import evaluate, runner
+from ..engine import evaluate, runner
 
 
 class ReproduceError(ValueError):

@@ -13,7 +13,7 @@ import math
 from collections import Counter, defaultdict
 
 from . import views
-from .rows import MEASURED, STATUSES
+from ..engine.rows import MEASURED, STATUSES
 
 
 def _num(v):

@@ -8,7 +8,7 @@ the terminal summary, the heat map and the table show the ``ordinary`` view by d
 the ``whole`` range (every draw) one switch away.  A row without ordinary draws (enumerated
 inputs, a measured target) or written before rows had ``by_kind`` has no ordinary view.
 
-Pure functions of row data: dicts with the row's fields (reports/rows.py), numbers as the
+Pure functions of row data: dicts with the row's fields (engine/rows.py), numbers as the
 results file spells them ("inf" included).
 """
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 
-from . import results
-from .rows import KIND_STATS
+from ..engine import results
+from ..engine.rows import KIND_STATS
 
 ORDINARY, WHOLE = "ordinary", "whole"
 VIEWS = (ORDINARY, WHOLE)
@@ -29,7 +29,7 @@ DESCRIPTIONS = {
            "values and magnitudes)"}
 SHORT = {ORDINARY: "draws of sample kind ordinary",
          WHOLE: "every draw: ordinary, edges, special, magnitudes"}
-# What went wrong inside a route (reports/measuring.py INSIDE), in words, in this order.
+# What went wrong inside a route (engine/measuring.py INSIDE), in words, in this order.
 INSIDE_WORDS = (("overflow", "overflow inside"), ("underflow", "underflow inside"),
                 ("nan", "NaN inside"))
 

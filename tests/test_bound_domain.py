@@ -19,8 +19,8 @@ import pytest
 
 from roundoff_coverage import formats, numerics, routes
 from roundoff_coverage.numerics import metrics
-from roundoff_coverage.reports import bound as B
-from roundoff_coverage.reports import results
+from roundoff_coverage.engine import bound as B
+from roundoff_coverage.engine import results
 from roundoff_coverage.routes.bounds import domain_bound
 from roundoff_coverage.routes.bounds.tracking import TrackingBackend
 from conftest import ERROR, run_cli
@@ -335,7 +335,7 @@ def test_run_domain_bounds_cover_the_ordinary_draws(tmp_path):
     # run --domain-bounds: every emulated forward row gets the bound over the box of its
     # ordinary draws; those draws lie in the box, so their measured maximum (by_kind) can
     # never exceed it.  Without the flag the rows have no domain_bound.
-    from roundoff_coverage.reports import runner
+    from roundoff_coverage.engine import runner
     path = tmp_path / "db.json"
     sel = runner.Selection(ops=("exp", "sigmoid", "softmax", "matmul", "reduce"),
                            formats=("bfloat16", "binary16"), routes=("forward",), draws=3,

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats, numerics, routes
-from roundoff_coverage.reports import evaluate, runner
+from roundoff_coverage.engine import evaluate, runner
 
 POLICIES = ["fixed_point:14", "fixed_point:10:32", "fixed_point:23"]
 FORMATS = ["bfloat16", "float8_e4m3fn"]

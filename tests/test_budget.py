@@ -1,5 +1,5 @@
 """A request that cannot fit the machine is refused before any work, with one line saying
-what it needs and what fits (reports/budget.py)."""
+what it needs and what fits (engine/budget.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from roundoff_coverage.reports import budget, runner
+from roundoff_coverage.engine import budget, runner
 from roundoff_coverage.reports.cli import main
 from conftest import one_error
 

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from roundoff_coverage.reports import evaluate, executors, measure, results, runner
+from roundoff_coverage.engine import evaluate, executors, measure, results, runner
 from roundoff_coverage.reports.cli import common as cli_common, formats as cli_formats
 from roundoff_coverage.reports.cli import ops as cli_ops, run as cli_run
 from roundoff_coverage.reports.cli import main

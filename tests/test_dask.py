@@ -1,4 +1,4 @@
-"""The coverage run and ``measure`` on a Dask cluster (reports/executors.py).
+"""The coverage run and ``measure`` on a Dask cluster (engine/executors.py).
 
 The oracle is the local executor: the same selection and seed run in this process must give
 the same bytes whatever the cluster does -- two workers finishing in any order, a worker
@@ -21,8 +21,8 @@ import time
 
 import pytest
 
-from roundoff_coverage.reports import evaluate, executors, measure, runner
-from roundoff_coverage.reports.tally import Tally
+from roundoff_coverage.engine import evaluate, executors, measure, runner
+from roundoff_coverage.engine.tally import Tally
 from roundoff_coverage.reports.cli import main
 from conftest import one_error
 

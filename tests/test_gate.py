@@ -21,7 +21,8 @@ import pytest
 from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import reports
-from roundoff_coverage.reports import evaluate, gate, results, runner
+from roundoff_coverage.reports import gate
+from roundoff_coverage.engine import evaluate, results, runner
 from conftest import ERROR, run_cli
 
 
@@ -159,7 +160,7 @@ def test_each_kind_of_regression_fails(capsys, tmp_path, before, after, words):
 
 
 def scaled_row(**fields) -> dict:
-    """A scaled format's row (reports/draws.py BlockCounts: 8 blocks, 2 elements clipped)."""
+    """A scaled format's row (engine/draws.py BlockCounts: 8 blocks, 2 elements clipped)."""
     return row(**{"format": "mxfp8_e4m3", "scheme": "mxfp8_e4m3", "error_unit": "ulp of "
                   "float8_e4m3fn at the exact value's block scale", "scale_axis": "x:-1; y:-1",
                   "blocks": 8, "clipped": 2, "zero_blocks": 0, "nan_blocks": 0,

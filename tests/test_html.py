@@ -20,7 +20,8 @@ import sys
 
 import pytest
 
-from roundoff_coverage.reports import html, runner
+from roundoff_coverage.reports import html
+from roundoff_coverage.engine import runner
 from roundoff_coverage.reports.cli import main
 from roundoff_coverage.reports.html import markup, model, palette, snippet
 

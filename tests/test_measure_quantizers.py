@@ -1,5 +1,5 @@
 """measure --scheme: a quantizer this project did not write, against a scaled format's
-definition (reports/quantizers.py).
+definition (engine/quantizers.py).
 
 The oracle is independent of formats.quantize: an MXFP8 E4M3 quantizer written here from the
 OCP MX v1.0 specification (Algorithm 1 of Rouhani et al., arXiv:2310.10537) in plain numpy,
@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from roundoff_coverage.reports import quantizers, results
+from roundoff_coverage.engine import quantizers, results
 from roundoff_coverage.reports.cli import measure as cli_measure
 from conftest import one_error, run_cli
 
@@ -362,8 +362,8 @@ def test_quantizer_options_need_a_scheme_and_the_cli_constants_match(capsys):
 
 
 def test_importable_reads_python_files_and_modules_and_leaves_libraries(tmp_path):
-    """reports/targets.py's resolver, which measure and measure --scheme share."""
-    from roundoff_coverage.reports.targets import MeasureError, importable
+    """engine/targets.py's resolver, which measure and measure --scheme share."""
+    from roundoff_coverage.engine.targets import MeasureError, importable
     (tmp_path / "twice.py").write_text("def twice(x):\n    return 2 * x\n")
     (tmp_path / "broken.py").write_text("1 / 0\n")
     assert importable(f"{tmp_path / 'twice.py'}:twice")(3) == 6

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats
-from roundoff_coverage.reports import measure
+from roundoff_coverage.engine import measure
 from conftest import mp_context, mpfr_context
 
 CTX = mp_context(200)

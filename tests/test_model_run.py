@@ -1,4 +1,4 @@
-"""The model run (reports/model.py, reports/model_run.py, ``roundoff-coverage model``):
+"""The model run (engine/model.py, engine/model_run.py, ``roundoff-coverage model``):
 per-node local and propagated errors against exact rationals on hand-built graphs, the
 certified 0.5 ulp of correctly rounded single-primitive nodes, keeping a node in binary32,
 and the command on a captured torch model (rows, report, gate, refusals)."""
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats, routes
-from roundoff_coverage.reports import model as M
+from roundoff_coverage.engine import model as M
 from roundoff_coverage.routes.ports import value
 
 from conftest import one_error, run_cli

@@ -1,4 +1,4 @@
-"""Model runs under scaled formats (reports/model.py, class Scaled): a hand-built graph's
+"""Model runs under scaled formats (engine/model.py, class Scaled): a hand-built graph's
 propagated and local errors, forward and gradient, against an oracle written with exact
 rationals from the scheme definitions (tests/test_run_scaled.py's: round to nearest even,
 the MX floor rule, NVFP4's two-level scales, binary32 sequential matmul, the error unit);
@@ -15,7 +15,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from roundoff_coverage.reports import model as M
+from roundoff_coverage.engine import model as M
 from roundoff_coverage.routes.ports import value
 from roundoff_coverage import routes
 

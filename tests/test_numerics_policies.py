@@ -12,7 +12,7 @@ import pytest
 
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.policy import preset
-from roundoff_coverage.reports import evaluate, runner
+from roundoff_coverage.engine import evaluate, runner
 
 
 def _rnd(v: Fraction, fmt, mode="nearest_even") -> Fraction:

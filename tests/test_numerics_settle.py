@@ -119,7 +119,7 @@ def test_coverage_rows_record_the_precision_their_reference_needed():
     # layerNorm's gradient cancels inside the rule at some draws (a result ~1e-73 from
     # terms ~1e0): the exact value the row records is checked against the textbook formula
     # at 3000 bits, and the row says how many bits the reference needed to get there.
-    from roundoff_coverage.reports.evaluate import Task, evaluate
+    from roundoff_coverage.engine.evaluate import Task, evaluate
     rows, _ = evaluate(Task("layerNorm", "default", (("shape", (2, 3)),), "bfloat16",
                             "toward_zero", "strict", "emulated", ("gradient",), 2, 0))
     row = next(r for r in rows if r["port"] == "x")

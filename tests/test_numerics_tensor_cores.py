@@ -376,7 +376,7 @@ def test_a_model_run_computes_its_products_as_the_gpu_does():
     # (and so in the error): the propagated forward error is the
     # oracle's unit result, stored in bfloat16, against the exact product.
     from roundoff_coverage import routes
-    from roundoff_coverage.reports import model as M
+    from roundoff_coverage.engine import model as M
     from roundoff_coverage.routes.ports import value
     fmt = "bfloat16"
     rng = np.random.default_rng(4)

@@ -1,14 +1,15 @@
 """Reports are functions of their records: a coverage run's results file records its
 operators (family, spec order, notes, certificates), and the HTML report and the gate read
 them from the file -- an old file renders with its own notes, whatever the operator table
-holds today (reports/operators.py)."""
+holds today (engine/operators.py)."""
 
 from __future__ import annotations
 
 import json
 
 from roundoff_coverage import routes
-from roundoff_coverage.reports import gate, html, operators, results, runner
+from roundoff_coverage.reports import gate, html
+from roundoff_coverage.engine import operators, results, runner
 
 
 def _run(tmp_path, name="r.json"):

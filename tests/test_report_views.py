@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats, numerics
-from roundoff_coverage.reports import evaluate, gate, html, measure, results, rows, runner
+from roundoff_coverage.reports import gate, html
+from roundoff_coverage.engine import evaluate, measure, results, rows, runner
 from roundoff_coverage.reports import summary, views
 from roundoff_coverage.reports.cli import main
-from roundoff_coverage.reports.measuring import measure_port
+from roundoff_coverage.engine.measuring import measure_port
 
 BF = formats.get("bfloat16")
 P, EMAX, QMIN = BF.precision, BF.emax, BF.qmin

@@ -1,4 +1,4 @@
-"""The results file (reports/results.py): deterministic text, atomic writes, the DataFrame of
+"""The results file (engine/results.py): deterministic text, atomic writes, the DataFrame of
 ``reports.load`` and the CSV export.  Rows here are written by hand (no run), so each test
 checks the file layer alone."""
 
@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from roundoff_coverage import reports
-from roundoff_coverage.reports import results
-from roundoff_coverage.reports.runner import Selection
+from roundoff_coverage.engine import results
+from roundoff_coverage.engine.runner import Selection
 
 
 def _row(op="exp", route="forward", port="y", fmt="bfloat16", max_ulp=0.25, **extra):

@@ -16,7 +16,7 @@ from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.numerics.policy import preset
-from roundoff_coverage.reports import evaluate, runner
+from roundoff_coverage.engine import evaluate, runner
 from roundoff_coverage.routes import apriori
 from conftest import CTX, to_mp
 FORMATS = ("bfloat16", "binary16", "float8_e4m3fn")

@@ -6,7 +6,7 @@ The oracle is written here from the definitions (formats/scaled.py cites them) w
 rationals and does not call the code under test: round to nearest even into a binary
 format, the MX floor rule with E8M0 scales, NVFP4's binary32 tensor scale and E4M3 block
 scales, FP8 current per-tensor scaling, binary32 sequential matmul, and the error unit.  It
-quantizes the run's own raw draws (reports.draws.draw, before quantization) and must find
+quantizes the run's own raw draws (engine.draws.draw, before quantization) and must find
 the dequantized inputs the run stored in its reproducer, then the run's max error.
 """
 
@@ -21,8 +21,9 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats, routes
-from roundoff_coverage.reports import draws, gate, load, results, runner
-from roundoff_coverage.reports.evaluate import evaluate
+from roundoff_coverage.reports import gate, load
+from roundoff_coverage.engine import draws, results, runner
+from roundoff_coverage.engine.evaluate import evaluate
 from conftest import one_error, run_cli
 
 SCHEMES = ("mxfp8_e4m3", "nvfp4", "fp8_e4m3_tensor")

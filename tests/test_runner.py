@@ -1,4 +1,4 @@
-"""The coverage run (reports/runner.py, reports/evaluate.py, the ``run`` command).
+"""The coverage run (engine/runner.py, engine/evaluate.py, the ``run`` command).
 
 Oracles are independent of the runner: mpmath at 300 bits for the exact values of a
 reproducer, the format's own enumeration (formats.CATALOG constants) for exhaustive counts,
@@ -21,7 +21,7 @@ import pytest
 from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
-from roundoff_coverage.reports import evaluate, runner
+from roundoff_coverage.engine import evaluate, runner
 from roundoff_coverage.reports.cli import main
 from roundoff_coverage.routes.ports import value
 from roundoff_coverage.routes.registry import define, withdraw

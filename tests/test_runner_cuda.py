@@ -1,4 +1,4 @@
-"""The coverage run's ``--implementations cuda`` (reports/cuda.py) in numba's CUDA simulator:
+"""The coverage run's ``--implementations cuda`` (engine/cuda.py) in numba's CUDA simulator:
 rows say which device ran them, what has no kernel is a status row, the contract verdict
 follows the kernel's bits, and asking for CUDA where nothing can run is a one-line error."""
 
@@ -88,7 +88,7 @@ def test_a_kernel_that_rounds_differently_breaks_its_contract():
         from roundoff_coverage.kernels import primitives as P
         import numpy as np
         from roundoff_coverage import formats
-        from roundoff_coverage.reports import evaluate, runner
+        from roundoff_coverage.engine import evaluate, runner
         real = P._emulated
         def degraded(f, simulated, dev):
             ops = real(f, simulated, dev)

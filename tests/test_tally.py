@@ -1,4 +1,4 @@
-"""reports.tally: a measurement's chunk summaries merge in any order to the same row, and
+"""engine.tally: a measurement's chunk summaries merge in any order to the same row, and
 to the row of the same inputs measured as one chunk; its memory does not grow with the
 number of chunks; a percentile never exceeds the maximum."""
 
@@ -15,8 +15,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from roundoff_coverage.reports import measure
-from roundoff_coverage.reports.tally import Tally, compact
+from roundoff_coverage.engine import measure
+from roundoff_coverage.engine.tally import Tally, compact
 
 
 def _row(m, t, parts, order):
@@ -80,7 +80,7 @@ def test_p99_is_capped_by_the_maximum():
 MEMORY = textwrap.dedent("""
     import resource, sys
     import numpy as np
-    from roundoff_coverage.reports import measure
+    from roundoff_coverage.engine import measure
     measure.CHUNK = 1 << 12                    # many small chunks
     def exp(x):
         return np.exp(x)

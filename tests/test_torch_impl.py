@@ -1,4 +1,4 @@
-"""PyTorch's own kernels as implementations (reports/torch_impl.py, kernels/torch_calls.py).
+"""PyTorch's own kernels as implementations (engine/torch_impl.py, kernels/torch_calls.py).
 
 Oracles, independent of the code under test:
 - every operator of the torch table, at each example, in float64: torch's result against the
@@ -33,7 +33,7 @@ from roundoff_coverage.kernels import torch_calls as TC  # noqa: E402
 from roundoff_coverage.reports import evaluate as E  # noqa: E402
 from roundoff_coverage.reports import rows as R  # noqa: E402
 from roundoff_coverage.reports import torch_impl  # noqa: E402
-from roundoff_coverage.reports.draws import draw, run_routes  # noqa: E402
+from roundoff_coverage.engine.draws import draw, run_routes  # noqa: E402
 from conftest import EXAMPLES, run_cli  # noqa: E402
 
 RTOL = 2.0 ** -30
@@ -203,7 +203,7 @@ def test_torch_bfloat16_layer_norm_keeps_float32_statistics():
 
 def _evaluate_on(monkeypatch, name, attrs, inputs, fmt="bfloat16"):
     """The rows of a torch task evaluated on the given draws (one tuple of inputs each)."""
-    from roundoff_coverage.reports.draws import Draws
+    from roundoff_coverage.engine.draws import Draws
     task, o = _task(name, attrs, fmt=fmt, draws=len(inputs), kinds=())
     d = Draws(o, [tuple(np.asarray(x) for x in xs) for xs in inputs], ["edges"] * len(inputs),
               False, task.fmt, task)
@@ -243,7 +243,7 @@ def test_a_max_pooling_tie_gives_the_window_to_one_entry(monkeypatch):
 
 def test_convention_is_a_status_of_measured_rows():
     assert "convention" in R.STATUSES and "convention" in R.MEASURED
-    from roundoff_coverage.reports import results
+    from roundoff_coverage.engine import results
     row = R.empty(op="max", route="gradient", port="x", format="bfloat16", mode="nearest_even",
                   policy="torch", implementation="torch", status="convention")
     assert results.field_problems(row) == []

@@ -1,6 +1,6 @@
 """``roundoff-coverage bound --ops LIST --box=LO,HI``: each route's error bound over an input
 box (routes.bounds.domain) with the sampled maximum over points of the same box next to it
-(reports/bound.py); rows in the results schema with ``domain_bound`` and ``box``."""
+(engine/bound.py); rows in the results schema with ``domain_bound`` and ``box``."""
 
 from __future__ import annotations
 
@@ -106,8 +106,8 @@ def _formats(text, user) -> tuple:
 
 
 def selection(args, user):
-    """The reports.bound.BoundSelection of the parsed options."""
-    from .. import bound
+    """The engine.bound.BoundSelection of the parsed options."""
+    from ...engine import bound
     box = parse_box(args.box)
     budget = bound.DEFAULT_BUDGET if args.budget is None else \
         in_range("--budget", args.budget, 1, MAX_BUDGET)
@@ -164,7 +164,7 @@ def _number(v) -> str:
 def cmd_bound(args) -> int:
     """``bound``: exit 0 when every sampled error lies within its bound, 1 on a violation
     (a bug of the bound or of the emulated backend), 2 on bad usage."""
-    from .. import bound, results
+    from ...engine import bound, results
     user = user_formats(args)
     sel = selection(args, user)
     _check_box(sel)

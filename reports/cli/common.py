@@ -36,7 +36,7 @@ SEED_WHY = ": at most 2**63 - 1, which every reader of the results file holds ex
 # A Dask LocalCluster starts every one of its --jobs workers, whatever the work: the work is
 # CPU-bound, so more than a few per core only adds memory (a worker holds numpy, numba and
 # mpmath: hundreds of MiB).  The local executor starts no more workers than units, and
-# reports/budget.py refuses a plan that cannot fit this machine's memory.
+# engine/budget.py refuses a plan that cannot fit this machine's memory.
 JOBS_PER_CORE = 4
 
 
@@ -99,7 +99,7 @@ def check_jobs(jobs, executor, scheduler) -> None:
         return
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1 (got {jobs})")
-    from .. import executors
+    from ...engine import executors
     if executor == executors.DASK and scheduler is None:
         cores = os.cpu_count() or 1
         in_range("--jobs", jobs, 1, JOBS_PER_CORE * cores,
@@ -112,7 +112,7 @@ def writable(path, what, stream_refused=None) -> str:
     existing special file (/dev/null, a FIFO: results.special_file) is written as a stream,
     never replaced; ``stream_refused``, where the command cannot use one, says why (it keeps
     files beside it, or reads the file back), and it is refused."""
-    from ..results import special_file
+    from ...engine.results import special_file
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"{what} {path} is a directory")
@@ -152,7 +152,7 @@ def add_executor(p):
 def executor_options(args) -> tuple:
     """(executor, scheduler address or None) of the options.  Dask is imported here, so a
     missing extra fails before any work, not after the planning."""
-    from .. import executors
+    from ...engine import executors
     executor = args.executor if args.executor is not None else \
         executors.DASK if args.scheduler is not None else executors.LOCAL
     if executor not in executors.EXECUTORS:

@@ -1,6 +1,6 @@
 """``roundoff-coverage measure TARGET``: measure a function this project did not write
-(reports/measure.py) and write its results file; with ``--scheme``, a quantizer against a
-scaled format's definition (reports/quantizers.py).
+(engine/measure.py) and write its results file; with ``--scheme``, a quantizer against a
+scaled format's definition (engine/quantizers.py).
 
 One subcommand for both: what is measured is a function someone else wrote, the target is
 named the same way, and the results file is the same schema; the options that only make
@@ -16,7 +16,7 @@ from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageE
                      add_executor, check_jobs, executor_options, in_range, path_arg,
                      text_table, user_formats, writable)
 
-# reports/quantizers.py's RETURNS and TIMEOUT, written here so that building the parser does
+# engine/quantizers.py's RETURNS and TIMEOUT, written here so that building the parser does
 # not import the measuring machinery (numba); a test holds them equal.
 RETURNS = ("auto", "pair", "dequantized")
 TIMEOUT = 120.0
@@ -100,7 +100,7 @@ def _add_quantizer(q):
 
 def cmd_measure(args) -> int:
     """``measure``: exit 0 when measured, 130 when interrupted (checkpoint kept)."""
-    from .. import measure, orchestrate
+    from ...engine import measure, orchestrate
     if args.scheme is not None:
         return cmd_quantizer(args)
     given = [o for o, v in (("--returns", args.returns != "auto"), ("--shape", args.shape),
@@ -151,7 +151,7 @@ def cmd_quantizer(args) -> int:
     """``measure --scheme``: exit 0 when measured, whatever differs (the counts are the
     result); 2 for a bad request or a target that raises, hangs, dies or returns something
     unreadable."""
-    from .. import quantizers
+    from ...engine import quantizers
     for option, attr in _FUNCTION_ONLY:
         if getattr(args, attr) not in (None, False):
             raise UsageError(f"{option} is not an option of a quantizer measurement "

@@ -1,5 +1,5 @@
 """``roundoff-coverage model TARGET``: a model measured node by node against exact values
-(reports/model.py, reports/model_run.py), then optionally its HTML report and its gate."""
+(engine/model.py, engine/model_run.py), then optionally its HTML report and its gate."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def add(sub, shared):
 
 
 def _selection(args, user):
-    from ..model_run import ModelSelection
+    from ...engine.model_run import ModelSelection
     modes = name_list(args.modes, "rounding mode", MODES, ("nearest_even",), "--modes")
     policies = policy_names(args.policies) if args.policies else ("fp32_accumulate",)
     fmts, schemes = _formats(args.formats, user, policies)
@@ -110,9 +110,9 @@ def _argv(args) -> list:
 def _formats(text, user, policies) -> tuple:
     """(labels, user schemes) of --formats: catalog (or --formats-file) element formats that
     fit binary64, and scaled formats with their options (``mxfp8_e4m3:rceil``, under their
-    labels; reports/model.py class Scaled), each measurable under every policy; the
+    labels; engine/model.py class Scaled), each measurable under every policy; the
     --formats-file schemes as (label, ScaledFormat) pairs, which travel with the run."""
-    from ..model import Config, ModelError, check
+    from ...engine.model import Config, ModelError, check
     names = set(formats.CATALOG) | set(user)
     out, schemes = [], {}
     for name in (n.strip() for n in ("bfloat16" if text is None else text).split(",")):
@@ -147,8 +147,8 @@ def cmd_model(args) -> int:
     interrupted (the checkpoint is kept for --resume); with --gate, 1 on a regression."""
     from roundoff_coverage import routes
 
-    from .. import model_run
-    from ..model import ModelError
+    from ...engine import model_run
+    from ...engine.model import ModelError
     sel = _selection(args, user_formats(args))
     out = writable(args.out or "results/model.json", "output file",
                    "the run keeps its checkpoint (and by default the graph artifact) beside "
@@ -173,7 +173,7 @@ def cmd_model(args) -> int:
         sel.artifact_hash = routes.graph_hash(sel.artifact)
         count = sel.samples
         if given is not None:
-            from ..model import sample_inputs
+            from ...engine.model import sample_inputs
             count = len(sample_inputs(graph, sel.samples, sel.seed, given))
         model_run.check_memory(graph, count)
         outcome = model_run.run(sel, out, jobs=args.jobs, resume=args.resume,

@@ -1,4 +1,4 @@
-"""``roundoff-coverage run``: the coverage run (reports/runner.py) from the command line
+"""``roundoff-coverage run``: the coverage run (engine/runner.py) from the command line
 or a ``--config`` TOML file, then optionally its HTML report and its gate."""
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def _selection(args, user):
     from roundoff_coverage import routes
     from roundoff_coverage.routes.registry import FAMILIES
 
-    from .. import evaluate, runner
+    from ...engine import evaluate, runner
     ops = name_list(args.ops, "operator", routes.names(), (), "--ops") \
         if args.ops is not None else ()
     fams = name_list(args.families, "family", FAMILIES, (), "--families") \
@@ -135,7 +135,7 @@ def _selection(args, user):
         if name.strip():
             fmt = formats.get(name.strip(), known=user)
             if isinstance(fmt, formats.ScaledFormat):
-                # A scaled format runs as a storage format (reports/task.py) under its label
+                # A scaled format runs as a storage format (engine/task.py) under its label
                 # (options that differ from its base's: mxfp8_e4m3:rceil); a user-defined
                 # one travels with the tasks.
                 if fmt.label not in fmts:
@@ -178,7 +178,8 @@ def cmd_run(args) -> int:
         for key, value in read_config(args.config).items():
             if getattr(args, key, None) is None:
                 setattr(args, key, value)
-    from .. import runner, summary
+    from .. import summary
+    from ...engine import runner
     sel = _selection(args, user_formats(args))
     out = writable(args.out or "results/coverage.json", "output file",
                    "the run keeps its checkpoint beside its results file")
@@ -224,7 +225,7 @@ def _warn_unenumerated(sel) -> None:
     say ``exhaustive: false``: their inputs were sampled)."""
     from roundoff_coverage import routes
 
-    from .. import evaluate
+    from ...engine import evaluate
     known = dict(sel.schemes)
     fmts = [f for f in (known.get(n) or formats.get(n) for n in sel.formats)
             if not isinstance(f, formats.ScaledFormat)]      # scaled: sampled, never enumerated

@@ -46,7 +46,8 @@ class Built:
 def build(results_path, out_dir, baseline=None) -> Built:
     """Write the report of the results file ``results_path`` into ``out_dir`` (created if
     needed); with ``baseline`` (a results file) also the comparison page."""
-    from roundoff_coverage.reports import gate, results
+    from roundoff_coverage.reports import gate
+    from roundoff_coverage.engine import results
     t0 = time.perf_counter()
     try:
         doc = results.check(results.read(results_path), results_path, strict=False)

@@ -74,7 +74,7 @@ def bits(v) -> str:
 
 
 def error_bits(v) -> str:
-    """Bits of error (reports/rows.py: log2(1 + format values between), at most the
+    """Bits of error (engine/rows.py: log2(1 + format values between), at most the
     format's width)."""
     return "–" if v is None else f"{short(v)} bit{'' if v == 1 else 's'}"
 

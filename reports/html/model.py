@@ -13,9 +13,10 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from roundoff_coverage.reports import operators, results, rows, views
+from roundoff_coverage.reports import views
+from roundoff_coverage.engine import operators, results, rows
 
-# The row's fields as reports/rows.py declares them: the key's text fields (the port may be
+# The row's fields as engine/rows.py declares them: the key's text fields (the port may be
 # any JSON value and is read as text), numbers, counts and precisions.
 STATUSES, MEASURED = rows.STATUSES, rows.MEASURED
 TEXT_FIELDS = tuple(f for f in rows.KEY_FIELDS if f not in ("attrs", "port"))
@@ -196,7 +197,7 @@ def normalize(index: int, raw, families: dict) -> Row:
 
 
 def _families(table, ops) -> dict:
-    """{operator: family} for the operators the file records (reports/operators.py)."""
+    """{operator: family} for the operators the file records (engine/operators.py)."""
     return {name: table.family(name) for name in ops if table.family(name)}
 
 

@@ -2,7 +2,7 @@
 per configuration and route every node in execution order, grouped by module, with its
 local and propagated max |error| as bars on a log2 scale, the nodes that add the most
 error, what keeping a node or module in binary32 buys, and how to reproduce a node from
-the graph artifact alone.  A pure function of the results document (reports/model_run.py
+the graph artifact alone.  A pure function of the results document (engine/model_run.py
 writes its ``model`` object; the rows carry node, module, node_index and attribution)."""
 
 from __future__ import annotations

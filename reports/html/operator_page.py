@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from roundoff_coverage.reports import rows as row_fields
+from roundoff_coverage.engine import rows as row_fields
 from roundoff_coverage.reports import views
 
 from . import model, snippet, svg
@@ -75,7 +75,7 @@ def _side_by_side(block) -> str:
 
 def _declaration(table, op: str) -> str:
     """The operator's notes and certificates as the results file records them (as
-    ``roundoff-coverage ops`` showed them when the run was made; reports/operators.py)."""
+    ``roundoff-coverage ops`` showed them when the run was made; engine/operators.py)."""
     entry = table.entry(op)
     if entry is None:
         return ('<section><h2>Notes and certificates</h2><p class="note">Not recorded in this '
@@ -102,7 +102,7 @@ def _safe_row(report, r) -> str:
     try:
         return _row(report, r)
     except Exception as exc:                                  # noqa: BLE001
-        from roundoff_coverage.reports.evaluate import one_line
+        from roundoff_coverage.engine.evaluate import one_line
         return (f'<div class="row error" id="r{r.index}"><h4>{esc(_heading(r))}</h4>'
                 f"<p>This row could not be drawn: {esc(one_line(exc))}</p></div>")
 
@@ -162,7 +162,7 @@ def _row(report, r) -> str:
 
 
 def _scaled(r) -> str:
-    """A scaled format's facts (reports/rows.py SCALED_FIELDS): the scheme, the unit of the
+    """A scaled format's facts (engine/rows.py SCALED_FIELDS): the scheme, the unit of the
     errors, the block axes, and what quantizing the port and each input did."""
     sc = r.scaled
     if sc is None:
@@ -244,7 +244,7 @@ def _breakdown(r) -> str:
 
 
 def _buckets(r) -> str:
-    """Samples by |error| bucket (reports/rows.py BUCKET_LABELS) per sample kind, as
+    """Samples by |error| bucket (engine/rows.py BUCKET_LABELS) per sample kind, as
     accuracy reports of hardware vendors count them."""
     rows = [(label, s.get("buckets")) for label, s in
             (_kinds(r) if r.by_kind is not None else [("every draw", {"buckets": r.buckets})])]
@@ -259,7 +259,7 @@ def _buckets(r) -> str:
 
 
 def _contract(c: dict) -> str:
-    """A kernel's contract and whether it held (reports/cuda.py), in words."""
+    """A kernel's contract and whether it held (engine/cuda.py), in words."""
     claim = c.get("max_ulp")
     parts = [f"{'held' if c.get('held') else 'NOT held'}: agreement with the model "
              f"{c.get('agreement', '?')}",

@@ -35,7 +35,7 @@ class SnippetError(ValueError):
 def snippet(row, results_path: str, force_regenerate: bool = False) -> str:
     """The reproducer of ``row`` (a model.Row with a ``worst`` dict); see module docstring."""
     from roundoff_coverage import routes
-    from roundoff_coverage.reports import evaluate
+    from roundoff_coverage.engine import evaluate
     w = row.worst
     if not isinstance(w, dict) or not isinstance(w.get("inputs"), dict):
         raise SnippetError("the row has no reproducer")

@@ -358,7 +358,7 @@ def _signed_log_ticks(lo, hi, u0, u1, px, y) -> str:
 
 
 def _points_max() -> int:
-    from roundoff_coverage.reports.rows import POINTS_MAX
+    from roundoff_coverage.engine.rows import POINTS_MAX
     return POINTS_MAX
 
 

@@ -1,12 +1,12 @@
 """The coverage run: plan the tasks of a selection, run them on an executor (this machine's
-processes or a Dask cluster, reports/executors.py) with a checkpoint, and write the results
-file (the orchestration is reports/orchestrate.py, shared with ``measure``).
+processes or a Dask cluster, engine/executors.py) with a checkpoint, and write the results
+file (the orchestration is engine/orchestrate.py, shared with ``measure``).
 
 ``Selection`` holds what a run covers (operators, formats, modes, routes, policies,
 implementations, draws, seed, exhaustive).  ``plan(selection) -> [Task]``; ``run(selection,
-out, jobs, ...) -> Outcome`` executes the tasks (reports/evaluate.py measures one), appends
+out, jobs, ...) -> Outcome`` executes the tasks (engine/evaluate.py measures one), appends
 each finished task's rows to the checkpoint ``<out>.partial.jsonl`` as it finishes, writes
-the results file atomically (reports/results.py) and removes the checkpoint.  An interrupted
+the results file atomically (engine/results.py) and removes the checkpoint.  An interrupted
 run (Ctrl-C, SIGTERM, a kill) keeps every line already in the checkpoint; ``resume=True``
 skips the tasks found there, whichever executor wrote them.  Results do not depend on
 ``jobs``, the executor or the order in which tasks finish: each task's random streams are
@@ -34,7 +34,7 @@ from . import budget, executors, implementations, orchestrate, results
 from .evaluate import PHASES, evaluate
 from .draws import sample_kinds
 from .task import ROUTES, Task, batchable, status_rows
-# The checkpoint and progress of a run (reports/orchestrate.py), under the names run's
+# The checkpoint and progress of a run (engine/orchestrate.py), under the names run's
 # callers know.
 from .orchestrate import Checkpoint, Progress, checkpoint_path, read_checkpoint
 
@@ -71,7 +71,7 @@ class Selection:
     # carry them, so workers need no file.
     schemes: tuple = ()
     # Each emulated forward row also gets the bound of its roundoff over the box of its
-    # ordinary draws (reports/evaluate.py, routes.bounds.domain).
+    # ordinary draws (engine/evaluate.py, routes.bounds.domain).
     domain_bounds: bool = False
 
     def __post_init__(self):
@@ -184,7 +184,7 @@ def cost(task: Task) -> float:
 def footprint(task: Task) -> int:
     """The input and output elements a task holds at once: every port of every draw of
     every sample kind (the whole format for an exhaustive task); what its memory grows
-    with (reports/budget.py)."""
+    with (engine/budget.py)."""
     sizes = _sizes(task)
     if sizes is None:
         return 0
@@ -239,7 +239,7 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
         scheduler: str | None = None) -> Outcome:
     """Run the selection, checkpointing into ``<out>.partial.jsonl``; write ``out`` (and
     ``csv``) at the end.  ``executor``: ``local`` (``jobs`` processes) or ``dask`` (the
-    cluster at ``scheduler``, or a LocalCluster of ``jobs`` workers; reports/executors.py).
+    cluster at ``scheduler``, or a LocalCluster of ``jobs`` workers; engine/executors.py).
     ``execute(task) -> (rows, phases)`` replaces ``evaluate`` (tests: in this process with
     the local executor, shipped by value to the workers with dask).  ValueError for a
     checkpoint of another run; executors.ExecutorError when Dask cannot run."""
@@ -310,7 +310,7 @@ def _unit_name(key) -> str:
 
 def check_selection(sel: Selection) -> None:
     """ValueError (one line) for names the run cannot use (a scaled format is measured as
-    a storage format: reports/task.py)."""
+    a storage format: engine/task.py)."""
     known = dict(sel.schemes)
     for f in sel.formats:
         fmt = known.get(f) or formats.get(f)

@@ -26,7 +26,7 @@ One unit of work is a configuration (format, mode, policy) over every sample.  P
 - the whole model: its outputs (forward, tangent) and the gradients of its inputs and
   parameters, rows with node ``output:<name>`` / ``input:<name>``, attribution propagated.
 
-Rows are the results schema's (reports/rows.py) with ``node``, ``module``, ``node_index``
+Rows are the results schema's (engine/rows.py) with ``node``, ``module``, ``node_index``
 and ``attribution``; statistics over every element of every sample (measuring.measure_port);
 ``worst`` names the sample and the element.
 
@@ -40,7 +40,7 @@ values: a summary figure, not a measurement).
 Scaled formats (``mxfp8_e4m3``, ``nvfp4``, ``fp8_e4m3_tensor``...; class ``Scaled``): the
 scheme is the storage format of the tensors between the nodes, and the nodes compute in
 binary32 (the policy compute:FORMAT chooses another: task.compute_format), as the
-coverage run does (reports/draws.py, reports/evaluate.py):
+coverage run does (engine/draws.py, engine/evaluate.py):
 
 - every float input, parameter and constant is rounded to binary32, then quantized with
   the scheme and dequantized, and the result rounded to binary32 (exact for MX; within
@@ -79,7 +79,7 @@ coverage run does (reports/draws.py, reports/evaluate.py):
 A scaled format with delayed scaling (an amax history), one whose dequantized values do
 not fit binary64, and ``fp8_recipe`` on a scheme without FP8 elements are ModelErrors.
 
-Recipes (``scaled_recipe``, ``fp8_recipe``: numerics.policy.RECIPES; reports/model_recipe.py,
+Recipes (``scaled_recipe``, ``fp8_recipe``: numerics.policy.RECIPES; engine/model_recipe.py,
 class ``RecipeRun``): the model runs in the recipe's storage format (bfloat16) with its
 accumulation, and only the products' operands are quantized, each product node computing
 in binary32 (GraphRule.trace's ``pre`` and ``override``); the exact run reads the
@@ -278,7 +278,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
             others=(), target=None, scheme=None) -> tuple[list, dict, dict]:
     """(rows, summary, phase seconds) of ``graph`` under one configuration on ``samples``
     (sample_inputs' lists); ``others``: implementations beside emulated that run the model
-    from ``target`` (its factory) on the same samples (reports/model_torch.py);
+    from ``target`` (its factory) on the same samples (engine/model_torch.py);
     ``scheme``: the ScaledFormat ``config.format`` labels, for a user-defined one."""
     fmt = formats.get(config.format) if scheme is None else scheme
     scaled = recipe = None
@@ -536,7 +536,7 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
         row["reason"] = (f"{row['reason']}; " if row["reason"] else "") + (
             f"the exact values of sample(s) {', '.join(map(str, moving))} still moved at "
             f"{prec} bits (kept: an exact 0 reached by cancellation does; see "
-            f"reports/model.py)")
+            f"engine/model.py)")
     return row
 
 
@@ -554,7 +554,7 @@ def _unmeasured_nan(row, count) -> None:
 
 
 def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, target) -> list:
-    """The rows of the implementations beside emulated (reports/model_torch.py): the whole
+    """The rows of the implementations beside emulated (engine/model_torch.py): the whole
     model's outputs and gradients, and every node value they expose, against the same
     exact traces; one no_rule row for an implementation that cannot run."""
     from . import model_torch
@@ -738,13 +738,13 @@ def check(config, fmt=None) -> None:
 
 
 def _recipe(fmt, config, seed):
-    """The RecipeRun of a recipe policy on a scaled format (reports/model_recipe.py)."""
+    """The RecipeRun of a recipe policy on a scaled format (engine/model_recipe.py)."""
     from .model_recipe import RecipeRun
     return RecipeRun(fmt, config, seed)
 
 
 def _scaled(fmt, config, seed):
-    """The Scaled of a scaled format (reports/model_scaled.py, imported here: it builds on
+    """The Scaled of a scaled format (engine/model_scaled.py, imported here: it builds on
     this module)."""
     from .model_scaled import Scaled
     return Scaled(fmt, config, seed)

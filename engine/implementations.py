@@ -4,7 +4,7 @@ a task's routes (shared/ARCHITECTURE.md: reports owns it).
 An implementation is a class registered by name in ``IMPLEMENTATIONS``; ``of(task, o,
 fmt)`` makes the object that evaluates one task (it may keep state between its steps: the
 CUDA kernels' contract verdict needs the model's outputs).  Its methods, in the order
-reports/evaluate.py calls them:
+engine/evaluate.py calls them:
 
 - ``problems(routes) -> {route: (status, reason, need)}``: the routes it cannot measure here
   (no rule at these attributes, a mode numpy does not have, no kernel...), reported as
@@ -19,8 +19,8 @@ reports/evaluate.py calls them:
 
 ``emulated`` is numerics.emulated (format, mode, policy), the model itself; ``native`` is
 numpy in the format's dtype (numerics.native; round to nearest even only); ``cuda`` (in
-reports/cuda.py, imported when asked for) is the operator's CUDA kernel; ``torch`` and
-``torch_compile`` (reports/torch_impl.py, likewise) are PyTorch's own kernels, eager and
+engine/cuda.py, imported when asked for) is the operator's CUDA kernel; ``torch`` and
+``torch_compile`` (engine/torch_impl.py, likewise) are PyTorch's own kernels, eager and
 through torch.compile (the optional extra ``[torch]``).
 """
 
@@ -73,7 +73,7 @@ class Implementation:
 
     def rule_of(self, d):
         """The rule for draws ``d``: ``rule`` itself, unless the draws are of a longer
-        instance (batched elementwise draws, reports/draws.py)."""
+        instance (batched elementwise draws, engine/draws.py)."""
         return self.rule if d.op is self.o else d.op.rule(self.numbers)
 
     def _no_rule(self, pending) -> dict:

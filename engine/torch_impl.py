@@ -1,6 +1,6 @@
 """The ``torch`` and ``torch_compile`` implementations of the coverage run: PyTorch's own
 kernels (issue 23), measured against exact values like any implementation
-(reports/implementations.py, the seam; kernels/torch_calls.py, the table of calls).
+(engine/implementations.py, the seam; kernels/torch_calls.py, the table of calls).
 
 ``Torch`` evaluates a task's routes with the operator's torch call (kernels.torch_calls) in
 the format's dtype -- bfloat16, float16 (binary16), float32, float64; the float8 dtypes only

@@ -5,7 +5,7 @@ The target takes one float32 (or float64) array and returns either a tuple ``(el
 scales)`` -- ``(elements, scales, tensor_scale)`` for a two-level scheme such as NVFP4; a
 list of 2 or 3 arrays reads alike -- or the dequantized values (any other result is read
 as one array; ``returns`` says which when "auto" would guess wrong).  It is a Python callable, or ``module:function`` /
-``path/file.py:function``, resolved as measure resolves its targets (reports/targets.py,
+``path/file.py:function``, resolved as measure resolves its targets (engine/targets.py,
 ``importable``).  A named target runs in a worker process of its own, each call with a
 deadline (``timeout``), so one that hangs or crashes ends the measurement with one line; a
 callable given directly runs in this process.  It gets a copy of each input.
@@ -515,7 +515,7 @@ def measure_quantizer(target, scheme, *, shape=None, samples: int = 4, seed: int
                       out=None) -> QuantizerOutcome:
     """Measure the quantizer ``target`` (a callable, or a module:function / file.py:function
     spec) against ``scheme`` (a ScaledFormat or a name formats.get reads) on ``cases`` (the
-    module doc): the results row (reports/rows.py) with the counts of scales, elements and
+    module doc): the results row (engine/rows.py) with the counts of scales, elements and
     dequantized values that differ, the worst difference in ulps of the element format at
     the block's scale (``max_ulp``) and in absolute terms, counts by case and the first
     differing blocks (``quantizer``), and the worst one (``worst``).  ``dtype``: the input

@@ -28,7 +28,7 @@ import numpy as np
 from . import operators, rows
 
 SCHEMA = "roundoff-coverage/1"
-# The row's fields, key and order: reports/rows.py declares them once.
+# The row's fields, key and order: engine/rows.py declares them once.
 ROW_FIELDS, FLOAT_FIELDS, NESTED_FIELDS = rows.ROW_FIELDS, rows.FLOAT_FIELDS, rows.NESTED_FIELDS
 KEY_FIELDS, STATUSES = rows.KEY_FIELDS, rows.STATUSES
 NONNEGATIVE_FIELDS, SIGNED_FIELDS = rows.NONNEGATIVE_FIELDS, rows.SIGNED_FIELDS
@@ -73,8 +73,8 @@ def document(records, selection) -> dict:
     """The results document of the rows ``records`` measured for ``selection``: a
     runner.Selection or a measure.Measurement (``seed``, ``command()``, ``describe()`` ->
     the meta's selection, ``reference_text``); ``meta.units`` gives each numeric field's
-    unit (reports/rows.py).  A selection of operators (``ops``) also records them
-    (reports/operators.py: family, order, notes, certificates), so the report and the gate
+    unit (engine/rows.py).  A selection of operators (``ops``) also records them
+    (engine/operators.py: family, order, notes, certificates), so the report and the gate
     render the file with the notes it was measured with."""
     from roundoff_coverage.numerics.metrics import HIST_EDGES
     records = list(records)
@@ -98,7 +98,7 @@ def document(records, selection) -> dict:
 
 def _torch_version(records) -> dict:
     """{"torch": version} when a row was measured by torch (the implementations torch and
-    torch_compile, reports/torch_impl.py), else {}: the files of other runs stay as they
+    torch_compile, engine/torch_impl.py), else {}: the files of other runs stay as they
     were."""
     if not any(str(r.get("implementation", "")).startswith("torch") for r in records):
         return {}

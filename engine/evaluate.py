@@ -1,15 +1,15 @@
 """One task of the coverage run, evaluated and measured: ``evaluate(task) -> (rows, phases)``.
 
 A task is one operator instance under one (format, mode, policy, implementation) with the
-routes asked for; it yields one row per (route, port) (reports/rows.py).  The routes of a
+routes asked for; it yields one row per (route, port) (engine/rows.py).  The routes of a
 task share their sample inputs, so forward, tangent and gradient errors of a row set are
 measured on the same points.
 
 Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``bounds``,
 ``measurement``):
 
-1. Inputs: reports/draws.py (``draw``), as the implementation selects them.
-2. The routes under the implementation (reports/implementations.py: emulated, native,
+1. Inputs: engine/draws.py (``draw``), as the implementation selects them.
+2. The routes under the implementation (engine/implementations.py: emulated, native,
    cuda), which says first which routes it cannot measure (status rows).
 3. The reference: the same rule under ``numerics.reference`` on the same rounded inputs,
    tangents and cotangents, by the precision loop of ``numerics.settle``: every draw at
@@ -17,10 +17,10 @@ Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``b
    precision, up to 2048 bits, for the draws whose exact values moved by more than 2**-32
    ulp between the last two (cancellation inside the rule is the usual cause).  Each row's
    ``ref_prec`` is the highest precision its draws needed.
-4. Metrics and bounds: reports/measuring.py, the bounds of the emulated model where the
+4. Metrics and bounds: engine/measuring.py, the bounds of the emulated model where the
    implementation says they apply.
 
-A scaled task (a scaled format, reports/task.py) quantizes the draws after step 1
+A scaled task (a scaled format, engine/task.py) quantizes the draws after step 1
 (draws.quantize_draws: the reference and the implementation both read the dequantized
 inputs), computes in binary32 (task.COMPUTE_FORMAT), and in step 4 quantizes each
 computed output into the route's scheme along its last axis before measuring it against
@@ -325,7 +325,7 @@ def _recipe_fields(task, route, rows, quantized) -> None:
 def _scaled_rows(task, d, fmt, backend, route, got, ref, prec, quantized):
     """The rows of one route of a scaled task: each value output quantized into the route's
     scheme along its last axis, draw by draw, measured against the exact value in ulps of
-    the element format at the exact value's block scale (reports/measuring.py); index,
+    the element format at the exact value's block scale (engine/measuring.py); index,
     Boolean and integer outputs compared exactly.  Every row says the scheme, the block axes
     of the inputs and of its port, and what the quantization of its port and inputs did
     (BlockCounts)."""

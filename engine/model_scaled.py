@@ -1,4 +1,4 @@
-"""Scaled formats in a model run (reports/model.py's docstring, "Scaled formats"): the
+"""Scaled formats in a model run (engine/model.py's docstring, "Scaled formats"): the
 quantizations at the graph's inputs and between its nodes, their block counts, and the
 errors in ulps of the element format at the exact value's block scale."""
 
@@ -33,7 +33,7 @@ def refuse(scheme) -> None:
 class Scaled:
     """A scaled format in a model run (the module docstring): ``fwd`` and ``grad`` the
     schemes of forward values (and tangents) and of gradients (both the scheme: a recipe
-    policy is reports/model_recipe.py's), ``compute`` binary32 (task.compute_format), and
+    policy is engine/model_recipe.py's), ``compute`` binary32 (task.compute_format), and
     ``counts`` the BlockCounts of every quantization: {(run, sample, kind, node or input,
     index): BlockCounts}, run ``inputs`` (kinds ``input``, ``constant``; constants under
     sample None), ``emulated`` or ``local`` (kinds ``value``, ``contribution``,

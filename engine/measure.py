@@ -1,6 +1,6 @@
 """Measuring functions this project did not write: ``roundoff-coverage measure TARGET``.
 
-A target (reports/targets.py) is a numpy ufunc (``numpy.exp``), a C function in a shared
+A target (engine/targets.py) is a numpy ufunc (``numpy.exp``), a C function in a shared
 library (``libm:expf``, ``/path/libfoo.so:f``), an importable callable
 (``package.module:function``, numba-compiled or plain Python), or a torch operator
 (``torch.exp``) when torch is installed.  Its inputs are values of the format -- every bit
@@ -18,9 +18,9 @@ exact; the histogram, the mean and the p99 (read off a histogram with steps of 1
 below 4 ulps) carry the screen's uncertainty, at most 2**(p-40) ulp per input.
 
 The work is cut into chunks of CHUNK inputs, run in worker processes or on a Dask cluster
-(reports/executors.py), checkpointed as they finish (``<out>.partial.jsonl``, resumable
-across executors; reports/orchestrate.py, the orchestration ``run`` uses too) and merged as
-they arrive into a Tally (reports/tally.py), whose result does not depend on the order, so
+(engine/executors.py), checkpointed as they finish (``<out>.partial.jsonl``, resumable
+across executors; engine/orchestrate.py, the orchestration ``run`` uses too) and merged as
+they arrive into a Tally (engine/tally.py), whose result does not depend on the order, so
 the results file is the same whatever ``jobs``, the executor or the finishing order, and
 memory does not grow with the number of chunks.  A chunk that fails on the cluster (twice)
 leaves the row with status ``error``, naming the chunk; a worker that dies ends the
@@ -49,7 +49,7 @@ from . import budget, executors, orchestrate, results
 from .orchestrate import Checkpoint, Progress, checkpoint_path
 from .rows import empty as empty_row
 from .tally import Tally, compact
-# The targets (reports/targets.py), under the names measure's callers know.
+# The targets (engine/targets.py), under the names measure's callers know.
 from .targets import ALIASES, MeasureError, Target, reference_name, target
 
 __all__ = ["CHUNK", "EXHAUSTIVE_MAX", "WORST_CANDIDATES", "ALIASES", "MeasureError", "Target",
@@ -370,7 +370,7 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
     ``executor``: ``local`` or ``dask`` (the cluster at ``scheduler``, or a LocalCluster of
     ``jobs`` workers).  A chunk that fails on the cluster makes the row's status ``error``
     (see ``_failed``).  MeasureError for a request that cannot run, or cannot fit this
-    machine's memory or disk (reports/budget.py), before any work."""
+    machine's memory or disk (engine/budget.py), before any work."""
     python = callable(spec) and not isinstance(spec, str)
     m, t = _measurement(spec, fmt, samples, seed, reference, arity, executor)
     n = m.chunks()

@@ -1,7 +1,7 @@
 """One row of a results file: every field declared once, with its kind, unit and meaning.
 
-The coverage run (reports/evaluate.py), ``measure``, the results file and its DataFrame
-(reports/results.py), the gate and the HTML report read the field lists from here: a new
+The coverage run (engine/evaluate.py), ``measure``, the results file and its DataFrame
+(engine/results.py), the gate and the HTML report read the field lists from here: a new
 field is one ``Field`` below.  ``empty(**values)`` is a row with every field, at its
 default unless given; ``key(row)`` the route key that identifies a row (the gate and the
 report refuse two rows of one key); ``sort_key(row)`` the order rows are written in.
@@ -81,7 +81,7 @@ FIELDS = (
     Field("p99_ulp", ULP, "ulp", "the 99th percentile of |error|"),
     Field("mean_ulp", ULP, "ulp", "the mean |error|"),
     # measure: the signed extremum on the side of the largest |error| is that error,
-    # resolved exactly; the other is the screen's, within 2**(p-40) ulp (reports/measure.py).
+    # resolved exactly; the other is the screen's, within 2**(p-40) ulp (engine/measure.py).
     Field("min_signed_ulp", SIGNED, "ulp", "the smallest signed error"),
     Field("max_signed_ulp", SIGNED, "ulp", "the largest signed error"),
     Field("max_bits", ERROR_BITS, "bits", "the largest bits of error (module docstring)"),
@@ -94,7 +94,7 @@ FIELDS = (
     Field("interval_bound", ULP, "ulp", "the rigorous per-sample bound, largest"),
     Field("interval_bound_ratio", RATIO, doc="the largest measured / rigorous bound"),
     Field("interval_unbounded", COUNT, doc="samples the rigorous bound does not cover"),
-    # roundoff-coverage bound (reports/bound.py, routes.bounds.domain): a bound over a box.
+    # roundoff-coverage bound (engine/bound.py, routes.bounds.domain): a bound over a box.
     Field("domain_bound", ULP, "ulp", "the bound over every input in the box "
           "(routes.bounds.domain: max |computed - exact| / ulp at the least |exact| of each "
           "piece), largest over the port's elements; inf where none holds"),
@@ -120,14 +120,14 @@ FIELDS = (
     Field("incorrectly_rounded", COUNT, doc="results not correctly rounded (measure)"),
     Field("resolved_exactly", COUNT, doc="inputs resolved exactly (measure)"),
     Field("contract", NESTED, doc="a CUDA kernel's contract and verdict"),
-    # Model runs (reports/model.py): which graph node a row measures, and how.
+    # Model runs (engine/model.py): which graph node a row measures, and how.
     Field("node", TEXT, doc="a model run's graph node (its name), or output:<name> / "
           "input:<name> for the whole model's outputs and input gradients"),
     Field("module", TEXT, doc="the node's module path in the model"),
     Field("node_index", COUNT, doc="the node's position in the graph's execution order"),
     Field("attribution", TEXT, doc="local (the error the node adds: the node alone on the "
           "exact inputs rounded into the format) or propagated (the full emulated run)"),
-    # measure --scheme (reports/quantizers.py): a quantizer against a scaled format's
+    # measure --scheme (engine/quantizers.py): a quantizer against a scaled format's
     # definition; its max_ulp is in ulps of the element format at the block's scale.
     Field("elements_differ", COUNT, doc="elements unlike the definition's, in blocks whose "
           "defined scale is not NaN (a quantizer)"),
@@ -137,8 +137,8 @@ FIELDS = (
           "(a quantizer)"),
     Field("quantizer", NESTED, doc="a quantizer's counts by input case, largest absolute "
           "difference and first differing blocks with their contents"),
-    # The coverage run under a scaled format (reports/draws.py quantizes the inputs,
-    # reports/measuring.py the outputs): the row's ulp fields count ulps of the element
+    # The coverage run under a scaled format (engine/draws.py quantizes the inputs,
+    # engine/measuring.py the outputs): the row's ulp fields count ulps of the element
     # format at the exact value's block scale (``error_unit``); no bits of error.
     Field("scheme", TEXT, doc="the scaled format the port's values were quantized into (a "
           "scaled task: its format), or for a recipe's product the scheme of the route's "
@@ -191,7 +191,7 @@ def empty(**values) -> dict:
     that is not a field (a typo must not become a column)."""
     for name in values:
         if name not in BY_NAME:
-            raise KeyError(f"{name!r} is not a row field (reports/rows.py)")
+            raise KeyError(f"{name!r} is not a row field (engine/rows.py)")
     return {f.name: values[f.name] if f.name in values else f.empty() for f in FIELDS}
 
 

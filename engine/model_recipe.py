@@ -1,5 +1,5 @@
 """A recipe policy in a model run (``scaled_recipe``, ``fp8_recipe``: numerics.policy.RECIPES;
-reports/model.py's docstring, "Recipes"): the products' operands quantized into the scaled
+engine/model.py's docstring, "Recipes"): the products' operands quantized into the scaled
 format, the products computed in binary32, every stored tensor in the recipe's storage
 format (bfloat16).
 

@@ -1,4 +1,4 @@
-"""The input tensors of a quantizer measurement (reports/quantizers.py): a tensor's layout
+"""The input tensors of a quantizer measurement (engine/quantizers.py): a tensor's layout
 as blocks of a scaled format, and the random and adversarial cases (``CASES``) built on it,
 deterministic in their arguments (``cases``)."""
 

@@ -9,8 +9,8 @@ default beside the results file, ``<out>.graph.json``): every unit of work reads
 from the artifact, and the results file names it with its sha256 (``meta.model``), so a
 report can be reproduced from the artifact alone, without the model's code.
 
-Units are configurations (format, mode, policy; reports/model.py measures one over every
-sample), run on this machine's workers (reports/orchestrate.py: a unit per worker, a
+Units are configurations (format, mode, policy; engine/model.py measures one over every
+sample), run on this machine's workers (engine/orchestrate.py: a unit per worker, a
 worker that dies ends the run with a message), each checkpointed as it finishes in
 ``<out>.partial.jsonl`` so an interrupted run resumes with ``--resume``.
 """

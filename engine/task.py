@@ -3,12 +3,12 @@
 ``Task`` is one operator instance under one format, mode, policy and implementation with
 the routes asked for; ``route_ports`` the ports a route measures; ``base_row`` and
 ``status_rows`` the rows before (or instead of) measurement; ``batchable`` and
-``exhaustible`` which sampling an operator gets (reports/draws.py).
+``exhaustible`` which sampling an operator gets (engine/draws.py).
 
 A task whose format is a scaled format (``mxfp8_e4m3``, ``nvfp4``...) carries it as
 ``scheme``; ``scaling`` says how its tensors take it.  Under an ordinary policy the task
 computes in ``COMPUTE_FORMAT`` (its ``fmt``) and the scheme is the storage format of the
-tensors at the operator's ports (reports/draws.py quantizes the inputs, reports/evaluate.py
+tensors at the operator's ports (engine/draws.py quantizes the inputs, engine/evaluate.py
 the outputs).  Under a recipe policy (numerics.policy.RECIPES) the task's ``fmt`` is the
 recipe's storage format (bfloat16): a product (``OPERANDS``) quantizes its operands, computes
 in the recipe's accumulation format (``compute_task``) and stores its outputs in ``fmt``; any other operator is
@@ -301,7 +301,7 @@ def status_rows(task, o, route, status, reason, need=None):
 
 
 def base_row(task, route, port, status, reason=None, need=None) -> dict:
-    """A row with every field (reports/rows.py), the metrics empty (``exhaustive`` false:
+    """A row with every field (engine/rows.py), the metrics empty (``exhaustive`` false:
     nothing enumerated; ``_rows`` marks the rows whose draws were every finite value of the
     format)."""
     return empty_row(op=task.op, instance=task.instance,

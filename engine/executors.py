@@ -2,8 +2,8 @@
 
 A work unit is ``(key, args)``; ``fn(*args)`` computes it (a module-level function, so worker
 processes import it by name).  An executor is a generator yielding ``(key, result)`` in the
-order units *finish*; the caller (reports/orchestrate.py, for reports/runner.py and
-reports/measure.py) checkpoints each one as it arrives, drives the progress bar, and the run
+order units *finish*; the caller (engine/orchestrate.py, for engine/runner.py and
+engine/measure.py) checkpoints each one as it arrives, drives the progress bar, and the run
 restores a deterministic order before writing, so the results file never depends on the
 executor, the number of workers or the finishing order.
 

@@ -23,7 +23,7 @@ above it by more than the measurement's own resolution (2**-30 ulp: the exact va
 through binary64) is a violation, which would be a bug of the bound or of the emulated
 backend.
 
-Rows (reports/rows.py) carry the sampled statistics, ``domain_bound`` (the largest bound
+Rows (engine/rows.py) carry the sampled statistics, ``domain_bound`` (the largest bound
 over the port's elements, ulp; inf where none holds) and ``box`` ([lo, hi]).
 """
 
@@ -42,7 +42,7 @@ from .task import Task, base_row, batchable, one_line, rng_for, route_ports, sta
 
 ROUTES = ("forward", "tangent", "gradient")
 DEFAULT_BUDGET, DEFAULT_SAMPLES = 64, 256
-# The reference as the coverage run's (reports/evaluate.py): format precision + 64 bits,
+# The reference as the coverage run's (engine/evaluate.py): format precision + 64 bits,
 # doubled until settled, at most 2048.
 REF_EXTRA, MAX_REF_PREC = 64, 2048
 # Measured errors are read through the exact value's binary64 stand-in: a sample counts as a

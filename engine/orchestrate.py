@@ -1,11 +1,11 @@
-"""One orchestration for the coverage run (reports/runner.py) and ``measure``
-(reports/measure.py): work units on an executor, a checkpoint, a progress bar, signals and
+"""One orchestration for the coverage run (engine/runner.py) and ``measure``
+(engine/measure.py): work units on an executor, a checkpoint, a progress bar, signals and
 the atomic write of the results file.
 
 A caller plans its units -- ``(key, args)``, a lazy iterable, ``fn(*args)`` computes one --
 and reads back what an interrupted run of the same selection kept (``resumed``); it decides
 which of those still count, then ``orchestrate`` runs the rest on an ``Executor`` (this
-machine's processes or a Dask cluster, reports/executors.py).  Each unit that finishes is
+machine's processes or a Dask cluster, engine/executors.py).  Each unit that finishes is
 folded into the caller's state (``fold``), appended to the checkpoint
 ``<out>.partial.jsonl`` and counted on the bar.  SIGTERM (raised here as ``Interrupted``)
 and Ctrl-C stop the run and keep every line already in the checkpoint; a checkpoint is
@@ -257,7 +257,7 @@ def orchestrate(fn, units, executor: Executor, fold, *, checkpoint: Checkpoint |
 
 
 def finish(out, document: dict, csv=None) -> None:
-    """Write the results file ``out`` (and ``csv``) atomically (reports/results.py), then
+    """Write the results file ``out`` (and ``csv``) atomically (engine/results.py), then
     remove its checkpoint."""
     results.write(out, document, csv=csv)
     with contextlib.suppress(FileNotFoundError):

@@ -11,7 +11,7 @@ kind (``by_kind``), so reports can show the ordinary domain apart from the edges
 values and magnitudes; and for unary elementwise operators, each sample's error against its
 input (``by_input``) and the range of inputs where the route overflowed or underflowed
 inside (``inside``).  Every set of samples gets ``statistics``: ulps, bits of error
-(reports/rows.py) and ``buckets``.
+(engine/rows.py) and ``buckets``.
 
 Bounds, for the emulated model: every sample's error against (a) the operator's roundoff
 certificate -- a fixed number of ulps, or an a priori formula of the inputs (routes.apriori)
@@ -116,7 +116,7 @@ def _is_objects(a):
     return np.asarray(a).dtype == object
 
 
-# The fields measure_port fills (a remeasured row resets them first: reports/torch_impl.py).
+# The fields measure_port fills (a remeasured row resets them first: engine/torch_impl.py).
 METRIC_FIELDS = ("samples", "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp",
                  "max_signed_ulp", "max_bits", "mean_bits", "max_rel", "exceptional",
                  "unmeasured", "mismatches", "histogram", "by_magnitude", "buckets", "by_kind",
@@ -173,7 +173,7 @@ def measure_port(row, comp, exact, fmt, bound, apriori=None, interval=None, kind
 # ----- statistics of a set of samples ----------------------------------------------------------
 
 def error_bits(m, fmt):
-    """Bits of error of each sample (reports/rows.py: log2(1 + |ord(computed) -
+    """Bits of error of each sample (engine/rows.py: log2(1 + |ord(computed) -
     ord(RN(exact))|), numerics.metrics.error_bits) capped at the format's width; NaN where
     the error is not a number; None for formats beyond binary64 (no ordinals).  For formats
     of at most 26 bits RN rounds the exact value's binary64 stand-in (_exact_values), which

@@ -1,7 +1,7 @@
 """The ``cuda`` implementation of the coverage run: an operator's kernel (kernels.of_op) on the
 device, measured against the exact reference, with its contract checked.
 
-``Cuda``, the implementation ``cuda`` of reports/implementations.py, evaluates a task's routes
+``Cuda``, the implementation ``cuda`` of engine/implementations.py, evaluates a task's routes
 with the operator's kernel; evaluate.evaluate measures them like any implementation's:
 
 - What has no kernel is a status row, not an error: no kernel at these attributes, a route

@@ -1,6 +1,6 @@
 """The statistics of a measurement, merged from its chunk summaries as they arrive.
 
-``measure`` cuts its inputs into chunks (reports/measure.py ``run_chunk``); each chunk's
+``measure`` cuts its inputs into chunks (engine/measure.py ``run_chunk``); each chunk's
 summary holds counts, histograms, the sum of |error|, extremes, the exact worst case among
 the inputs it resolved, and the candidates for the largest error.  A ``Tally`` folds those
 summaries one by one, in any order, to the same result:

@@ -385,7 +385,7 @@ def quantize_draws(task: Task, d: Draws, routes_wanted) -> tuple:
     ``storage`` scaling the rule and the reference both read these values, so the error of
     a route is its own and the output quantization's; under a recipe (``operands``) only
     the rule reads them and the reference reads the draws as they were, so the error holds
-    the quantization of the operands (reports/evaluate.py)."""
+    the quantization of the operands (engine/evaluate.py)."""
     o = d.op
     operands = OPERANDS[o.name] if scaling(task) == "operands" else None
     compute = compute_task(task).fmt if operands else task.fmt

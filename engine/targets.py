@@ -1,10 +1,10 @@
 """The targets of ``roundoff-coverage measure``: what a target string means and how it is
-called (reports/measure.py measures it).
+called (engine/measure.py measures it).
 
 ``target(spec, fmt) -> Target``: a numpy ufunc (``numpy.exp``), a C function in a shared
 library (``libm:expf``, ``/path/libfoo.so:f``), an importable callable
 (``package.module:function`` or ``path/file.py:function``, numba-compiled or plain Python;
-``importable``, which reports/quantizers.py shares), a torch operator
+``importable``, which engine/quantizers.py shares), a torch operator
 (``torch.exp``) when torch is installed, or a Python callable given directly.  A Target's
 ``call(xs)`` takes float64 arrays of values of the format, one per argument, and returns the
 outputs as float64; its ``reference`` is the numerics.screen function it is compared with
@@ -100,7 +100,7 @@ def importable(spec: str):
     when the part before the colon is neither a module nor a ``.py`` file (a shared library:
     ``libm``, ``./libf.so``).  MeasureError when it names one that cannot be imported or has
     no such callable.  measure (``target``) and the quantizer measurement
-    (reports/quantizers.py) resolve their targets here."""
+    (engine/quantizers.py) resolve their targets here."""
     if ":" not in spec:
         raise MeasureError(f"{spec}: give module:function or file.py:function")
     lib, name = spec.rsplit(":", 1)
