@@ -5,7 +5,7 @@ with the largest error measured at points drawn inside the same box next to it.
 routes, the box, the budget of pieces, samples, seed); ``plan(sel) -> [Task]`` one task per
 operator instance (the operator's first example, as the coverage run's exhaustive task
 takes it), format, mode and policy, implementation ``emulated`` (the model the bound is
-of); ``evaluate(task, box, budget) -> [Outcome]`` one per (route, port): its row, the pieces
+of); ``evaluate(task, box, budget) -> [Bounded]`` one per (route, port): its row, the pieces
 of the bound's partition and the samples above the bound.
 
 The domain: every value input (a differentiable port) ranges over the format's values in
@@ -36,21 +36,16 @@ import numpy as np
 from roundoff_coverage import formats, numerics, routes
 from roundoff_coverage.routes.bounds import domain_bound
 
+from . import reference
 from .draws import Draws, run_routes
 from .measuring import measure_port, per_sample, worst_case
 from .task import Task, base_row, batchable, one_line, rng_for, route_ports, status_rows
 
 ROUTES = ("forward", "tangent", "gradient")
 DEFAULT_BUDGET, DEFAULT_SAMPLES = 64, 256
-# The reference as the coverage run's (engine/evaluate.py): format precision + 64 bits,
-# doubled until settled, at most 2048.
-REF_EXTRA, MAX_REF_PREC = 64, 2048
 # Measured errors are read through the exact value's binary64 stand-in: a sample counts as a
 # violation when it exceeds its bound by more than this many ulps (relative and absolute).
 SLACK = 2.0 ** -30
-BOUND_REFERENCE = ("routes.bounds.domain over the box, against numerics.reference by "
-                   "numerics.settle at points drawn in the box (format precision + 64 bits, "
-                   "doubled until two evaluations agree to 2**-32 ulp, at most 2048 bits)")
 
 
 @dataclass(frozen=True)
@@ -66,7 +61,7 @@ class BoundSelection:
     budget: int = DEFAULT_BUDGET
     samples: int = DEFAULT_SAMPLES
     seed: int = 0
-    reference_text: str = BOUND_REFERENCE
+    reference_text: str = reference.BOUND
 
     def command(self) -> str:
         parts = ["roundoff-coverage bound", "--ops " + ",".join(self.ops),
@@ -109,7 +104,7 @@ def plan(sel: BoundSelection) -> list:
 
 
 @dataclass
-class Outcome:
+class Bounded:
     """One row of a bound run with what the row does not hold: ``pieces`` of the bound's
     partition, ``violations`` (samples above their element's bound)."""
 
@@ -120,26 +115,26 @@ class Outcome:
 
 # ----- one task ---------------------------------------------------------------------------------
 def evaluate(task: Task, box, budget: int) -> list:
-    """[Outcome] of every route and port of ``task`` over ``box`` (lo, hi); a failure is an
+    """[Bounded] of every route and port of ``task`` over ``box`` (lo, hi); a failure is an
     error row, never an exception."""
     try:
         o = task.build()
         o.check()
     except Exception as exc:                                  # noqa: BLE001
-        return [Outcome(r) for route in task.routes
+        return [Bounded(r) for route in task.routes
                 for r in status_rows(task, None, route, "error", one_line(exc))]
     out = []
     setup = _Setup(task, o, box)
     for route in task.routes:
         problem = _unmeasured(o, route)
         if problem:
-            out += [Outcome(r) for r in status_rows(task, o, route, "not_differentiable",
+            out += [Bounded(r) for r in status_rows(task, o, route, "not_differentiable",
                                                     problem)]
             continue
         try:
             out += _route(task, setup, route, budget)
         except Exception as exc:                              # noqa: BLE001
-            out += [Outcome(r) for r in status_rows(task, o, route, "error",
+            out += [Bounded(r) for r in status_rows(task, o, route, "error",
                                                     one_line(exc))]
     return out
 
@@ -269,7 +264,7 @@ def _route(task, setup, route, budget) -> list:
             over = ~np.isnan(a) & (a > b * (1 + SLACK) + SLACK)
             bad = int(over.sum())
             row["violations"] = bad
-        out.append(Outcome(row, bound.pieces, bad))
+        out.append(Bounded(row, bound.pieces, bad))
     return out
 
 
@@ -295,11 +290,11 @@ def _joined(per_draw, i, scalar):
 
 def _reference(d, fmt, route):
     """(per-draw exact values of ``route``, the highest precision needed) by
-    numerics.settle from format precision + REF_EXTRA bits."""
+    the reference policy (engine/reference.py)."""
     def fn(prec, items):
         got = run_routes(d.op.rule(numerics.reference(prec)), d.subset(items), [route])[route]
         if isinstance(got, Exception):
             raise got
         return list(got)
-    s = numerics.settle(fn, len(d.inputs), fmt, fmt.precision + REF_EXTRA, MAX_REF_PREC)
-    return s.values, max(s.precs) if s.precs else fmt.precision + REF_EXTRA
+    s = reference.settle(fn, len(d.inputs), fmt)
+    return s.values, max(s.precs) if s.precs else reference.start(fmt)

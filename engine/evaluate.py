@@ -39,7 +39,7 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.metrics import clamp_exact
 from roundoff_coverage.routes import bounds as routes_bounds
 
-from . import implementations
+from . import implementations, reference
 from .draws import (Draws, axis_text, draw, element_scales, quantize_draws, quantize_port,
                     quantize_seed, run_routes, sample_kinds)
 from .measuring import (REPRO_MAX_ELEMENTS, Bounds, apriori_bounds, by_magnitude,
@@ -52,16 +52,13 @@ from .task import (BATCH_FAMILIES, EXHAUSTIVE_FAMILIES, EXHAUSTIVE_MAX_BITS, ROU
 
 # The coverage run's names, in one place for its readers (runner, tests): the task, its
 # draws, measurement and the driver.
-__all__ = ["evaluate", "PHASES", "REF_EXTRA", "MAX_REF_PREC", "Task", "ROUTES",
+__all__ = ["evaluate", "PHASES", "Task", "ROUTES",
            "BATCH_FAMILIES", "EXHAUSTIVE_FAMILIES", "EXHAUSTIVE_MAX_BITS", "attrs_text",
            "jsonable", "rng_for", "one_line", "route_ports", "base_row", "status_rows",
            "batchable", "exhaustible", "Draws", "draw", "sample_kinds", "run_routes",
            "REPRO_MAX_ELEMENTS", "Bounds", "measure_port", "per_sample", "by_magnitude",
            "worst_case", "interval_bounds"]
 
-# The reference starts at the format's precision + REF_EXTRA bits and doubles until settled
-# (numerics.settle), at most MAX_REF_PREC bits.
-REF_EXTRA, MAX_REF_PREC = 64, 2048
 PHASES = ("sampling", "evaluation", "reference", "bounds", "measurement")
 
 
@@ -113,7 +110,7 @@ def evaluate(task: Task):
     if problem is not None:
         return rows + [r for route in pending
                        for r in status_rows(task, o, route, *problem)], timer.t
-    ref_prec = fmt.precision + REF_EXTRA
+    ref_prec = reference.start(fmt)
     scaled = scaling(task)
     try:
         # A recipe's product computes in binary32 and stores into the task's format.
@@ -122,8 +119,8 @@ def evaluate(task: Task):
         problems = impl.problems(pending)
     except Exception as exc:                                  # noqa: BLE001
         impl, problems = None, dict.fromkeys(pending, ("error", one_line(exc), None))
-    reference = o.rule(numerics.reference(ref_prec))
-    if reference is None:
+    ref_rule = o.rule(numerics.reference(ref_prec))
+    if ref_rule is None:
         problems = {r: problems.get(r) or (
             "no_rule", f"the reference lacks capability {o.need}: no exact value to measure "
                        f"against", o.need) for r in pending}
@@ -146,12 +143,12 @@ def evaluate(task: Task):
         for route in pending:
             rows += status_rows(task, o, route, "error", f"sampling: {one_line(exc)}")
         return rows, timer.t
-    rows += _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized,
+    rows += _measure_routes(task, impl, d, fmt, pending, ref_rule, timer, quantized,
                             computed_on)
     return rows, timer.t
 
 
-def _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized=None,
+def _measure_routes(task, impl, d, fmt, pending, ref_rule, timer, quantized=None,
                     computed_on=None):
     """The rows of the routes ``pending``: the implementation evaluated on ``computed_on``
     (the draws ``d``, or under a recipe their operands quantized), the reference on ``d``."""
@@ -166,11 +163,11 @@ def _measure_routes(task, impl, d, fmt, pending, reference, timer, quantized=Non
                    for r, v in got.items()}
     ok = [r for r in pending if not isinstance(got[r], Exception)]
     with timer("reference"):
-        if d.op is not reference.op:            # batched draws: a longer instance
-            reference = d.op.rule(reference.xp)
-        ref = run_routes(reference, d, ok)
+        if d.op is not ref_rule.op:            # batched draws: a longer instance
+            ref_rule = d.op.rule(ref_rule.xp)
+        ref = run_routes(ref_rule, d, ok)
         exact, precs = _settle(d, fmt, [r for r in ok if not isinstance(ref[r], Exception)],
-                               ref, reference.xp.prec)
+                               ref)
     bounded = [r for r in ok if impl.model_task(r) is not None and quantized is None]
     with timer("bounds"):
         interval = interval_bounds(impl.model_task(bounded[0]), d, fmt, bounded) \
@@ -263,20 +260,20 @@ def _domain_bounds(task, d, fmt, rows) -> None:
             row["box"] = box
 
 
-def _settle(d, fmt, routes, first, start):
-    """({route: per-draw exact values}, per-draw precision) of the routes by numerics.settle
-    from ``start`` bits, ``first`` holding the values at start; an Exception in place of the
-    first when a route fails at a higher precision."""
+def _settle(d, fmt, routes, first):
+    """({route: per-draw exact values}, per-draw precision) of the routes by the reference
+    policy (engine/reference.py), ``first`` holding the values at its start precision; an
+    Exception in place of the first when a route fails at a higher precision."""
     def fn(prec, items):
         again = run_routes(d.op.rule(numerics.reference(prec)), d.subset(items), routes)
         for r in routes:
             if isinstance(again[r], Exception):
                 raise again[r]
         return [tuple(again[r][j] for r in routes) for j in range(len(items))]
-    n = len(d.inputs)
+    n, start = len(d.inputs), reference.start(fmt)
     try:
-        s = numerics.settle(fn, n, fmt, start, MAX_REF_PREC,
-                            first=[tuple(first[r][k] for r in routes) for k in range(n)])
+        s = reference.settle(fn, n, fmt,
+                             first=[tuple(first[r][k] for r in routes) for k in range(n)])
     except Exception as exc:                                  # noqa: BLE001
         return exc, [start]
     return {r: [v[i] for v in s.values] for i, r in enumerate(routes)}, s.precs or [start]

@@ -45,15 +45,16 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics import metrics, screen
 from roundoff_coverage.numerics.metrics import clamp_exact
 
-from . import budget, executors, orchestrate, results
+from . import budget, executors, orchestrate, results, rows
 from .orchestrate import Checkpoint, Progress, checkpoint_path
+from .plan import Outcome
 from .rows import empty as empty_row
 from .tally import Tally, compact
 # The targets (engine/targets.py), under the names measure's callers know.
 from .targets import ALIASES, MeasureError, Target, reference_name, target
 
 __all__ = ["CHUNK", "EXHAUSTIVE_MAX", "WORST_CANDIDATES", "ALIASES", "MeasureError", "Target",
-           "reference_name", "target", "Measurement", "MeasureOutcome", "inputs", "run_chunk",
+           "reference_name", "target", "Measurement", "inputs", "run_chunk",
            "settle", "measure", "row", "text"]
 
 CHUNK = 1 << 22
@@ -310,10 +311,9 @@ def _coarse(a: float) -> int:
 def _worst(xs, out, idx, err, fmt, name):
     """The reproducer of the largest exact |error| among elements ``idx`` (None when none
     is measurable): input bit patterns and decimals, computed and exact values, error."""
-    a = np.abs(err)
-    if not a.size or np.isnan(a).all():
+    k = rows.worst_index(err)
+    if k is None:
         return None
-    k = int(np.nanargmax(a))
     i = int(idx[k])
     width = (fmt.bits + 3) // 4
     ins = [float(x[i]) for x in xs]
@@ -322,28 +322,10 @@ def _worst(xs, out, idx, err, fmt, name):
                            fmt, start_prec=fmt.precision + 64)
     return {"inputs": {f"x{n}" if len(xs) > 1 else "x": b for n, b in enumerate(bits)},
             "decimal": [repr(v) for v in ins], "computed": repr(float(out[i])),
-            "exact": _text(res.values.reshape(-1)[0]), "ulp": float(err[k])}
-
-
-def _text(v) -> str:
-    m = getattr(v, "_mpf_", None)
-    from mpmath import libmp
-    return libmp.to_str(m, 20) if m is not None else str(v)
+            "exact": rows.decimal_text(res.values.reshape(-1)[0]), "ulp": float(err[k])}
 
 
 # ----- the run ---------------------------------------------------------------------------------
-
-@dataclass
-class MeasureOutcome:
-    """What ``measure`` did: the row (None when interrupted), chunks run, resumed and in
-    all, wall seconds, whether it was interrupted."""
-
-    row: dict | None = None
-    ran: int = 0
-    chunks: int = 0
-    resumed: int = 0
-    wall: float = 0.0
-    interrupted: bool = False
 
 
 _TARGETS = {}                            # targets rebuilt in a worker process, by spec
@@ -361,7 +343,7 @@ def _work(m: Measurement, j: int) -> dict:
 def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=None,
             arity=None, out=None, jobs: int | None = None, resume: bool = False,
             progress: bool = False, stream=None, executor: str = "local",
-            scheduler: str | None = None) -> MeasureOutcome:
+            scheduler: str | None = None) -> Outcome:
     """Measure ``spec`` (a target string or a callable) in ``fmt``: ``samples`` random
     inputs, or every input with samples=None.  With ``out``, the results file is written
     (and checkpointed as chunks finish); callables run in this process (jobs ignored; the
@@ -392,20 +374,19 @@ def measure(spec, fmt, samples: int | None = 100_000, seed: int = 0, reference=N
         # A resumed checkpoint is appended to: its chunks are in the tally, not kept to be
         # written again.
         ckpt = Checkpoint(checkpoint_path(out), m, {}, append=bool(done))
-    outcome = MeasureOutcome(chunks=n, resumed=len(done))
+    outcome = Outcome(total=n, resumed=len(done), out=str(out or ""))
     units = ((j, (m, j)) for j in range(n) if j not in done)
-    ran = orchestrate.orchestrate(
+    orchestrate.orchestrate(
         _work, units, _executor(m, t, jobs, python, executor, scheduler), tally.add,
-        checkpoint=ckpt, record=compact,
+        checkpoint=ckpt, record=compact, outcome=outcome,
         bar=Progress(n, len(done), stream, quiet=not progress, work=n - len(done),
                      unit=f"chunks of {CHUNK} inputs"))
-    outcome.ran, outcome.interrupted = ran.ran, ran.interrupted
     outcome.wall = time.perf_counter() - t0
     if outcome.interrupted:
         return outcome
-    outcome.row = _failed(m, t, tally) if tally.failed else row(m, t, tally)
+    outcome.rows = [_failed(m, t, tally) if tally.failed else row(m, t, tally)]
     if out is not None:
-        orchestrate.finish(out, results.document([outcome.row], m))
+        orchestrate.finish(out, results.document(outcome.rows, m))
     return outcome
 
 
@@ -514,8 +495,8 @@ def rate(n: int, seconds: float) -> str:
     return f"{r:.3g} inputs/s"
 
 
-def text(o: MeasureOutcome) -> str:
-    """The terminal summary of a measurement."""
+def text(o: Outcome) -> str:
+    """The terminal summary of a measurement (its one row)."""
     r = o.row
     w = r["worst"]
     wall = f"{o.wall:.1f}" if o.wall >= 10 else f"{o.wall:.3g}"

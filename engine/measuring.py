@@ -428,15 +428,14 @@ def _piece(x, port, elem, elementwise, fmt, out_size):
 
 def worst_case(d, ulp, where, comp, exact, route, fmt, out_size) -> dict | None:
     """The reproducer of the largest |ulp error| (None when no error is measurable)."""
-    a = np.abs(ulp)
-    if not a.size or np.isnan(a).all():
+    j = rows.worst_index(ulp)
+    if j is None:
         return None
-    j = int(np.nanargmax(a))
     k, elem = where[j]
     o = d.op
     out = {"kind": d.kinds[k], "draw": k, "element": elem, "ulp": float(ulp[j]),
-           "computed": decimal_text(comp[j]),
-           "exact": decimal_text(np.asarray(exact).reshape(-1)[j]),
+           "computed": rows.decimal_text(comp[j]),
+           "exact": rows.decimal_text(np.asarray(exact).reshape(-1)[j]),
            "inputs": {n: _piece(x, p, elem, d.elementwise, fmt, out_size)
                       for n, p, x in zip(o.input_names, o.inputs, d.inputs[k])}}
     if route == "tangent":
@@ -448,16 +447,6 @@ def worst_case(d, ulp, where, comp, exact, route, fmt, out_size) -> dict | None:
                              for n, p, c in zip(o.output_names, o.outputs, d.cotangents[k])
                              if c is not None}
     return out
-
-
-def decimal_text(v) -> str:
-    """A number as a decimal string: repr for binary64, 20 significant digits for mpmath."""
-    m = getattr(v, "_mpf_", None)
-    if m is not None:
-        return libmp.to_str(m, 20)
-    if isinstance(v, (float, np.floating)):
-        return repr(float(v))
-    return str(v)
 
 
 def interval_bounds(task, d, fmt, wanted) -> dict:

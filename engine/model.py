@@ -11,7 +11,7 @@ One unit of work is a configuration (format, mode, policy) over every sample.  P
 - cotangents: 1 for a scalar output (a loss), else N(0, 1) rounded into the format; tangents:
   N(0, 1) per value input, rounded into the format;
 - the exact run: GraphRule.trace under numerics.reference at format precision + 64 bits
-  and at twice that, doubled (at most twice: REF_DOUBLINGS) until every recorded value
+  and at twice that, doubled (at most twice: engine/reference.py) until every recorded value
   agrees to 2**-32 ulp (numerics.settle: agreement is evidence, not proof);
 - the emulated run: the same trace under numerics.emulated(format, mode, policy);
 - per node and route, two errors against the exact trace:
@@ -98,20 +98,16 @@ from roundoff_coverage.numerics.resolve import agree
 from roundoff_coverage.routes.graph import INPUT, GraphRule, Ref
 from roundoff_coverage.routes.invoke import checked_rule, invoke_prepared
 
+from . import reference
 from . import rows as row_fields
-from .measuring import decimal_text, measure_port
+from .measuring import measure_port
 
 ROUTES = ("forward", "tangent", "gradient")
 LOCAL, PROPAGATED = "local", "propagated"
 SPREAD = 0.1                       # draws around the example: x + SPREAD * std(x) * N(0, 1)
-REF_EXTRA = 64                     # the exact run starts at format precision + 64 bits
-# ... and doubles at most twice.  A value whose exact value is 0 reached through
-# cancellation (the gradient of a key bias of attention: softmax ignores a constant added to
-# a row of scores) shrinks by 2**-prec at each doubling and never agrees with the next
-# evaluation; at 4 * (p + 64) bits it lies far below 2**(qmin - 64), where the measurement
-# clamps exact values (numerics.metrics.clamp_exact), so its measured error is that of an
-# exact 0.  Rows whose values still moved at the last doubling say so in ``reason``.
-REF_DOUBLINGS = 2
+# The exact run settles by the reference policy (engine/reference.py: format precision + 64
+# bits, doubled at most twice); rows whose values still moved at the last doubling say so
+# in ``reason``.
 KEEP_FORMAT = "binary32"           # the precision a user may keep one node in
 TOP = 10                           # nodes listed per route in the summary
 # The exceptional class of values NaN in both the exact and the computed run (_row).
@@ -359,8 +355,7 @@ def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan):
             kept[s] = tr
             out.append(tuple(_get(tr, site) for site in what))
         return out
-    start = fmt.precision + REF_EXTRA
-    settled = numerics.settle(fn, len(xs), fmt, start, start << REF_DOUBLINGS)
+    settled = reference.settle(fn, len(xs), fmt, graph=True)
     moving = {s: {site for site in what
                   if not agree(_get(before[s], site), _get(kept[s], site), fmt)}
               for s, ok in enumerate(settled.settled) if not ok and s in before}
@@ -368,7 +363,7 @@ def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan):
 
 
 def rounder_of(fmt):
-    ref = numerics.reference(fmt.precision + REF_EXTRA)
+    ref = numerics.reference(reference.start(fmt))
 
     def rnd(v):
         """An exact value rounded to nearest into fmt (float64); others unchanged."""
@@ -588,14 +583,13 @@ def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, targ
 
 def _worst(ulp, comp, exact, sizes, samples) -> dict | None:
     """The sample and element of the largest |error|, with both values."""
-    a = np.abs(ulp)
-    if not a.size or np.isnan(a).all():
+    i = row_fields.worst_index(ulp)
+    if i is None:
         return None
-    i = int(np.nanargmax(a))
     ends = np.cumsum(sizes)
     s = int(np.searchsorted(ends, i, side="right"))
     return {"sample": samples[s], "element": i - (int(ends[s - 1]) if s else 0),
-            "computed": repr(float(comp[i])), "exact": decimal_text(exact[i]),
+            "computed": repr(float(comp[i])), "exact": row_fields.decimal_text(exact[i]),
             "ulp": float(ulp[i])}
 
 

@@ -27,12 +27,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import orchestrate, results
-from .model import ROUTES, Config, ModelError
+from roundoff_coverage import routes
 
-REFERENCE_TEXT = ("numerics.reference by numerics.settle over every value of the graph's "
-                  "sweeps: each sample at format precision + 64 bits and at twice that, "
-                  "doubled at most twice while two evaluations differ by more than 2**-32 ulp")
+from . import budget, model, orchestrate, reference, results
+from .executors import one_line
+from .model import ROUTES, Config, ModelError
+from .plan import Outcome
+from .rows import empty
+from .targets import MeasureError, importable
 
 
 @dataclass
@@ -51,7 +53,7 @@ class ModelSelection:
     inputs: str | None = None
     implementations: tuple = ("emulated",)
     argv: list = field(default_factory=list)
-    reference_text: str = REFERENCE_TEXT
+    reference_text: str = reference.MODEL
     # (label, ScaledFormat) of the --formats-file schemes among ``formats``: they travel with
     # the units (the catalog's are found by name).
     schemes: tuple = ()
@@ -80,7 +82,6 @@ class ModelSelection:
 def load_target(target: str, artifact_out: str):
     """(graph, artifact path): an artifact read, or a factory's model captured and saved to
     ``artifact_out``.  ModelError (one line) for a target that is neither."""
-    from roundoff_coverage import routes
     if ":" not in target or target.endswith(".json"):
         if not os.path.isfile(target):
             raise ModelError(f"{target}: no such artifact (give a graph artifact written by "
@@ -89,7 +90,6 @@ def load_target(target: str, artifact_out: str):
             return routes.load_graph(target), target
         except (routes.RouteError, OSError, ValueError) as exc:
             raise ModelError(str(exc)) from None
-    from .targets import MeasureError, importable
     try:
         factory = importable(target)
     except MeasureError as exc:
@@ -133,7 +133,6 @@ def load_target(target: str, artifact_out: str):
 def check_memory(graph, samples: int) -> None:
     """ModelError (one line) when ``samples`` samples of ``graph`` cannot fit the memory
     (budget.check_model), naming its largest value."""
-    from . import budget
     sizes = [(math.prod(p.array_shape), f"input {n} {list(p.array_shape)}")
              for n, p in zip(graph.input_names, graph.inputs)]
     sizes += [(math.prod(p.array_shape), f"constant {i} {list(p.array_shape)}")
@@ -155,7 +154,6 @@ def read_inputs(path) -> dict:
     not a zip of .npy arrays, or when the arrays its .npy headers declare would not fit the
     memory (budget.check_model_inputs): checked before any array is read, since a small
     compressed file can expand to gigabytes."""
-    from . import budget
     what = f"--inputs {path}: not a .npz file of arrays (np.savez)"
     declared, largest = 0, (-1, "")
     try:
@@ -198,9 +196,7 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
     """One configuration measured: {"rows", "summary", "phases"} (JSON data); ``others``:
     the implementations run beside emulated, ``scheme`` the ScaledFormat of a user-defined
     format label ``fmt`` (model.measure)."""
-    from roundoff_coverage import routes
 
-    from . import model
     graph = routes.load_graph(artifact)
     given = read_inputs(inputs) if inputs else None
     xs = model.sample_inputs(graph, samples, seed, given)
@@ -208,8 +204,6 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
         got, summary, phases = model.measure(graph, Config(fmt, mode, policy), xs, seed,
                                              tuple(routes_), tuple(others), target, scheme)
     except Exception as exc:                                  # noqa: BLE001 (data)
-        from .executors import one_line
-        from .rows import empty
         return {"rows": [empty(op="model", route="forward", port="*", format=fmt, mode=mode,
                                policy=policy, implementation="emulated", status="error",
                                reason=one_line(exc), node="model", attribution="propagated")],
@@ -217,22 +211,8 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
     return results.clean({"rows": got, "summary": summary, "phases": phases})
 
 
-@dataclass
-class ModelOutcome:
-    rows: list
-    summaries: dict
-    phases: dict
-    wall: float
-    total: int
-    ran: int
-    resumed: int
-    interrupted: bool
-    # The configurations an interrupted run did not finish (their keys, "format|mode|policy").
-    missing: tuple = ()
-
-
 def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = False,
-        progress: bool = True) -> ModelOutcome:
+        progress: bool = True) -> Outcome:
     """Measure every configuration of ``sel``, checkpointing each; write ``out`` unless
     interrupted."""
     t0 = time.perf_counter()
@@ -254,9 +234,10 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
                                unit="configurations")
     executor = orchestrate.Executor(jobs=max(1, min(jobs or os.cpu_count() or 1, len(units)
                                                     or 1)), name=str)
-    ran = orchestrate.orchestrate(unit, units, executor, lambda k, got: done.__setitem__(k, got),
-                                  checkpoint=ck, bar=bar)
-    rows, summaries, phases = [], {}, {}
+    outcome = Outcome(total=len(configs), resumed=len(keep), out=str(out))
+    orchestrate.orchestrate(unit, units, executor, lambda k, got: done.__setitem__(k, got),
+                            checkpoint=ck, bar=bar, outcome=outcome)
+    rows, summaries, phases = outcome.rows, outcome.summaries, outcome.phases
     for c in configs:
         got = done.get(_key(c))
         if got is None:
@@ -265,12 +246,11 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
         summaries[_key(c)] = got["summary"]
         for k, v in got.get("phases", {}).items():
             phases[k] = phases.get(k, 0.0) + v
-    missing = tuple(_key(c) for c in configs if _key(c) not in done)
+    outcome.missing = tuple(_key(c) for c in configs if _key(c) not in done)
     # An interrupt that came after the last unit finished stopped nothing: the run is whole.
-    interrupted = ran.interrupted and bool(missing)
-    outcome = ModelOutcome(rows, summaries, phases, time.perf_counter() - t0, len(configs),
-                           ran.ran, len(keep), interrupted, missing)
-    if not interrupted:
+    outcome.interrupted = outcome.interrupted and bool(outcome.missing)
+    outcome.wall = time.perf_counter() - t0
+    if not outcome.interrupted:
         doc = results.document(rows, sel)
         doc["model"] = results.clean({"target": sel.target, "artifact": sel.artifact,
                                       "sha256": sel.artifact_hash, "summary": summaries})

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 def record(names) -> dict:
     """The ``operators`` object of a results file for the operators ``names``."""
+    # start-up time: a results file is read (reports.load) without the operator table.
     from roundoff_coverage import routes
-    from roundoff_coverage.routes.registry import FAMILIES
     order = {n: i for i, n in enumerate(routes.names())}
     entries = {}
     for name in names:
@@ -26,7 +26,7 @@ def record(names) -> dict:
                               "inputs": None if c.inputs is None else list(c.inputs),
                               "statement": c.statement, "evidence": list(c.evidence),
                               "bound": c.bound} for c in routes.certificates(name)]}
-    return {"families": list(FAMILIES), "entries": entries}
+    return {"families": list(routes.registry.FAMILIES), "entries": entries}
 
 
 class Table:
@@ -69,6 +69,6 @@ class Table:
 
     def family_order(self) -> list:
         if self.families is None:
-            from roundoff_coverage.routes.registry import FAMILIES
-            self.families = list(FAMILIES)
+            from roundoff_coverage import routes    # start-up time (record)
+            self.families = list(routes.registry.FAMILIES)
         return self.families

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import executors, results
+from .plan import Outcome
 
 
 class Interrupted(KeyboardInterrupt):
@@ -222,22 +223,15 @@ class Executor:
 
 # ----- the run ---------------------------------------------------------------------------------
 
-@dataclass
-class Ran:
-    """What ``orchestrate`` did: units run, and whether it was interrupted."""
-
-    ran: int = 0
-    interrupted: bool = False
-
-
 def orchestrate(fn, units, executor: Executor, fold, *, checkpoint: Checkpoint | None,
-                bar: Progress, record=None, weight=None) -> Ran:
-    """Run ``units`` with ``fn`` on ``executor``.  Each result, as it arrives:
-    ``fold(key, result)``, then ``record(result)`` (default: the result) added to
-    ``checkpoint`` under ``str(key)``, then ``bar`` advanced by ``weight(key)`` (default 1).
-    SIGTERM and Ctrl-C end it with ``interrupted``; the checkpoint is closed in any case.
-    Other exceptions (executors.WorkerDied, ExecutorError, an error in a unit) propagate."""
-    ran = Ran()
+                bar: Progress, outcome: Outcome, record=None, weight=None) -> Outcome:
+    """Run ``units`` with ``fn`` on ``executor``, counting them in ``outcome.ran``.  Each
+    result, as it arrives: ``fold(key, result)``, then ``record(result)`` (default: the
+    result) added to ``checkpoint`` under ``str(key)``, then ``bar`` advanced by
+    ``weight(key)`` (default 1).  SIGTERM and Ctrl-C end it with ``outcome.interrupted``;
+    the checkpoint is closed in any case.  Other exceptions (executors.WorkerDied,
+    ExecutorError, an error in a unit) propagate."""
+    ran = outcome
     old_term = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         announce = executors.announcer(bar.stream) if not bar.quiet else None

@@ -59,12 +59,13 @@ from roundoff_coverage import formats
 from roundoff_coverage.formats import IntElement, ScaledFormat
 
 from . import executors, results
+from .plan import Outcome
 from .quantizer_inputs import CASES, DTYPES, RANDOM, Case, Layout, setup, cases
 from .rows import empty as empty_row
 from .targets import MeasureError, importable
 
 __all__ = ["CASES", "RETURNS", "DTYPES", "TIMEOUT", "Case", "QuantizerMeasurement",
-           "QuantizerOutcome", "cases", "measure_quantizer", "MeasureError"]
+           "cases", "measure_quantizer", "MeasureError"]
 
 RETURNS = ("auto", "pair", "dequantized")
 TIMEOUT = 120.0                            # s per call of a named target
@@ -500,19 +501,10 @@ class QuantizerMeasurement:
                 "exhaustive": False}
 
 
-@dataclass
-class QuantizerOutcome:
-    """What ``measure_quantizer`` did: the results row, the measurement and wall seconds."""
-
-    row: dict
-    measurement: QuantizerMeasurement
-    wall: float = 0.0
-
-
 def measure_quantizer(target, scheme, *, shape=None, samples: int = 4, seed: int = 0,
                       axis=-1, dtype: str = "float32", returns: str = "auto", history=None,
                       timeout: float = TIMEOUT, isolate: bool | None = None,
-                      out=None) -> QuantizerOutcome:
+                      out=None) -> Outcome:
     """Measure the quantizer ``target`` (a callable, or a module:function / file.py:function
     spec) against ``scheme`` (a ScaledFormat or a name formats.get reads) on ``cases`` (the
     module doc): the results row (engine/rows.py) with the counts of scales, elements and
@@ -547,9 +539,10 @@ def measure_quantizer(target, scheme, *, shape=None, samples: int = 4, seed: int
     m = QuantizerMeasurement(label, fmt.label, dtype, shape,
                              axis if isinstance(axis, tuple) else int(axis), returns,
                              int(samples), int(seed), tally.total("elements"), len(inputs))
-    outcome = QuantizerOutcome(row(m, tally, layout), m, time.perf_counter() - t0)
+    outcome = Outcome(rows=[row(m, tally, layout)], total=1, ran=1,
+                      wall=time.perf_counter() - t0, out=str(out or ""))
     if out is not None:
-        results.write(out, results.document([outcome.row], m))
+        results.write(out, results.document(outcome.rows, m))
     return outcome
 
 

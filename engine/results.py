@@ -63,19 +63,14 @@ def clean(v):
     return v
 
 
-COVERAGE_REFERENCE = ("numerics.reference by numerics.settle: each draw at format precision + 64 "
-                      "bits and at twice that, the precision doubled (at most 2048 bits) until "
-                      "two successive evaluations agree to 2**-32 ulp; ref_prec: the "
-                      "highest precision a row's draws needed")
-
-
 def document(records, selection) -> dict:
-    """The results document of the rows ``records`` measured for ``selection``: a
-    runner.Selection or a measure.Measurement (``seed``, ``command()``, ``describe()`` ->
-    the meta's selection, ``reference_text``); ``meta.units`` gives each numeric field's
+    """The results document of the rows ``records`` measured for ``selection`` (any run
+    kind's: the protocol plan.Selection, ``seed``, ``command()``, ``describe()`` -> the
+    meta's selection, ``reference_text``); ``meta.units`` gives each numeric field's
     unit (engine/rows.py).  A selection of operators (``ops``) also records them
     (engine/operators.py: family, order, notes, certificates), so the report and the gate
     render the file with the notes it was measured with."""
+    # start-up time: reading a results file (reports.load) loads neither numerics nor routes.
     from roundoff_coverage.numerics.metrics import HIST_EDGES
     records = list(records)
     return {"schema": SCHEMA, "meta": clean({
@@ -88,7 +83,7 @@ def document(records, selection) -> dict:
         "machine": {"system": platform.system(), "machine": platform.machine()},
         "histogram_edges_ulp": list(HIST_EDGES),
         "bucket_edges_ulp": list(rows.BUCKET_EDGES),
-        "reference": getattr(selection, "reference_text", COVERAGE_REFERENCE),
+        "reference": selection.reference_text,
         "units": {f.name: f.unit or "1" for f in rows.FIELDS
                   if f.unit or f.kind in (rows.RATIO, rows.REL)}}),
         **({"operators": clean(operators.record(selection.ops))}
@@ -192,7 +187,7 @@ def read(path) -> dict:
 def attrs_text(attrs_json: str) -> str:
     """``{"axis":1,"shape":[2,3]}`` (a route key's attributes) as ``axis=1,shape=[2,3]``
     (routes.attributes_text, the one text of an operator's attributes)."""
-    from roundoff_coverage.routes.codec import attributes_text
+    from roundoff_coverage.routes.codec import attributes_text  # start-up time (document)
     return attributes_text(json.loads(attrs_json))
 
 

@@ -5,6 +5,8 @@ The coverage run (engine/evaluate.py), ``measure``, the results file and its Dat
 field is one ``Field`` below.  ``empty(**values)`` is a row with every field, at its
 default unless given; ``key(row)`` the route key that identifies a row (the gate and the
 report refuse two rows of one key); ``sort_key(row)`` the order rows are written in.
+``worst_index(errors)`` picks the element every run kind's ``worst`` reproduces, and
+``decimal_text`` writes its values.
 
 Kinds: ``key`` (text, part of the key), ``text``, ``bool``, ``count`` (a non-negative
 integer), ``ulp`` (a non-negative number of ulps or inf), ``signed`` (signed ulps),
@@ -24,6 +26,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+import numpy as np
+from mpmath import libmp
 
 KEY, TEXT, BOOL, COUNT, ULP, SIGNED, RATIO, REL, BITS, ERROR_BITS, NESTED = (
     "key", "text", "bool", "count", "ulp", "signed", "ratio", "rel", "bits", "error_bits",
@@ -214,3 +219,25 @@ def sort_key(row) -> tuple:
         if row.get("node") is None else \
         ("", -1 if row.get("node_index") is None else row["node_index"],
          ROUTE_ORDER.get(k[2], 9)) + k[8:] + k[3:8] + k[:2]
+
+
+# ----- the worst element ---------------------------------------------------------------------------
+
+def worst_index(errors) -> int | None:
+    """The index of the largest |error| in a flat array (the first of equals), or None when
+    no error is measurable (empty, or every error NaN): the element a row's ``worst``
+    reproduces, whatever the run kind."""
+    a = np.abs(np.asarray(errors, dtype=np.float64))
+    if not a.size or np.isnan(a).all():
+        return None
+    return int(np.nanargmax(a))
+
+
+def decimal_text(v) -> str:
+    """A number as a decimal string: repr for binary64, 20 significant digits for mpmath."""
+    m = getattr(v, "_mpf_", None)
+    if m is not None:
+        return libmp.to_str(m, 20)
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    return str(v)

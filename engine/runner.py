@@ -24,22 +24,24 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
 from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 
-from . import budget, executors, implementations, orchestrate, results
+from . import budget, executors, implementations, orchestrate, reference, results
 from .evaluate import PHASES, evaluate
 from .draws import sample_kinds
 from .task import ROUTES, Task, batchable, status_rows
 # The checkpoint and progress of a run (engine/orchestrate.py), under the names run's
 # callers know.
 from .orchestrate import Checkpoint, Progress, checkpoint_path, read_checkpoint
+from .plan import Outcome
 
 __all__ = ["Selection", "DEFAULT_FORMATS", "DEFAULT_DRAWS", "IMPLEMENTATIONS", "GROWTH",
-           "instances", "plan", "cost", "footprint", "Outcome", "run", "check_selection",
+           "instances", "plan", "cost", "footprint", "run", "check_selection",
            "Checkpoint", "Progress", "checkpoint_path", "read_checkpoint"]
 
 DEFAULT_FORMATS = ("bfloat16", "binary16", "float8_e4m3fn", "float8_e5m2", "binary32")
@@ -73,6 +75,7 @@ class Selection:
     # Each emulated forward row also gets the bound of its roundoff over the box of its
     # ordinary draws (engine/evaluate.py, routes.bounds.domain).
     domain_bounds: bool = False
+    reference_text: ClassVar[str] = reference.COVERAGE
 
     def __post_init__(self):
         # Operators in registry order, so the same set gives the same fingerprint and file.
@@ -218,21 +221,6 @@ def _unit(task: Task, execute=None):
 
 # ----- the run ---------------------------------------------------------------------------------
 
-@dataclass
-class Outcome:
-    """What ``run`` did: rows written, tasks run and resumed, phase seconds (summed over
-    workers), wall seconds, whether it was interrupted."""
-
-    rows: list = field(default_factory=list)
-    ran: int = 0
-    resumed: int = 0
-    total: int = 0
-    phases: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
-    wall: float = 0.0
-    peak_kib: int = 0          # largest resident set of a worker (the parent with jobs=1)
-    interrupted: bool = False
-    out: str = ""
-
 
 def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=None,
         progress: bool = True, stream=None, execute=None, executor: str = "local",
@@ -257,7 +245,8 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
             budget.check_run((f"{big.op} {big.instance} in {big.format}", elements, big.draws),
                              min(jobs, len(costs)))
     todo = sorted((t for t in tasks if t.key not in done), key=lambda t: -costs[t.key])
-    outcome = Outcome(resumed=len(done), total=len(tasks), out=str(out))
+    outcome = Outcome(resumed=len(done), total=len(tasks), out=str(out),
+                      phases=dict.fromkeys(PHASES, 0.0))
     collected = dict(done)
 
     def fold(key, got):
@@ -269,13 +258,12 @@ def run(sel: Selection, out, jobs: int | None = None, resume: bool = False, csv=
 
     units = [(t.key, (t, execute)) for t in todo]
     # A resumed checkpoint is written anew, holding the kept tasks of this plan only.
-    ran = orchestrate.orchestrate(
+    orchestrate.orchestrate(
         _unit, units, _executor(todo, jobs, execute, executor, scheduler), fold,
         checkpoint=Checkpoint(checkpoint_path(out), sel, done),
         bar=Progress(len(tasks), len(done), stream, quiet=not progress,
                      work=sum(costs.values())),
-        record=lambda got: got[0], weight=costs.__getitem__)
-    outcome.ran, outcome.interrupted = ran.ran, ran.interrupted
+        outcome=outcome, record=lambda got: got[0], weight=costs.__getitem__)
     if outcome.interrupted:
         outcome.wall = time.perf_counter() - t0
         return outcome

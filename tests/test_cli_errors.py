@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from roundoff_coverage.engine import evaluate, executors, measure, results, runner
+from roundoff_coverage.engine.plan import Outcome
 from roundoff_coverage.reports.cli import common as cli_common, formats as cli_formats
 from roundoff_coverage.reports.cli import ops as cli_ops, run as cli_run
 from roundoff_coverage.reports.cli import main
@@ -433,7 +434,7 @@ def test_measure_names_a_damaged_checkpoint_too(capsys, tmp_path):
 
 def test_interrupted_measure_prints_the_chunks_kept(capsys, tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
-        return measure.MeasureOutcome(ran=2, chunks=12, resumed=1, interrupted=True)
+        return Outcome(ran=2, total=12, resumed=1, interrupted=True)
 
     monkeypatch.setattr(measure, "measure", interrupted)
     out = tmp_path / "m.json"
