@@ -8,22 +8,19 @@ seed (reports/regenerate.py), for inputs too large to store in the file.
 format (reports/testing.py; also the fixture of the pytest plugin reports/pytest_plugin.py).
 """
 
-
-def load(path):
-    """The results file at ``path`` as a pandas DataFrame (see engine.results.load)."""
-    from ..engine.results import load as _load
-    return _load(path)
+from ..engine.results import load
 
 
 def reproduce(results, row):
     """The worst case of ``row`` regenerated (see reports.regenerate.reproduce)."""
-    from .regenerate import reproduce as _reproduce
+    from .regenerate import reproduce as _reproduce  # start-up time: regenerate loads numba
     return _reproduce(results, row)
 
 
 def __getattr__(name):
-    # assert_ulp_close loads numerics (numba) on first use, not when reports is imported.
     if name == "assert_ulp_close":
+        # start-up time: assert_ulp_close loads numerics (numba) on first use, not when
+        # reports is imported.
         from .testing import assert_ulp_close
         return assert_ulp_close
     raise AttributeError(f"module 'reports' has no attribute {name!r}")

@@ -48,8 +48,12 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from roundoff_coverage import formats
+from roundoff_coverage.routes.registry import FAMILIES
+
 from ..engine import operators, results
 from ..engine.rows import MEASURED
+from . import tomlfile
 
 DEFAULT_TOLERANCE = 0.01                  # ulp
 METRICS = {"max": "max_ulp", "p99": "p99_ulp"}
@@ -113,7 +117,6 @@ class Tolerances:
 
 def _spec(name):
     """The canonical compact spec of a format name (the name itself when unknown)."""
-    from roundoff_coverage import formats
     try:
         return formats.get(name).spec
     except Exception:                                        # noqa: BLE001
@@ -133,13 +136,10 @@ def load_tolerances(path) -> Tolerances:
     value that is not a finite number >= 0."""
     import difflib
 
-    from roundoff_coverage import formats
-    from roundoff_coverage.routes.registry import FAMILIES
 
-    from .tomlfile import TomlError, read
     try:
-        data = read(path, "tolerances file")
-    except TomlError as exc:
+        data = tomlfile.read(path, "tolerances file")
+    except tomlfile.TomlError as exc:
         raise GateError(str(exc)) from None
 
     def value(v, where):

@@ -20,5 +20,6 @@ import pytest
 @pytest.fixture
 def assert_ulp_close():
     """reports.testing.assert_ulp_close(actual, exact, fmt, max_ulp=0.5, msg=None)."""
+    # start-up time: pytest loads this plugin in every session; numerics (numba) only here.
     from roundoff_coverage.reports.testing import assert_ulp_close as check
     return check

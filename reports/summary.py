@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
-from . import views
+from roundoff_coverage import routes
+
 from ..engine.rows import MEASURED, STATUSES
+from . import views
 
 
 def _num(v):
@@ -39,7 +41,6 @@ def status_counts(rows) -> dict:
 
 def coverage(rows) -> dict:
     """{(family, format): (measured rows: ok or convention, rows)}."""
-    from roundoff_coverage import routes
     fam = {}
     out = defaultdict(lambda: [0, 0])
     for r in rows:

@@ -24,6 +24,7 @@ from fractions import Fraction
 import numpy as np
 
 from roundoff_coverage import formats
+from roundoff_coverage.engine.rows import decimal_text
 from roundoff_coverage.numerics import metrics
 
 __all__ = ["assert_ulp_close"]
@@ -126,13 +127,7 @@ def _show(v) -> str:
     if isinstance(v, Fraction):
         return f"{v.numerator}/{v.denominator} (~{float(v):.17g})" if v.denominator != 1 \
             else str(v.numerator)
-    mpf = getattr(v, "_mpf_", None)
-    if mpf is not None:
-        from mpmath import libmp
-        return libmp.to_str(mpf, 20)
-    if isinstance(v, (float, np.floating)):
-        return repr(float(v))
-    return str(v)
+    return decimal_text(v)
 
 
 def _bits(v, fmt) -> str:

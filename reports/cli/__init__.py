@@ -8,26 +8,29 @@ subcommand only raises them.
 
 A subcommand is a module of this package (formats, ops, policies, run, model, bound, gate, report,
 measure) whose ``add(subparsers, shared)`` declares its arguments and sets ``handler``;
-``SUBCOMMANDS`` lists them.  ``shared`` is the parent parser of the options every subcommand that names
-formats shares (``--formats-file``).  What the modules share is in ``common``.
+``SUBCOMMANDS`` names them.  ``shared`` is the parent parser of the options every subcommand that names
+formats shares (``--formats-file``).  What the modules share is in ``common``.  Only the
+module of the subcommand that runs is imported (``run`` needs the operator table and the
+engine, ``formats`` neither): the whole list is read only to list them all (``--help``, a
+missing or unknown subcommand).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from roundoff_coverage.formats import FormatError
 
 from ..tomlfile import TomlError
-from . import bound, formats, gate, measure, model, ops, policies, report, run
 from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, Parser,
                      UsageError, path_arg)
 
 __all__ = ["main", "build_parser", "UsageError", "PROG", "EXIT_OK", "EXIT_FAILED",
            "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
-SUBCOMMANDS = (formats, ops, policies, run, model, bound, gate, report, measure)
+SUBCOMMANDS = ("formats", "ops", "policies", "run", "model", "bound", "gate", "report", "measure")
 
 
 def main(argv=None) -> int:
@@ -39,7 +42,8 @@ def main(argv=None) -> int:
     anything else is a bug, reported in one line with 1 (the traceback too under
     ROUNDOFF_COVERAGE_TRACEBACK=1)."""
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else list(argv)
+        parser = build_parser(_subcommand(argv))
         args = parser.parse_args(argv)
         status = args.handler(args)
         sys.stdout.flush()                             # a closed pipe shows here, not at exit
@@ -84,8 +88,15 @@ def _internal_error(exc) -> int:
     return EXIT_FAILED
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: every subcommand of ``SUBCOMMANDS`` under one parser."""
+def _subcommand(argv) -> str | None:
+    """The subcommand ``argv`` runs (its first word, when it names one), else None."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in SUBCOMMANDS and argv[0] == first else None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line: every subcommand of ``SUBCOMMANDS`` under one parser, or the one
+    named ``only``."""
     parser = Parser(prog=PROG, description="Roundoff and numerics analysis workbench.")
     shared = Parser(add_help=False)
     shared.add_argument("--formats-file", metavar="PATH", type=path_arg,
@@ -94,6 +105,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "flush_subnormals)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                 parser_class=Parser)
-    for command in SUBCOMMANDS:
-        command.add(sub, shared)
+    for name in SUBCOMMANDS if only is None else (only,):
+        importlib.import_module(f"{__name__}.{name}").add(sub, shared)
     return parser

@@ -7,8 +7,12 @@ from __future__ import annotations
 import math
 import sys
 
-from roundoff_coverage import formats
+from roundoff_coverage import formats, routes
+from roundoff_coverage.numerics import policy
+from roundoff_coverage.routes.bounds import IBP_ARMS
+from roundoff_coverage.routes.bounds.domain import snap
 
+from ...engine import bound, results
 from .common import (EXIT_FAILED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError, empty_list,
                      in_range, name_list, path_arg, text_table, user_formats, writable)
 from .run import policy_names
@@ -74,8 +78,6 @@ def parse_box(text) -> tuple:
 
 def _ops(text) -> tuple:
     """--ops checked: registered names (close matches otherwise), each with an IBP arm."""
-    from roundoff_coverage import routes
-    from roundoff_coverage.routes.bounds import IBP_ARMS
     names = name_list(text, "operator", routes.names(), (), "--ops")
     missing = [n for n in names if n not in IBP_ARMS]
     if missing:
@@ -107,7 +109,6 @@ def _formats(text, user) -> tuple:
 
 def selection(args, user):
     """The engine.bound.BoundSelection of the parsed options."""
-    from ...engine import bound
     box = parse_box(args.box)
     budget = bound.DEFAULT_BUDGET if args.budget is None else \
         in_range("--budget", args.budget, 1, MAX_BUDGET)
@@ -126,7 +127,6 @@ def selection(args, user):
 def _element_policies(text) -> tuple:
     """--policies of a bound run: its formats are element formats, which no recipe
     (numerics.policy.RECIPES: a scaled format's products) applies to."""
-    from roundoff_coverage.numerics import policy
     names = policy_names(text)
     for n in names:
         if policy.recipe(n) is not None:
@@ -144,7 +144,6 @@ def _check_box(sel) -> None:
     """UsageError when the box holds no finite value of some format."""
     import numpy as np
 
-    from roundoff_coverage.routes.bounds.domain import snap
     for name in sel.formats:
         lo, hi = snap(np.array([sel.box[0]]), np.array([sel.box[1]]), name)
         if not (lo[0] <= hi[0] and np.isfinite(lo[0]) and np.isfinite(hi[0])):
@@ -164,7 +163,6 @@ def _number(v) -> str:
 def cmd_bound(args) -> int:
     """``bound``: exit 0 when every sampled error lies within its bound, 1 on a violation
     (a bug of the bound or of the emulated backend), 2 on bad usage."""
-    from ...engine import bound, results
     user = user_formats(args)
     sel = selection(args, user)
     _check_box(sel)

@@ -11,6 +11,8 @@ import re
 
 from roundoff_coverage import formats
 
+from ...engine import executors
+from ...engine.results import special_file
 from .. import tomlfile
 
 PROG = "roundoff-coverage"
@@ -99,7 +101,6 @@ def check_jobs(jobs, executor, scheduler) -> None:
         return
     if jobs < 1:
         raise UsageError(f"--jobs must be >= 1 (got {jobs})")
-    from ...engine import executors
     if executor == executors.DASK and scheduler is None:
         cores = os.cpu_count() or 1
         in_range("--jobs", jobs, 1, JOBS_PER_CORE * cores,
@@ -112,7 +113,6 @@ def writable(path, what, stream_refused=None) -> str:
     existing special file (/dev/null, a FIFO: results.special_file) is written as a stream,
     never replaced; ``stream_refused``, where the command cannot use one, says why (it keeps
     files beside it, or reads the file back), and it is refused."""
-    from ...engine.results import special_file
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"{what} {path} is a directory")
@@ -152,7 +152,6 @@ def add_executor(p):
 def executor_options(args) -> tuple:
     """(executor, scheduler address or None) of the options.  Dask is imported here, so a
     missing extra fails before any work, not after the planning."""
-    from ...engine import executors
     executor = args.executor if args.executor is not None else \
         executors.DASK if args.scheduler is not None else executors.LOCAL
     if executor not in executors.EXECUTORS:

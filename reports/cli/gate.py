@@ -3,6 +3,7 @@ gate that ``run --gate`` applies to its fresh results."""
 
 from __future__ import annotations
 
+from ..gate import GateError, gate, read
 from .common import EXIT_FAILED, EXIT_OK, UsageError, path_arg
 
 
@@ -42,7 +43,6 @@ def add(sub, shared):
 def cmd_gate(args) -> int:
     """``gate --baseline BASELINE CURRENT``: exit 0 pass (or --update), 1 regression, 2 a
     file or option the gate cannot use."""
-    from ..gate import GateError, gate
     try:
         cmp, report = gate(args.baseline, args.current, args.metric, args.tolerances,
                            args.allow_different_settings, args.markdown, args.junit,
@@ -58,7 +58,6 @@ def check_gate_baseline(baseline, out) -> None:
     run is about to overwrite (so a bad path fails in a second, not after the run)."""
     import os
 
-    from ..gate import GateError, read
     if os.path.realpath(baseline) == os.path.realpath(out):
         raise UsageError(f"--gate {baseline}: the run would overwrite its own baseline; give "
                          f"--out another path")
@@ -70,7 +69,6 @@ def check_gate_baseline(baseline, out) -> None:
 
 def gate_after_run(baseline, out) -> int:
     """``run --gate``: the gate of the fresh results ``out`` against ``baseline``."""
-    from ..gate import GateError, gate
     try:
         cmp, report = gate(baseline, out)
     except GateError as exc:

@@ -12,6 +12,7 @@ import sys
 
 from roundoff_coverage import formats
 
+from ...engine import measure, orchestrate, quantizers
 from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
                      add_executor, check_jobs, executor_options, in_range, path_arg,
                      text_table, user_formats, writable)
@@ -100,7 +101,6 @@ def _add_quantizer(q):
 
 def cmd_measure(args) -> int:
     """``measure``: exit 0 when measured, 130 when interrupted (checkpoint kept)."""
-    from ...engine import measure, orchestrate
     if args.scheme is not None:
         return cmd_quantizer(args)
     given = [o for o, v in (("--returns", args.returns != "auto"), ("--shape", args.shape),
@@ -128,7 +128,7 @@ def cmd_measure(args) -> int:
     except ValueError as exc:              # a checkpoint of another measurement; Dask
         raise UsageError(str(exc)) from None
     if outcome.interrupted:
-        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.chunks} "
+        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} "
               f"chunks kept in {orchestrate.checkpoint_path(out)}; rerun with --resume",
               file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -151,7 +151,6 @@ def cmd_quantizer(args) -> int:
     """``measure --scheme``: exit 0 when measured, whatever differs (the counts are the
     result); 2 for a bad request or a target that raises, hangs, dies or returns something
     unreadable."""
-    from ...engine import quantizers
     for option, attr in _FUNCTION_ONLY:
         if getattr(args, attr) not in (None, False):
             raise UsageError(f"{option} is not an option of a quantizer measurement "

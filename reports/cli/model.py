@@ -7,8 +7,11 @@ import os
 import shlex
 import sys
 
-from roundoff_coverage import formats
+from roundoff_coverage import formats, routes
 
+from ...engine import model_run
+from ...engine.model import Config, ModelError, check, sample_inputs
+from ...engine.model_run import ModelSelection
 from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
                      check_jobs, empty_list, in_range, name_list, path_arg, text_table,
                      user_formats, writable)
@@ -77,7 +80,6 @@ def add(sub, shared):
 
 
 def _selection(args, user):
-    from ...engine.model_run import ModelSelection
     modes = name_list(args.modes, "rounding mode", MODES, ("nearest_even",), "--modes")
     policies = policy_names(args.policies) if args.policies else ("fp32_accumulate",)
     fmts, schemes = _formats(args.formats, user, policies)
@@ -112,7 +114,6 @@ def _formats(text, user, policies) -> tuple:
     fit binary64, and scaled formats with their options (``mxfp8_e4m3:rceil``, under their
     labels; engine/model.py class Scaled), each measurable under every policy; the
     --formats-file schemes as (label, ScaledFormat) pairs, which travel with the run."""
-    from ...engine.model import Config, ModelError, check
     names = set(formats.CATALOG) | set(user)
     out, schemes = [], {}
     for name in (n.strip() for n in ("bfloat16" if text is None else text).split(",")):
@@ -145,10 +146,7 @@ def _formats(text, user, policies) -> tuple:
 def cmd_model(args) -> int:
     """``model``: exit 0 when every configuration ran (error rows are data), 130 when
     interrupted (the checkpoint is kept for --resume); with --gate, 1 on a regression."""
-    from roundoff_coverage import routes
 
-    from ...engine import model_run
-    from ...engine.model import ModelError
     sel = _selection(args, user_formats(args))
     out = writable(args.out or "results/model.json", "output file",
                    "the run keeps its checkpoint (and by default the graph artifact) beside "
@@ -173,7 +171,6 @@ def cmd_model(args) -> int:
         sel.artifact_hash = routes.graph_hash(sel.artifact)
         count = sel.samples
         if given is not None:
-            from ...engine.model import sample_inputs
             count = len(sample_inputs(graph, sel.samples, sel.seed, given))
         model_run.check_memory(graph, count)
         outcome = model_run.run(sel, out, jobs=args.jobs, resume=args.resume,

@@ -3,6 +3,10 @@ detail, or the certificates of one operator."""
 
 from __future__ import annotations
 
+from roundoff_coverage import routes
+from roundoff_coverage.kernels import table
+from roundoff_coverage.routes.vocabulary import VOCABULARY
+
 from .common import EXIT_OK, UsageError, text_table
 
 
@@ -24,7 +28,6 @@ def add(sub, shared):
 
 def _operator(name):
     """The declaration of ``name``; UsageError (with close matches) for an unknown one."""
-    from roundoff_coverage import routes
     try:
         return routes.declaration(name)
     except routes.RouteError as exc:
@@ -33,8 +36,6 @@ def _operator(name):
 
 def cmd_ops(args) -> int:
     """``ops [NAME] [--certs NAME]``: the operator table, one operator, or its certificates."""
-    from roundoff_coverage import routes
-    from roundoff_coverage.routes.vocabulary import VOCABULARY
     if args.certs is not None:
         decl = _operator(args.certs)
         certs = routes.certificates(decl.name)
@@ -71,7 +72,6 @@ def cmd_ops(args) -> int:
 def _computed() -> dict:
     """{operator: its row of the vocabulary computed from the code} (kernels.table.vocabulary:
     the CUDA column from the kernel table, the Bounds column from routes.bounds's arms)."""
-    from roundoff_coverage.kernels import table
     return {r.operator: r for r in table.vocabulary()}
 
 
@@ -94,7 +94,6 @@ def _ports(names, ports) -> str:
 
 def _op_detail(decl) -> list[str]:
     """Lines describing one operator at its default attributes."""
-    from roundoff_coverage import routes
     o = routes.op(decl.name)
     row = _computed().get(decl.name)
     lines = [f"{decl.name}: family {decl.family}; rule needs {_need(o)}; cuda "

@@ -3,6 +3,7 @@ file, and the report that ``run --html`` writes of its fresh results."""
 
 from __future__ import annotations
 
+from ..html import HtmlError, build, prepare
 from .common import EXIT_OK, UsageError, path_arg
 
 
@@ -35,7 +36,6 @@ def cmd_report(args) -> int:
 
 def check_report_dir(path) -> None:
     """Before a run or a report: the report folder can be made and written."""
-    from ..html import HtmlError, prepare
     try:
         prepare(path)
     except HtmlError as exc:
@@ -45,7 +45,6 @@ def check_report_dir(path) -> None:
 def write_report(results_path, out_dir, baseline, quiet) -> None:
     """The HTML report of ``results_path`` (compared with ``baseline``) into ``out_dir``,
     a summary line unless ``quiet``; UsageError for a file or folder it cannot use."""
-    from ..html import HtmlError, build
     try:
         built = build(results_path, out_dir, baseline)
     except HtmlError as exc:

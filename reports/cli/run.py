@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import sys
 
-from roundoff_coverage import formats
+from roundoff_coverage import formats, kernels, routes
+from roundoff_coverage.numerics import policy
+from roundoff_coverage.routes.registry import FAMILIES
 
-from .. import tomlfile
+from ...engine import evaluate, runner
+from .. import summary, tomlfile
 from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
                      add_executor, check_jobs, empty_list, executor_options, in_range,
                      name_list, path_arg, user_formats, writable)
@@ -117,10 +120,7 @@ def read_config(path) -> dict:
 
 def _selection(args, user):
     """The runner.Selection of the parsed options (config values filled in)."""
-    from roundoff_coverage import routes
-    from roundoff_coverage.routes.registry import FAMILIES
 
-    from ...engine import evaluate, runner
     ops = name_list(args.ops, "operator", routes.names(), (), "--ops") \
         if args.ops is not None else ()
     fams = name_list(args.families, "family", FAMILIES, (), "--families") \
@@ -178,8 +178,6 @@ def cmd_run(args) -> int:
         for key, value in read_config(args.config).items():
             if getattr(args, key, None) is None:
                 setattr(args, key, value)
-    from .. import summary
-    from ...engine import runner
     sel = _selection(args, user_formats(args))
     out = writable(args.out or "results/coverage.json", "output file",
                    "the run keeps its checkpoint beside its results file")
@@ -223,9 +221,7 @@ def _warn_unenumerated(sel) -> None:
     """A warning on stderr when ``--exhaustive`` enumerates nothing of the selection: no
     elementwise unary operator in a format of at most EXHAUSTIVE_MAX_BITS bits (the rows then
     say ``exhaustive: false``: their inputs were sampled)."""
-    from roundoff_coverage import routes
 
-    from ...engine import evaluate
     known = dict(sel.schemes)
     fmts = [f for f in (known.get(n) or formats.get(n) for n in sel.formats)
             if not isinstance(f, formats.ScaledFormat)]      # scaled: sampled, never enumerated
@@ -250,7 +246,6 @@ def _cuda_device() -> str:
     """The device ``--implementations cuda`` runs on (a GPU, or numba's CUDA simulator under
     NUMBA_ENABLE_CUDASIM=1), or UsageError when neither can run: asked for CUDA, the run stops
     before any work instead of writing rows that all say so."""
-    from roundoff_coverage import kernels
     try:
         return kernels.device()
     except kernels.KernelError as exc:
@@ -262,11 +257,9 @@ class _PolicyNames:
     fixed_point:14, promote:128...); listed for close matches as the presets and templates."""
 
     def __contains__(self, name):
-        from roundoff_coverage.numerics import policy
         return policy.is_name(name)
 
     def __iter__(self):
-        from roundoff_coverage.numerics import policy
         return iter(policy.PRESETS + policy.PARAMETRIZED)
 
 
@@ -275,7 +268,6 @@ def policy_names(text):
     names = name_list(text, "policy", _PolicyNames(), ("strict",), "--policies") \
         if text is None or all(":" not in n for n in text.split(",")) else \
         tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    from roundoff_coverage.numerics import policy
     for n in names:
         try:
             policy.preset(n, "bfloat16")

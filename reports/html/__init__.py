@@ -23,6 +23,9 @@ import os
 import time
 from dataclasses import dataclass
 
+from roundoff_coverage.engine import results
+from roundoff_coverage.reports import gate
+
 from . import assets, compare, index, model, model_page, operator_page
 from .markup import esc, page, slug
 
@@ -46,8 +49,6 @@ class Built:
 def build(results_path, out_dir, baseline=None) -> Built:
     """Write the report of the results file ``results_path`` into ``out_dir`` (created if
     needed); with ``baseline`` (a results file) also the comparison page."""
-    from roundoff_coverage.reports import gate
-    from roundoff_coverage.engine import results
     t0 = time.perf_counter()
     try:
         doc = results.check(results.read(results_path), results_path, strict=False)

@@ -13,8 +13,10 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from roundoff_coverage.reports import views
 from roundoff_coverage.engine import operators, results, rows
+from roundoff_coverage.numerics.metrics import HIST_EDGES
+from roundoff_coverage.reports import views
+from roundoff_coverage.routes.codec import attributes_text
 
 # The row's fields as engine/rows.py declares them: the key's text fields (the port may be
 # any JSON value and is read as text), numbers, counts and precisions.
@@ -101,7 +103,6 @@ class Row:
 
     @property
     def attrs_text(self) -> str:
-        from roundoff_coverage.routes.codec import attributes_text
         return attributes_text(self.attrs)
 
     @property
@@ -256,7 +257,6 @@ def _edges(v):
             isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
             for x in v) and all(a < b for a, b in zip(v, v[1:])):
         return [float(x) for x in v]
-    from roundoff_coverage.numerics.metrics import HIST_EDGES
     return list(HIST_EDGES)
 
 

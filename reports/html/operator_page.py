@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 
 from roundoff_coverage.engine import rows as row_fields
+from roundoff_coverage.engine.evaluate import one_line
 from roundoff_coverage.reports import views
 
 from . import model, snippet, svg
@@ -102,7 +103,6 @@ def _safe_row(report, r) -> str:
     try:
         return _row(report, r)
     except Exception as exc:                                  # noqa: BLE001
-        from roundoff_coverage.engine.evaluate import one_line
         return (f'<div class="row error" id="r{r.index}"><h4>{esc(_heading(r))}</h4>'
                 f"<p>This row could not be drawn: {esc(one_line(exc))}</p></div>")
 

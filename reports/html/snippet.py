@@ -24,6 +24,9 @@ from __future__ import annotations
 
 import re
 
+from roundoff_coverage import routes
+from roundoff_coverage.engine import evaluate
+
 _HEX = re.compile(r"0x[0-9a-f]{1,32}")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -34,8 +37,6 @@ class SnippetError(ValueError):
 
 def snippet(row, results_path: str, force_regenerate: bool = False) -> str:
     """The reproducer of ``row`` (a model.Row with a ``worst`` dict); see module docstring."""
-    from roundoff_coverage import routes
-    from roundoff_coverage.engine import evaluate
     w = row.worst
     if not isinstance(w, dict) or not isinstance(w.get("inputs"), dict):
         raise SnippetError("the row has no reproducer")
@@ -172,8 +173,7 @@ def _regenerated(row, results_path, element) -> str:
     key = {"op": row.op, "attrs": row.attrs, "route": row.route, "port": row.port,
            "format": row.format, "mode": row.mode, "policy": row.policy,
            "implementation": row.implementation}
-    from roundoff_coverage.routes import op as make
-    op = make(row.op, **row.attrs)
+    op = routes.op(row.op, **row.attrs)
     call, j = _route_call(row, op)
     backend = ("numerics.native(fmt.name)" if row.implementation == "native" else
                "numerics.emulated(fmt, task.mode, task.policy, seed=zlib.crc32(task.key.encode()))")

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import math
 
+from roundoff_coverage.engine.rows import POINTS_MAX
+from roundoff_coverage.reports.views import number
+
 from .markup import esc, short
 from .palette import LogScale, text_colour
 
@@ -260,7 +263,6 @@ def magnitude(points, fmt_name: str) -> str:
 def _points(data):
     """(input name, kinds, [(x, error, kind)]) of a row's ``by_input``, numbers as floats
     ("inf" included); None when it is missing or malformed."""
-    from roundoff_coverage.reports.views import number
     if not isinstance(data, dict) or not isinstance(data.get("points"), list):
         return None
     kinds = data.get("kinds") if isinstance(data.get("kinds"), list) else []
@@ -358,7 +360,6 @@ def _signed_log_ticks(lo, hi, u0, u1, px, y) -> str:
 
 
 def _points_max() -> int:
-    from roundoff_coverage.engine.rows import POINTS_MAX
     return POINTS_MAX
 
 
