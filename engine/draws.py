@@ -16,9 +16,9 @@ Scaled formats (a task with a ``scheme`` whose ``task.scaling`` is not None): th
 made in the task's format (the compute format; a recipe's storage format), one tensor per
 draw (never batched: a block or a tensor scale must not span two draws), then
 ``quantize_draws`` replaces every quantized input (task.quantized_port; under a recipe the
-operands of the product only, task.OPERANDS), tangent and cotangent by its dequantized
-value in the scheme (formats.quantize, then ``dequantize``: exact products), the blocks
-running along the port's natural axis (``SCALE_AXES``); ``quantize_port`` quantizes one
+operands of the product only, routes' Op.product_operands), tangent and cotangent by its
+dequantized value in the scheme (formats.quantize, then ``dequantize``: exact products), the
+blocks running along the port's natural axis (``scale_axis``); ``quantize_port`` quantizes one
 tensor and counts what happened to its blocks (``BlockCounts``).
 """
 
@@ -30,8 +30,8 @@ import numpy as np
 
 from roundoff_coverage import formats, routes
 
-from .task import (OPERANDS, Task, batchable, compute_task, exhaustible, quantized_port,
-                   rng_for, route_scheme, scaling)
+from .task import (Task, batchable, compute_task, exhaustible, quantized_port, rng_for,
+                   route_scheme, scaling)
 
 class Draws:
     """The sample inputs of a task: ``inputs`` (one tuple per draw), ``kinds`` (the sample
@@ -171,44 +171,19 @@ class _Flags:
 # ----- scaled formats: quantizing the draws ----------------------------------------------------
 
 # The natural axis of an input port, along which a scaled format's blocks run: the axis a
-# product contracts, so that each block scale multiplies out of one partial dot product (the
-# layout of MX GEMMs: A's blocks along its rows, B's along its columns, OCP MX v1.0 sec. 6.3;
-# TransformerEngine quantizes both GEMM operands along the reduction dimension), and the last
-# axis otherwise.  {operator: {port: axis}}, an axis counted from the end; a port not listed
-# uses the last axis (-1); ``contract`` uses the last of its contracted axes.
-#   matmul, scaledMatmul   x -1 (x[i, :]), y -2 (y[:, j])
-#   linear                 x -1, weight -1 (in_features; y = x weight^T)
-#   conv                   x and weight: the input channels (x [N, C, ...], weight
-#                          [out, C/groups, ...])
-#   convTranspose          x: its channels; weight [C, out/groups, ...]: its first axis
-#   attention, multiheadAttention   q -1 and k -1 (q k^T sums the head dimension), v -2
-#                          (P v sums over the keys)
-#   attentionFromScores    scores -1, v -2
+# product contracts (its declaration's ``products``, routes' Op.product_operands), so that
+# each block scale multiplies out of one partial dot product (the layout of MX GEMMs: A's
+# blocks along its rows, B's along its columns, OCP MX v1.0 sec. 6.3; TransformerEngine
+# quantizes both GEMM operands along the reduction dimension), and the last axis otherwise.
 # Two-dimensional blocks (fp8_e4m3_block128x128) tile the last two axes of every port; a
 # per-tensor scheme has no axis.  Outputs, tangents of outputs and cotangents: the last axis.
-SCALE_AXES = {
-    "matmul": {"y": -2}, "scaledMatmul": {"y": -2},
-    "conv": {"x": "channels", "weight": "channels"},
-    "convTranspose": {"x": "channels", "weight": "first"},
-    "attention": {"v": -2}, "multiheadAttention": {"v": -2}, "attentionFromScores": {"v": -2},
-}
-
-
 def scale_axis(o, name: str, port) -> int | None:
-    """The natural axis (SCALE_AXES) of input ``name`` of ``o``, counted from the end
-    (-1 the last axis) and within the port's rank; None for a rank-0 port."""
-    rank = len(port.shape)
-    if rank == 0:
+    """The natural axis of input ``name`` of ``o`` (its contraction axis where it is an
+    operand of a product, else -1), counted from the end and within the port's rank; None
+    for a rank-0 port."""
+    if len(port.shape) == 0:
         return None
-    rule = SCALE_AXES.get(o.name, {}).get(name, -1)
-    if o.name == "contract" and name in ("x", "y"):
-        axes = o.attrs[f"{name}_axes"]
-        rule = (axes[-1] - rank) if axes else -1
-    elif rule == "channels":
-        rule = 1 - rank if rank >= 2 else -1
-    elif rule == "first":
-        rule = -rank
-    return rule if -rank <= rule < 0 else -1
+    return o.product_operands.get(name, -1)
 
 
 def _blocking(a, scheme, axis):
@@ -387,7 +362,7 @@ def quantize_draws(task: Task, d: Draws, routes_wanted) -> tuple:
     the rule reads them and the reference reads the draws as they were, so the error holds
     the quantization of the operands (engine/evaluate.py)."""
     o = d.op
-    operands = OPERANDS[o.name] if scaling(task) == "operands" else None
+    operands = o.product_operands if scaling(task) == "operands" else None
     compute = compute_task(task).fmt if operands else task.fmt
 
     def quantized(x, scheme, axis, *seed):

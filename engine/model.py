@@ -45,9 +45,9 @@ coverage run does (engine/draws.py, engine/evaluate.py):
 - every float input, parameter and constant is rounded to binary32, then quantized with
   the scheme and dequantized, and the result rounded to binary32 (exact for MX; within
   2**-24 relative for binary32 scales, as a kernel that dequantizes into FP32 reads it);
-  its blocks run along its natural axis: the contraction axis (draws.SCALE_AXES) of the
-  first product (matmul, linear, conv, contract, attention...) that reads it, else its last
-  axis; rank-0 numeric constants (an epsilon) stay binary32, indices and Booleans as they
+  its blocks run along its natural axis: the contraction axis (draws.scale_axis, from the
+  operator's declaration: routes' Op.product_operands) of the first product (matmul,
+  linear, conv, contract, attention...) that reads it, else its last axis; rank-0 numeric constants (an epsilon) stay binary32, indices and Booleans as they
   are.  Tangents are quantized like their input, the cotangents of the outputs (1 for a
   scalar loss too) like an output, along the last axis;
 - the emulated run is numerics.emulated(binary32, mode, policy) whose node outputs, output

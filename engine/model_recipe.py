@@ -4,9 +4,9 @@ format, the products computed in binary32, every stored tensor in the recipe's s
 format (bfloat16).
 
 The graph runs as an element-format model run of the storage format under the recipe's
-policy (binary32 accumulation); each product node (task.OPERANDS: matmul, linear, conv,
-contract, attention...) instead reads its operands through the quantizer -- its value
-arguments with the forward scheme along their natural axis (draws.SCALE_AXES), their
+policy (binary32 accumulation); each product node (routes' Op.product_operands: matmul,
+linear, conv, contract, attention...) instead reads its operands through the quantizer -- its
+value arguments with the forward scheme along their contraction axis (draws.scale_axis), their
 tangents likewise, the cotangents its pullback receives with the gradient scheme along
 their last axis -- and computes in binary32 (GraphRule.trace's ``pre`` and ``override``);
 its outputs, tangents and gradient contributions are stored back into the storage format
@@ -26,7 +26,7 @@ from .draws import BlockCounts, axis_text, quantize_port, scale_axis
 from .measuring import recipe_unit
 from .model import ModelError
 from .model_scaled import refuse
-from .task import FP8_ELEMENTS, OPERANDS, quantized_port, with_element
+from .task import FP8_ELEMENTS, quantized_port, with_element
 
 
 class RecipeRun:
@@ -59,10 +59,10 @@ class RecipeRun:
         """GraphRule.trace's ``override``: {product node: the binary32 backend}, but the
         nodes in ``keep``."""
         return {k: self.compute for k, n in enumerate(g.nodes)
-                if n.op.name in OPERANDS and k not in keep}
+                if n.op.product_operands and k not in keep}
 
     def _operand(self, op, i) -> bool:
-        return op.input_names[i] in OPERANDS.get(op.name, ()) and \
+        return op.input_names[i] in op.product_operands and \
             quantized_port(op.inputs[i])
 
     def pre(self, g, run, s, keep=(), record=True):
@@ -70,7 +70,7 @@ class RecipeRun:
         under ``run`` when ``record``."""
         def pre(kind, k, i, v):
             op = g.nodes[k].op
-            if op.name not in OPERANDS or k in keep:
+            if not op.product_operands or k in keep:
                 return v
             if kind == "cotangent":
                 if not op.outputs[i].scalar:
@@ -99,7 +99,7 @@ class RecipeRun:
         cotangent of a gradient row), and per quantized operand its axis and what the
         quantization did over the samples of the run that made the row."""
         if site.node < 0 or site.where == "cotangents" or \
-                g.nodes[site.node].op.name not in OPERANDS:
+                not g.nodes[site.node].op.product_operands:
             return                     # a node's output cotangent: its consumers' sum
         run = "emulated" if attribution == "propagated" else "local"
 

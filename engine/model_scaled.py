@@ -16,7 +16,7 @@ from .draws import BlockCounts, axis_text, element_scales, quantize_port, scale_
 from .measuring import measure_scaled_port, scaled_errors
 from .model import (B64, EXACT_SUM_PREC, PROPAGATED, ModelError,
                     tangent_directions, is_float_port, rounder_of)
-from .task import PRODUCTS, compute_format, quantized_port
+from .task import compute_format, quantized_port
 
 
 def refuse(scheme) -> None:
@@ -71,7 +71,7 @@ class Scaled:
         product that reads it (draws.scale_axis), else the last axis (None at rank 0)."""
         for m, a in self.consumers.get(ref, ()):
             node = g.nodes[m]
-            if node.op.name in PRODUCTS:
+            if node.op.product_operands:
                 return scale_axis(node.op, node.op.input_names[a], node.op.inputs[a])
         return -1 if len(port.shape) else None
 

@@ -10,7 +10,8 @@ A task whose format is a scaled format (``mxfp8_e4m3``, ``nvfp4``...) carries it
 computes in ``COMPUTE_FORMAT`` (its ``fmt``) and the scheme is the storage format of the
 tensors at the operator's ports (engine/draws.py quantizes the inputs, engine/evaluate.py
 the outputs).  Under a recipe policy (numerics.policy.RECIPES) the task's ``fmt`` is the
-recipe's storage format (bfloat16): a product (``OPERANDS``) quantizes its operands, computes
+recipe's storage format (bfloat16): a product (an operator whose declaration names its
+operands, routes' ``Op.product_operands``) quantizes its operands, computes
 in the recipe's accumulation format (``compute_task``) and stores its outputs in ``fmt``; any other operator is
 an element task of ``fmt``.  ``route_scheme`` says which scheme a route's values take (a
 recipe may put gradients in another), and ``scaled_problem`` why a task cannot be measured
@@ -40,17 +41,6 @@ EXHAUSTIVE_MAX_BITS = 16
 # (as MX, NVFP4 and FP8 GEMMs accumulate in FP32), with the policy's order and FMA; the
 # policy compute:FORMAT chooses another (compute_format).
 COMPUTE_FORMAT = "binary32"
-# The products and their operands: what a recipe policy (numerics.policy.RECIPES) quantizes.
-# A bias is added after the product (in the accumulator, as a GEMM's epilogue adds it);
-# attentionFromScores multiplies softmax(scores), formed inside the operator, by v, so only
-# v is an operand there (and attention's probabilities are not quantized before P v).
-OPERANDS = {
-    "matmul": ("x", "y"), "scaledMatmul": ("x", "y"), "contract": ("x", "y"),
-    "linear": ("weight", "x"), "conv": ("x", "weight"), "convTranspose": ("x", "weight"),
-    "attention": ("q", "k", "v"), "multiheadAttention": ("q", "k", "v"),
-    "attentionFromScores": ("v",),
-}
-PRODUCTS = frozenset(OPERANDS)
 # The implementations that measure scaled tasks (the others' kernels take no scaled inputs).
 SCALED_IMPLEMENTATIONS = ("emulated", "native")
 FP8_ELEMENTS = ("float8_e4m3fn", "float8_e5m2")
@@ -154,7 +144,7 @@ def exhaustible(o, fmt) -> bool:
 def scaling(task) -> str | None:
     """How a task's tensors take its scaled format: ``storage`` (no recipe policy: the
     scheme is the storage format at every port, the rule computes in compute_format),
-    ``operands`` (a recipe policy on a product, OPERANDS: its operands quantized, the rule
+    ``operands`` (a recipe policy on a product, is_product: its operands quantized, the rule
     computing in the recipe's accumulation format, its outputs stored in the recipe's
     storage format, the task's ``fmt``), None (an element format, or a recipe on any other operator: the recipe
     leaves it in its storage format, an element task of ``fmt``)."""
@@ -162,7 +152,14 @@ def scaling(task) -> str | None:
         return None
     if numerics.policy.recipe(task.policy) is None:
         return "storage"
-    return "operands" if task.op in PRODUCTS else None
+    return "operands" if is_product(task.op) else None
+
+
+def is_product(name: str) -> bool:
+    """Whether operator ``name`` is a product: its declaration names the operands a recipe
+    policy (numerics.policy.RECIPES) quantizes (routes' ``products``; a bias, added after
+    the product as a GEMM's epilogue adds it, is none, nor attention's probabilities)."""
+    return bool(routes.declaration(name).products)
 
 
 def compute_format(policy: str) -> formats.BinaryFormat:
@@ -223,7 +220,7 @@ def scaled_problem(task, o) -> tuple | None:
     amax history), a scheme whose dequantized values do not fit binary64, an operator with
     nothing to quantize (every input an index, a Boolean or an integer word)."""
     policy = task.accumulation
-    if getattr(policy, "tensor_core", None) is not None and task.op in PRODUCTS and \
+    if getattr(policy, "tensor_core", None) is not None and is_product(task.op) and \
             task.scheme is None:
         try:                                 # the GPU's matrix unit takes the format?
             tensor_cores.input_format(tensor_cores.tensor_core(policy.tensor_core), task.fmt)

@@ -38,6 +38,12 @@ Function signatures a declaration supplies (``xp`` the backend, ``a`` the attrib
   context ``ctx`` on object arrays (tests compare it with the rule under numerics.reference)
 - ``float64``: an independent binary64 implementation ``Float64(forward, backward)`` (tests
   compare it with the rule under numerics.native("float64"))
+- ``products``: for a product (matmul, linear, conv, attention...), {operand: contraction
+  axis}: the inputs that enter its products as factors (a bias added after the product is
+  not one, nor attention's softmax probabilities, formed inside the operator), each with
+  the axis its dot products sum over, counted from the end (-1 the last axis): an int, or
+  ``axis(a, rank) -> int`` where it depends on the attributes or the port's rank.
+  ``Op.product_operands`` resolves it at an instance
 
 Data for the registry-wide tests, in the entry: ``notes`` (conventions at kinks, ties, NaN),
 ``examples`` ({label: attributes}; '' is the defaults), ``bad_attributes`` ((attributes,
@@ -120,6 +126,7 @@ class Decl:
     bad_attributes: tuple = ()
     bad_inputs: tuple = ()
     known_failures: tuple = ()
+    products: Mapping = field(default_factory=dict)
 
     def need(self, attrs) -> str | None:
         """The capability the rule reads at ``attrs`` (None: every scalar)."""
@@ -154,6 +161,12 @@ def define(name: str, family: str, *, attributes=(), ports, forward, certificate
     pieces["notes"] = (notes,) if isinstance(notes, str) else tuple(notes)
     decl = Decl(name, family, attributes, ports, forward, **pieces)
     _TABLE[name] = decl
+    stray = {p for attrs in decl.examples.values()
+             for p in decl.products if p not in op(name, **dict(attrs)).input_names}
+    if stray:
+        _TABLE.pop(name)
+        raise ValueError(f"define: {name}: products names {sorted(stray)[0]!r}, which is not "
+                         f"an input")
     try:
         certs.register(name, certificates, _example_inputs(decl))
     except ValueError:
@@ -283,6 +296,20 @@ class Op:
     @property
     def output_names(self) -> tuple[str, ...]:
         return tuple(self._port_dicts()[1])
+
+    @property
+    def product_operands(self) -> dict[str, int]:
+        """{operand: its contraction axis} in port order for a product (the declaration's
+        ``products``), {} for any other operator.  An axis is counted from the end and lies
+        within the port's rank; a declared axis outside it (a rank-0 or rank-1 port) reads
+        as -1, the last axis."""
+        found = {}
+        for name, port in self._port_dicts()[0].items():
+            if name in self.decl.products:
+                axis, rank = self.decl.products[name], len(port.shape)
+                axis = axis(self.attrs, rank) if callable(axis) else axis
+                found[name] = axis if -rank <= axis < 0 else -1
+        return found
 
     @property
     def need(self) -> str | None:

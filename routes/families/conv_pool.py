@@ -276,6 +276,12 @@ _CONV_ATTRS = (A.shape(default=(1, 2, 4), max_rank=4, max_extent=3,
                       doc="spacing of the kernel taps"),
                A.nat("groups", default=1, gen=(0, 2), doc="channel groups"))
 
+def _channels(a, rank):
+    """The channel axis (x [N, C, S...], conv's weight [C_out, C/groups, K...]: axis 1),
+    counted from the end; the last axis below rank 2."""
+    return 1 - rank if rank >= 2 else -1
+
+
 define(
     "conv", "conv_pool",
     attributes=_CONV_ATTRS,
@@ -288,6 +294,8 @@ define(
     check=_conv_check,
     samples={"ordinary": uniform_sampler(-2, 2)},
     oracle=_conv_oracle,
+    # Each output sums x's input channels times weight's (C/groups per group).
+    products={"x": _channels, "weight": _channels},
     examples={"": {}, "strided": {"shape": (2, 1, 5), "kernel": (3,), "stride": (2,),
                                   "padding": (1,), "dilation": (1,)},
               "2d-groups": {"shape": (1, 2, 3, 3), "out_channels": 2, "kernel": (2, 2),
@@ -419,6 +427,8 @@ define(
     check=_ct_check,
     samples={"ordinary": uniform_sampler(-2, 2)},
     oracle=_ct_oracle,
+    # The transpose of conv: it sums x's channels times weight's first axis [C, ...].
+    products={"x": _channels, "weight": lambda a, rank: -rank},
     examples={"": {}, "strided": {"shape": (1, 2, 3), "kernel": (3,), "stride": (2,),
                                   "padding": (1,), "output_padding": (1,)},
               "2d-groups": {"shape": (1, 2, 2, 2), "out_channels": 2, "kernel": (2, 2),

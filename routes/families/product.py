@@ -99,6 +99,8 @@ def _mm_oracle(ctx, x, y, out_shape):
 
 _MM_ATTRS = (A.shape("x_shape", default=(2, 3), max_rank=4, doc="the shape of x: batch, m, k"),
              A.shape("y_shape", default=(3, 2), max_rank=4, doc="the shape of y: batch, k, n"))
+# x[..., i, :] . y[..., :, j]: x's rows and y's columns are the dot products' factors.
+_MM_PRODUCTS = {"x": -1, "y": -2}
 _MM_EXAMPLES = {"": {}, "batch": {"x_shape": (2, 1, 2, 2), "y_shape": (3, 2, 2)}}
 _MM_BAD = (({"x_shape": (3,)}, "x_shape must have rank >= 2 (got [3])"),
            ({"y_shape": (2, 2)}, "inner extents must agree"),
@@ -116,6 +118,7 @@ define(
     samples={"ordinary": uniform_sampler(-2, 2)},
     oracle=lambda ctx, a, x, y: (_mm_oracle(ctx, x, y, _mm_shape(a)),),
     examples=_MM_EXAMPLES,
+    products=_MM_PRODUCTS,
     notes=("matmul(x, y) = x @ y over the last two axes with numpy's broadcasting of the "
            "batch prefixes (both ranks >= 2); one dot product per output entry in the "
            "backend's policy order and accumulation format (fma where the policy fuses).",
@@ -147,6 +150,7 @@ define(
     samples={"ordinary": uniform_sampler(-2, 2, fixed={"scale": constant_draw(0.25, 2)})},
     oracle=lambda ctx, a, x, y, s: (_mm_oracle(ctx, x, y, _mm_shape(a)) * s[()],),
     examples=_MM_EXAMPLES,
+    products=_MM_PRODUCTS,
     notes=("scaledMatmul(x, y, scale) = (x @ y) * scale: the product as matmul (policy order "
            "and accumulation format), then one rounded multiplication by the frozen scalar "
            "scale (1/sqrt(d) of attention scores, a dequantization factor).",
@@ -203,6 +207,8 @@ define(
     jvp=_linear_jvp,
     samples={"ordinary": uniform_sampler(-2, 2)},
     oracle=_linear_oracle,
+    # y = x weight^T: both sum over in_features; the bias is added after the product.
+    products={"weight": -1, "x": -1},
     examples={"": {}, "rank2": {"batch": (2, 2), "in_features": 2, "out_features": 3}},
     notes=("linear(weight, bias, x) = x @ weight^T + bias over the leading axes of x "
            "(PyTorch's F.linear): each x @ weight^T entry one dot product in the policy order "

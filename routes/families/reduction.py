@@ -392,6 +392,10 @@ define(
     check=_contract_check,
     samples={"ordinary": uniform_sampler(-2, 2)},
     oracle=_contract_oracle,
+    # tensordot sums over the paired axes; the last of them stands for the contraction
+    # (with none paired, an outer product, the last axis).
+    products={"x": lambda a, rank: a.x_axes[-1] - rank if a.x_axes else -1,
+              "y": lambda a, rank: a.y_axes[-1] - rank if a.y_axes else -1},
     examples={"": {}, "two-axes": {"x_shape": (2, 3, 2), "y_shape": (2, 3),
                                    "x_axes": (2, 1), "y_axes": (0, 1)},
               "outer": {"x_shape": (2,), "y_shape": (3,), "x_axes": (), "y_axes": ()}},

@@ -340,6 +340,11 @@ def _keys_check(a):
     return None if a.key_count > 0 else f"key_count must be > 0 (got {a.key_count})"
 
 
+# q k^T sums the head dimension (the last axis of q and k); P v sums over the keys (v's
+# axis -2).  The probabilities P = softmax(scale q k^T) are formed inside the operator, so
+# they are no operand.
+_QKV_PRODUCTS = {"q": -1, "k": -1, "v": -2}
+
 _KEYS_BAD = (({"key_count": 0}, "key_count must be > 0 (got 0)"),)
 
 define(
@@ -358,6 +363,7 @@ define(
     check=_keys_check,
     samples={k: _attn_sampler(k, ("q", "k", "v")) for k in ("ordinary", "edges", "special")},
     oracle=lambda ctx, a, q, k, v, scale: (_mp_attend(ctx, q, k, v, scale[()]),),
+    products=_QKV_PRODUCTS,
     float64=Float64(lambda a, q, k, v, scale: _np_attend(q, k, v, scale)),
     examples={"": {}, "batch2": {"batch": (2,), "queries": 1, "key_count": 2, "dim": 2,
                                  "value_dim": 1}},
@@ -414,6 +420,8 @@ define(
                             keepdims=True)),
                         _np_softmax(xs[0], -1).swapaxes(-1, -2) @ gs[0])),
     examples={"": {}, "batch2": {"batch": (2,), "queries": 1, "key_count": 2, "value_dim": 1}},
+    # P v sums over the keys; the scores enter through softmax, not as a factor.
+    products={"v": -2},
     bad_attributes=_KEYS_BAD,
     notes=("attentionFromScores(s, v) = softmax(s) v, the softmax along the keys (the last "
            "axis of s).",
@@ -474,6 +482,7 @@ define(
     check=_mha_check,
     samples={k: _attn_sampler(k, ("q", "k", "v")) for k in ("ordinary", "edges", "special")},
     oracle=_mp_mha,
+    products=_QKV_PRODUCTS,
     float64=Float64(_np_mha),
     examples={"": {}, "heads1-dim2": {"heads": 1, "head_dim": 2, "value_head_dim": 2,
                                       "key_count": 2}},
