@@ -83,18 +83,28 @@ def test_unknown_certificate_kinds_are_refused():
 
 
 @pytest.mark.parametrize("name", routes.names())
-def test_gradient_certificates_concern_the_routes_and_inputs_of_the_spec(name):
+def test_gradient_certificates_concern_routes_the_rule_has_and_the_specs_inputs(name):
     """Spec: "Gradient: the kinds of the certificates registered for the pullback at each
     value input (TorchLean.Op.certificates), and whether the rule has a forward mode
-    (Op.Rule.jvp?), with the kinds of the certificates registered for it."  So
-    "derivative; forward mode (algebraic)" is a derivative certificate of the gradient and an
-    algebraic one of the tangent, and "input 2: algebraic" one of the gradient at input 2:
-    the registered (kind, route, inputs) of the derivative and algebraic kinds are the
-    column's, and so is every convention the column lists (detach's, of the tangent)."""
+    (Op.Rule.jvp?), with the kinds of the certificates registered for it."  Registration
+    reads the route of a derivative, algebraic or convention certificate from that column
+    (certs._routes), so the routes are checked against the rule instead: a tangent
+    certificate needs a forward mode at some example, a gradient one a pullback (a declared
+    backward).  The kinds and input positions are the declaration's own (linear's
+    inputs=(2,)) and are compared with the column's, as is every convention it lists
+    (detach's, of the tangent)."""
+    decl = routes.declaration(name)
+    ops = [routes.op(name, **attrs) for attrs in decl.examples.values()]
+    gradient = {"derivative", "algebraic"}
+    for c in routes.certificates(name):
+        if c.kind in gradient | {"convention"} and c.route == "tangent":
+            assert any(o.has_jvp for o in ops), (name, str(c))
+        if c.kind in gradient | {"prepared"}:
+            assert decl.backward is not None, (name, str(c))
     spec = certs.spec_certificates(name)
     have = {(c.kind, c.route, c.inputs) for c in routes.certificates(name)}
-    gradient = {"derivative", "algebraic"}
-    assert {t for t in have if t[0] in gradient} == {t for t in spec if t[0] in gradient}
+    assert {(k, i) for k, _, i in have if k in gradient} == \
+        {(k, i) for k, _, i in spec if k in gradient}
     assert {t for t in spec if t[0] == "convention"} <= have
 
 
