@@ -8,7 +8,11 @@ seed (reports/regenerate.py), for inputs too large to store in the file.
 format (reports/testing.py; also the fixture of the pytest plugin reports/pytest_plugin.py).
 """
 
-from ..engine.results import load
+
+def load(path):
+    """The results file at ``path`` as a pandas DataFrame (see engine.results.load)."""
+    from ..engine.results import load as _load  # start-up time: the pytest plugin loads reports
+    return _load(path)
 
 
 def reproduce(results, row):

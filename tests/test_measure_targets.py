@@ -68,7 +68,7 @@ FUNCTIONS = textwrap.dedent("""
 """)
 # Every process that builds the target (the parent and each worker) imports this module
 # first, so all of them cut the inputs into SMALL_CHUNK chunks and --jobs 2 uses workers.
-MODULE = (f"from roundoff_coverage.reports import measure as _measure\n"
+MODULE = (f"from roundoff_coverage.engine import measure as _measure\n"
           f"_measure.CHUNK = {SMALL_CHUNK}\n" + FUNCTIONS)
 NS: dict = {}
 exec(FUNCTIONS, NS)

@@ -30,9 +30,9 @@ torch = pytest.importorskip(
 
 from roundoff_coverage import numerics, routes  # noqa: E402
 from roundoff_coverage.kernels import torch_calls as TC  # noqa: E402
-from roundoff_coverage.reports import evaluate as E  # noqa: E402
-from roundoff_coverage.reports import rows as R  # noqa: E402
-from roundoff_coverage.reports import torch_impl  # noqa: E402
+from roundoff_coverage.engine import evaluate as E  # noqa: E402
+from roundoff_coverage.engine import rows as R  # noqa: E402
+from roundoff_coverage.engine import torch_impl  # noqa: E402
 from roundoff_coverage.engine.draws import draw, run_routes  # noqa: E402
 from conftest import EXAMPLES, run_cli  # noqa: E402
 

@@ -179,7 +179,8 @@ def _regenerated(row, results_path, element) -> str:
                "numerics.emulated(fmt, task.mode, task.policy, seed=zlib.crc32(task.key.encode()))")
     lines = ["import zlib", "import numpy as np",
              "from roundoff_coverage import numerics, reports",
-             "from roundoff_coverage.reports import regenerate, results", "",
+             "from roundoff_coverage.engine import results",
+             "from roundoff_coverage.reports import regenerate", "",
              f"doc = results.read({results_path!r})",
              f"key = {key!r}",
              "row = next(r for r in doc['rows'] if all(r.get(k) == v for k, v in key.items()))",
