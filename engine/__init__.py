@@ -3,7 +3,8 @@
 Every run kind (the coverage run, model runs, ``bound``, ``measure`` and its quantizer
 scheme) plans units of work over the same pieces: samples (draws.py), the reference
 (evaluate.py, model.py, bound.py), the implementations under measurement
-(implementations.py: emulated, native, cuda, torch, torch_compile), the row builder
+(implementations/: one registry of emulated, native, cuda, torch, torch_compile, each
+family a module found by discovery), the row builder
 (measuring.py, rows.py), orchestration (orchestrate.py, executors.py: checkpoint, resume,
 local processes, Dask) and the results file (results.py).  ``reports`` reads what the
 engine writes: summaries, HTML pages, the gate, the command line.

@@ -9,8 +9,8 @@ Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``b
 ``measurement``):
 
 1. Inputs: engine/draws.py (``draw``), as the implementation selects them.
-2. The routes under the implementation (engine/implementations.py: emulated, native,
-   cuda), which says first which routes it cannot measure (status rows).
+2. The routes under the implementation (engine/implementations/: emulated, native, cuda,
+   torch, torch_compile), which says first which routes it cannot measure (status rows).
 3. The reference: the same rule under ``numerics.reference`` on the same rounded inputs,
    tangents and cotangents, by the precision loop of ``numerics.settle``: every draw at
    p + 64 bits and at twice that (p the format's precision), and again at twice the

@@ -116,7 +116,8 @@ def _is_objects(a):
     return np.asarray(a).dtype == object
 
 
-# The fields measure_port fills (a remeasured row resets them first: engine/torch_impl.py).
+# The fields measure_port fills (a remeasured row resets them first: torch's conventions,
+# engine/implementations/torch.py).
 METRIC_FIELDS = ("samples", "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp",
                  "max_signed_ulp", "max_bits", "mean_bits", "max_rel", "exceptional",
                  "unmeasured", "mismatches", "histogram", "by_magnitude", "buckets", "by_kind",

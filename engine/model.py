@@ -274,7 +274,8 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
             others=(), target=None, scheme=None) -> tuple[list, dict, dict]:
     """(rows, summary, phase seconds) of ``graph`` under one configuration on ``samples``
     (sample_inputs' lists); ``others``: implementations beside emulated that run the model
-    from ``target`` (its factory) on the same samples (engine/model_torch.py);
+    from ``target`` (its factory) on the same samples (engine/implementations/: those whose
+    ``graphs`` is set);
     ``scheme``: the ScaledFormat ``config.format`` labels, for a user-defined one."""
     fmt = formats.get(config.format) if scheme is None else scheme
     scaled = recipe = None
@@ -549,33 +550,34 @@ def _unmeasured_nan(row, count) -> None:
 
 
 def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, target) -> list:
-    """The rows of the implementations beside emulated (engine/model_torch.py): the whole
-    model's outputs and gradients, and every node value they expose, against the same
-    exact traces; one no_rule row for an implementation that cannot run."""
-    from . import model_torch
+    """The rows of the implementations beside emulated (engine/implementations/, their
+    graph seam): the whole model's outputs and gradients, and every node value they expose,
+    against the same exact traces; one no_rule row for an implementation that cannot run."""
+    from . import implementations as registry
     out = []
     for impl in implementations:
-        why = model_torch.problem(impl, target, config)
+        cls = registry.named(impl)
+        why = cls.graph_problem(target, config)
         traces = None
         if why is None:
             try:
-                traces = model_torch.traces(impl, target, g, config, xs,
-                                            [c for c, _ in dirs], "gradient" in routes)
+                traces = cls.graph_traces(target, g, config, xs, [c for c, _ in dirs],
+                                          "gradient" in routes)
             except Exception as exc:                        # noqa: BLE001 (data)
                 from .executors import one_line
                 why = f"{impl} failed: {one_line(exc)}"
         if traces is None:
             out.append(row_fields.empty(op="model", route="forward", port="*",
                                         format=config.format, mode=config.mode,
-                                        policy=model_torch.POLICY, implementation=impl,
+                                        policy=cls.graph_policy, implementation=impl,
                                         status="no_rule", reason=why, node="model",
                                         attribution=PROPAGATED))
             continue
         for site in sites(g, tuple(r for r in routes if r != "tangent")):
-            if site.node >= 0 and (site.where == "contributions" or impl != "torch"):
+            if site.node >= 0 and (site.where == "contributions" or not cls.node_values):
                 continue                  # compiled kernels keep no node values
             row = _row(g, config, fmt, site, PROPAGATED, traces, exact, prec,
-                       implementation=impl, policy=model_torch.POLICY)
+                       implementation=impl, policy=cls.graph_policy)
             if row is not None and not (site.node >= 0 and row["status"] == "error"):
                 out.append(row)
     return out

@@ -93,8 +93,8 @@ def document(records, selection) -> dict:
 
 def _torch_version(records) -> dict:
     """{"torch": version} when a row was measured by torch (the implementations torch and
-    torch_compile, engine/torch_impl.py), else {}: the files of other runs stay as they
-    were."""
+    torch_compile, engine/implementations/torch.py), else {}: the files of other runs stay
+    as they were."""
     if not any(str(r.get("implementation", "")).startswith("torch") for r in records):
         return {}
     return {"torch": _version("torch")}

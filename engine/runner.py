@@ -40,13 +40,12 @@ from .task import ROUTES, Task, batchable, status_rows
 from .orchestrate import Checkpoint, Progress, checkpoint_path, read_checkpoint
 from .plan import Outcome
 
-__all__ = ["Selection", "DEFAULT_FORMATS", "DEFAULT_DRAWS", "IMPLEMENTATIONS", "GROWTH",
+__all__ = ["Selection", "DEFAULT_FORMATS", "DEFAULT_DRAWS", "GROWTH",
            "instances", "plan", "cost", "footprint", "run", "check_selection",
            "Checkpoint", "Progress", "checkpoint_path", "read_checkpoint"]
 
 DEFAULT_FORMATS = ("bfloat16", "binary16", "float8_e4m3fn", "float8_e5m2", "binary32")
 DEFAULT_DRAWS = 3
-IMPLEMENTATIONS = tuple(implementations.IMPLEMENTATIONS)
 # Growth instances: (operator, label, attributes); draws capped at GROWTH_DRAWS.
 GROWTH = tuple(
     [("reduce", f"sum-n{n}", {"shape": (4, n), "op": "sum", "axes": (1,)}) for n in (16, 256, 4096)]
@@ -309,7 +308,8 @@ def check_selection(sel: Selection) -> None:
         formats.mode_code(m)
     for p in sel.policies:
         numerics.preset(p, "bfloat16")        # ValueError naming the policy
+    known = implementations.names()
     for i in sel.implementations:
-        if i not in IMPLEMENTATIONS:
+        if i not in known:
             raise ValueError(f"unknown implementation {i!r} (choose from "
-                             f"{', '.join(IMPLEMENTATIONS)})")
+                             f"{', '.join(known)})")

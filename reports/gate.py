@@ -27,7 +27,7 @@ A route regressed when, against the baseline:
   row, on the same points, at its port or in one of its quantized inputs (``scaled_inputs``:
   a recipe's operands): values the format no longer represents, whatever the ulps say;
 - it is a CUDA kernel's row (``--implementations cuda``) whose contract held in the baseline
-  and does not now (engine/cuda.py);
+  and does not now (engine/implementations/cuda.py);
 - it was measured (status ``ok``) in the baseline and is now missing or not ``ok``.
 
 Improvements (a metric that shrank by more than the tolerance, fewer violations or

@@ -1,4 +1,5 @@
-"""PyTorch's own kernels as implementations (engine/torch_impl.py, kernels/torch_calls.py).
+"""PyTorch's own kernels as implementations (engine/implementations/torch.py,
+kernels/torch_calls.py).
 
 Oracles, independent of the code under test:
 - every operator of the torch table, at each example, in float64: torch's result against the
@@ -32,7 +33,7 @@ from roundoff_coverage import numerics, routes  # noqa: E402
 from roundoff_coverage.kernels import torch_calls as TC  # noqa: E402
 from roundoff_coverage.engine import evaluate as E  # noqa: E402
 from roundoff_coverage.engine import rows as R  # noqa: E402
-from roundoff_coverage.engine import torch_impl  # noqa: E402
+from roundoff_coverage.engine.implementations import torch as torch_impl  # noqa: E402
 from roundoff_coverage.engine.draws import draw, run_routes  # noqa: E402
 from conftest import EXAMPLES, run_cli  # noqa: E402
 
@@ -271,7 +272,7 @@ def test_run_with_torch_and_emulated_writes_torch_rows_on_the_cpu(capsys, tmp_pa
 
 
 def test_without_torch_every_route_is_a_no_rule_row(monkeypatch):
-    monkeypatch.setattr(torch_impl, "_torch", lambda: None)
+    monkeypatch.setattr(torch_impl, "torch_module", lambda: None)
     task, o = _task("relu", {})
     rows, _ = E.evaluate(task)
     assert {r["status"] for r in rows} == {"no_rule"}

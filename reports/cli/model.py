@@ -9,7 +9,7 @@ import sys
 
 from roundoff_coverage import formats, routes
 
-from ...engine import model_run
+from ...engine import implementations, model_run
 from ...engine.model import Config, ModelError, check, sample_inputs
 from ...engine.model_run import ModelSelection
 from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
@@ -86,8 +86,7 @@ def _selection(args, user):
     routes = name_list(args.routes, "route", ("forward", "tangent", "gradient"),
                        ("forward", "tangent", "gradient"), "--routes")
     impls = name_list(args.implementations, "implementation",
-                      ("emulated", "torch", "torch_compile"), ("emulated",),
-                      "--implementations")
+                      implementations.names(graphs=True), ("emulated",), "--implementations")
     impls = ("emulated",) + tuple(i for i in impls if i != "emulated")
     samples = 2 if args.samples is None else args.samples
     if samples < 1:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import sys
 
-from roundoff_coverage import formats, kernels, routes
+from roundoff_coverage import formats, routes
 from roundoff_coverage.numerics import policy
 from roundoff_coverage.routes.registry import FAMILIES
 
-from ...engine import evaluate, runner
+from ...engine import evaluate, implementations, runner
 from .. import summary, tomlfile
 from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
                      add_executor, check_jobs, empty_list, executor_options, in_range,
@@ -164,7 +164,8 @@ def _selection(args, user):
         routes=name_list(args.routes, "route", evaluate.ROUTES, evaluate.ROUTES, "--routes"),
         policies=policy_names(args.policies),
         implementations=name_list(args.implementations, "implementation",
-                                  runner.IMPLEMENTATIONS, ("emulated",), "--implementations"),
+                                  implementations.names(), ("emulated",),
+                                  "--implementations"),
         draws=samples, seed=seed,
         exhaustive=bool(args.exhaustive), schemes=tuple(schemes.items()),
         domain_bounds=bool(args.domain_bounds))
@@ -188,8 +189,7 @@ def cmd_run(args) -> int:
         check_report_dir(args.html)
     executor, scheduler = executor_options(args)
     check_jobs(args.jobs, executor, scheduler)
-    if "cuda" in sel.implementations:
-        _cuda_device()
+    _available(sel.implementations)
     if sel.exhaustive:
         _warn_unenumerated(sel)
     try:
@@ -242,14 +242,14 @@ def _warn_unenumerated(sel) -> None:
           f"sampled and says exhaustive: false", file=sys.stderr)
 
 
-def _cuda_device() -> str:
-    """The device ``--implementations cuda`` runs on (a GPU, or numba's CUDA simulator under
-    NUMBA_ENABLE_CUDASIM=1), or UsageError when neither can run: asked for CUDA, the run stops
-    before any work instead of writing rows that all say so."""
-    try:
-        return kernels.device()
-    except kernels.KernelError as exc:
-        raise UsageError(f"--implementations cuda: {exc}") from None
+def _available(names) -> None:
+    """UsageError naming the first implementation asked for that cannot run on this machine
+    at all (``cuda`` without a GPU or numba's CUDA simulator): the run stops before any work
+    instead of writing rows that all say so."""
+    for name in names:
+        why = implementations.named(name).unavailable()
+        if why is not None:
+            raise UsageError(f"--implementations {name}: {why}")
 
 
 class _PolicyNames:

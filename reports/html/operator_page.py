@@ -259,7 +259,7 @@ def _buckets(r) -> str:
 
 
 def _contract(c: dict) -> str:
-    """A kernel's contract and whether it held (engine/cuda.py), in words."""
+    """A kernel's contract and whether it held (engine/implementations/cuda.py), in words."""
     claim = c.get("max_ulp")
     parts = [f"{'held' if c.get('held') else 'NOT held'}: agreement with the model "
              f"{c.get('agreement', '?')}",

@@ -1,11 +1,12 @@
-"""The ``torch`` and ``torch_compile`` implementations of the coverage run: PyTorch's own
-kernels (issue 23), measured against exact values like any implementation
-(engine/implementations.py, the seam; kernels/torch_calls.py, the table of calls).
+"""The ``torch`` and ``torch_compile`` implementations: PyTorch's own kernels (issue 23),
+measured against exact values like any implementation -- operators in the coverage run
+(base.Implementation, the seam; kernels/torch_calls.py, the table of calls) and whole models
+in the model run (``model --implementations torch,torch_compile``).
 
-``Torch`` evaluates a task's routes with the operator's torch call (kernels.torch_calls) in
-the format's dtype -- bfloat16, float16 (binary16), float32, float64; the float8 dtypes only
-for the conversions (cast, bitcast), torch having no float8 arithmetic -- on the drawn
-inputs, which are format values and so exact in the dtype:
+Operators.  ``Torch`` evaluates a task's routes with the operator's torch call
+(kernels.torch_calls) in the format's dtype -- bfloat16, float16 (binary16), float32,
+float64; the float8 dtypes only for the conversions (cast, bitcast), torch having no float8
+arithmetic -- on the drawn inputs, which are format values and so exact in the dtype:
 
 - forward: the call; gradient: ``torch.autograd.grad`` of the value outputs with the draw's
   cotangents; tangent: forward-mode AD, ``torch.func.jvp`` with the draw's tangents.
@@ -34,10 +35,35 @@ compile failure is an ``error`` row with torch's message on one line, never a cr
 Forward-mode AD does not run through compiled graphs (torch.func.jvp of a compiled function
 runs it eagerly: Dynamo captures no graph under the transform): tangents are ``no_rule``
 rows there.
+
+Graphs (the model run: the same samples, cotangents and exact values as the emulated run).
+
+- ``torch`` (eager): the factory's model converted to the format's dtype, its parameters and
+  arguments set to the sample's values (the same format values the emulated run reads),
+  exported and decomposed exactly as routes.from_torch captures it, then run node by node
+  by an ``fx.Interpreter`` (the aten kernels eager mode calls), recording every node's value
+  and, from autograd, the cotangent its output receives: a graph node whose name is the FX
+  node's (the node of the translation that gives the aten result) is measured against its
+  exact values.  The whole model's outputs and the gradients of its arguments and
+  parameters come from the module itself with autograd, the cotangents those of the
+  emulated run.
+- ``torch_compile``: ``torch.compile`` of the model (Inductor; on the CPU it needs a C++
+  compiler: without one its row is ``no_rule`` saying so): the whole model's outputs and
+  gradients only, since compiled kernels fuse nodes and keep no intermediate values.
+
+Rows: implementation ``torch`` / ``torch_compile``, policy ``torch`` (torch's own orders and
+accumulation), attribution ``propagated``, device ``cpu``.  What torch cannot run gives one
+``no_rule`` row per implementation with the reason: a target that is an artifact (the
+model's code is needed), a format without a torch dtype, a mode other than nearest_even,
+torch missing.
+
+torch is optional (the extra ``[torch]``): it is imported inside functions only
+(``torch_module``), so the registry discovers this module without it.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import os
@@ -46,12 +72,13 @@ import shutil
 import numpy as np
 
 from roundoff_coverage import formats, numerics
+from roundoff_coverage.routes.graph import INPUT, Ref, Trace
 
-from . import rows as R
-from .draws import run_routes
-from .implementations import Implementation
-from .measuring import METRIC_FIELDS, measure_port, per_sample, worst_case
-from .task import one_line, route_ports
+from .. import rows as R
+from ..draws import run_routes
+from ..measuring import METRIC_FIELDS, measure_port, per_sample, worst_case
+from ..task import one_line, route_ports
+from .base import Implementation
 
 INSTALL = "torch is not installed (pip install roundoff-coverage[torch])"
 POLICY_LABEL = "torch"
@@ -68,10 +95,10 @@ _UNSUPPORTED = ("not implemented for", "Unsupported dtype", "Expected both input
 
 
 @functools.lru_cache(maxsize=1)
-def _torch():
+def torch_module():
     """The torch module, or None when torch is not installed."""
     try:
-        import torch
+        import torch       # the optional extra [torch]: imported where it is used only
     except ImportError:
         return None
     return torch
@@ -79,8 +106,18 @@ def _torch():
 
 def torch_version() -> str | None:
     """torch's version where installed (the results' meta records it)."""
-    t = _torch()
+    t = torch_module()
     return None if t is None else str(t.__version__)
+
+
+def compiler_missing() -> str | None:
+    """Why torch.compile cannot run on the CPU here (Inductor writes C++ there and needs a C++
+    compiler: g++, or $CXX), else None."""
+    cxx = os.environ.get("CXX", "g++")
+    if shutil.which(cxx) is None:
+        return (f"torch.compile on the CPU needs a C++ compiler (Inductor writes C++): "
+                f"{cxx} not found (install g++ or set CXX)")
+    return None
 
 
 def _catalog_name(fmt):
@@ -98,7 +135,11 @@ class Torch(Implementation):
     """The operator's torch call in the format's dtype (module docstring)."""
 
     name = "torch"
+    order = 3
     compiled = False
+    graphs = True
+    node_values = True          # eager: every node's value, from an fx Interpreter
+    graph_policy = POLICY_LABEL
 
     @classmethod
     def policy_labels(cls, policies) -> tuple:
@@ -106,11 +147,28 @@ class Torch(Implementation):
         # one task, labelled as such.
         return (POLICY_LABEL,)
 
+    @classmethod
+    def graph_problem(cls, target, config) -> str | None:
+        if target is None or ":" not in target or target.endswith(".json"):
+            return "the target is a graph artifact: torch runs the model's own code (give " \
+                   "file.py:factory)"
+        if config.format not in DTYPES:
+            return f"torch has no dtype for {config.format} (it has {', '.join(DTYPES)})"
+        if config.mode != "nearest_even":
+            return f"torch rounds to nearest even only (not {config.mode})"
+        if torch_module() is None:
+            return INSTALL
+        return None
+
+    @classmethod
+    def graph_traces(cls, target, graph, config, xs, cots, want_grad) -> list:
+        return _model_traces(cls.compiled, target, graph, config, xs, cots, want_grad)
+
     def __init__(self, task, o, fmt):
         super().__init__(task, o, fmt)
         from roundoff_coverage.kernels import torch_calls
         self.table = torch_calls
-        self.t, self.problem, self.call, self.dtype = _torch(), None, None, None
+        self.t, self.problem, self.call, self.dtype = torch_module(), None, None, None
         self.device, self.device_label = "cpu", "cpu"
         self.out, self.draws, self._fn, self.left_out = {}, None, None, None
         if self.t is None:
@@ -317,15 +375,20 @@ class TorchCompile(Torch):
     """The same calls through ``torch.compile`` (module docstring)."""
 
     name = "torch_compile"
+    order = 4
     compiled = True
+    node_values = False         # compiled kernels fuse nodes and keep no intermediate values
+
+    @classmethod
+    def graph_problem(cls, target, config) -> str | None:
+        # The model runs on the CPU (_model_traces), where Inductor needs a C++ compiler.
+        return super().graph_problem(target, config) or compiler_missing()
 
     def problems(self, pending):
         out = super().problems(pending)
         if self.problem is None and not self.o.no_rule_reason() and self.device == "cpu":
-            cxx = os.environ.get("CXX", "g++")
-            if shutil.which(cxx) is None:
-                reason = (f"torch.compile on the CPU needs a C++ compiler (Inductor writes "
-                          f"C++): {cxx} not found (install g++ or set CXX)")
+            reason = compiler_missing()
+            if reason is not None:
                 return dict.fromkeys(pending, ("no_rule", reason, "C++ compiler"))
         for r in pending:
             if r == "tangent" and r not in out:
@@ -359,6 +422,9 @@ def _failure(impl, exc):
     if getattr(impl, "compiled", False) and type(exc).__module__.startswith("torch._"):
         return RuntimeError(f"torch.compile: {one_line(exc)}")
     return exc
+
+
+IMPLEMENTATIONS = (Torch, TorchCompile)
 
 
 # ----- tensors in, arrays out ------------------------------------------------------------------
@@ -498,3 +564,102 @@ def _mpf(v):
     if den & (den - 1) == 0:
         return mpmath.mpf(libmp.from_man_exp(q.numerator, -(den.bit_length() - 1)))
     return mpmath.mpf(libmp.from_rational(q.numerator, den, 256, libmp.round_nearest))
+
+
+# ----- graphs: the model run -----------------------------------------------------------------
+
+def _model_traces(compiled, target, graph, config, xs, cots, want_grad) -> list:
+    """Per sample, a routes.graph.Trace of what torch computed on the CPU (module docstring):
+    node values (eager only), the whole model's outputs, and the gradients of its inputs
+    (``cotangents`` at input Refs) when ``want_grad``."""
+    torch = torch_module()
+
+    from ..targets import importable
+    model, args = importable(target)()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"the factory's model is a {type(model).__name__}, not a torch "
+                         f"nn.Module: torch cannot run it")
+    args = args if isinstance(args, tuple) else (args,)
+    dtype = getattr(torch, DTYPES[config.format])
+    n_args = len(args)
+    out = []
+    for x, c in zip(xs, cots):
+        m = copy.deepcopy(model).to(dtype)
+        params = dict(m.named_parameters())
+        targs = [_graph_tensor(torch, v, dtype) for v in x[:n_args]]
+        with torch.no_grad():
+            for name, v in zip(graph.input_names[n_args:], x[n_args:]):
+                if name in params:
+                    params[name].copy_(_graph_tensor(torch, v, dtype))
+        tr = Trace(values={})
+        if not compiled:
+            _node_values(torch, m, targs, graph, tr, c if want_grad else None)
+        run = torch.compile(m) if compiled else m
+        if want_grad:
+            for t in targs:
+                if t.is_floating_point():
+                    t.requires_grad_(True)
+        outs = run(*targs)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        for ref, o in zip(graph.output_refs, outs):
+            tr.values[ref] = _array(o)
+        if want_grad:
+            pairs = [(o, torch.as_tensor(np.asarray(ct), dtype=o.dtype))
+                     for o, ct in zip(outs, c) if ct is not None and o.requires_grad]
+            torch.autograd.backward([o for o, _ in pairs], [ct for _, ct in pairs])
+            for i, name in enumerate(graph.input_names):
+                held = targs[i] if i < n_args else params.get(name)
+                if held is not None and held.grad is not None:
+                    tr.cotangents[Ref(INPUT, i)] = _array(held.grad)
+        out.append(tr)
+    return out
+
+
+def _graph_tensor(torch, v, dtype):
+    a = np.asarray(v)
+    return torch.tensor(a, dtype=dtype) if a.dtype.kind == "f" else torch.tensor(a)
+
+
+def _array(t) -> np.ndarray:
+    """A tensor's values as numpy (floating ones widened exactly to float64)."""
+    t = t.detach().cpu()
+    return (t.double() if t.is_floating_point() else t).numpy()
+
+
+def _node_values(torch, model, targs, graph, tr, cots=None) -> None:
+    """Every graph node's value as eager torch computes it, and with ``cots`` (output
+    cotangents) the cotangent its output receives from autograd: the model exported and
+    decomposed as routes.from_torch does, run by an fx Interpreter keeping each node's
+    tensor (``retain_grad``); nodes matched by name and shape."""
+    from roundoff_coverage.routes.frontends.torch import exported
+    ep = exported(model, targs)
+    seen = {}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n):
+            value = super().run_node(n)
+            first = value[0] if isinstance(value, (tuple, list)) and value else value
+            if isinstance(first, torch.Tensor):
+                seen[n.name] = first
+                if first.requires_grad:
+                    first.retain_grad()
+            return value
+
+    leaves = [t.detach().requires_grad_(cots is not None and t.is_floating_point())
+              for t in targs]
+    with torch.set_grad_enabled(cots is not None):
+        outs = Recorder(ep.module()).run(*leaves)
+    if cots is not None:
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        pairs = [(o, torch.as_tensor(np.asarray(ct), dtype=o.dtype))
+                 for o, ct in zip(outs, cots) if ct is not None and o.requires_grad]
+        if pairs:
+            torch.autograd.backward([o for o, _ in pairs], [ct for _, ct in pairs])
+    for k, (name, node) in enumerate(zip(graph.node_names, graph.nodes)):
+        v = seen.get(name)
+        port = node.op.outputs[0]
+        if v is not None and v.is_floating_point() and port.kind == "value" and \
+                tuple(v.shape) == tuple(port.shape):
+            tr.values[Ref(k, 0)] = _array(v)
+            if v.grad is not None:
+                tr.cotangents[Ref(k, 0)] = _array(v.grad)

@@ -1,14 +1,15 @@
 """The ``cuda`` implementation of the coverage run: an operator's kernel (kernels.of_op) on the
 device, measured against the exact reference, with its contract checked.
 
-``Cuda``, the implementation ``cuda`` of engine/implementations.py, evaluates a task's routes
-with the operator's kernel; evaluate.evaluate measures them like any implementation's:
+``Cuda`` evaluates a task's routes with the operator's kernel; evaluate.evaluate measures
+them like any implementation's (base.Implementation, the seam):
 
 - What has no kernel is a status row, not an error: no kernel at these attributes, a route
   the kernel does not have (tangents never: the CUDA tape has no forward mode), a policy
   other than ``strict`` (the kernels reproduce that one), a format or mode outside the
   kernels' range (kernels.contract.flavour) -- ``no_rule`` with the reason.
-- The device is whatever ``kernels.device()`` says in the worker: ``cuda:<name>`` on a GPU,
+- The device is whatever ``kernels.device()`` says in the worker (where it says none, the
+  run refuses to start: ``unavailable``): ``cuda:<name>`` on a GPU,
   ``simulator`` under NUMBA_ENABLE_CUDASIM=1 (every row's ``device`` field says which).  The
   simulator runs kernels as Python threads, a correctness check, never a measure of GPU
   accuracy: there the draws are cut to SIMULATOR_DRAWS per sample kind (elementwise
@@ -35,9 +36,9 @@ import numpy as np
 
 from roundoff_coverage import numerics
 
-from .draws import run_routes
-from .implementations import Implementation
-from .task import one_line, route_ports
+from ..draws import run_routes
+from ..task import one_line, route_ports
+from .base import Implementation
 
 SIMULATOR_DRAWS = 2
 
@@ -60,9 +61,24 @@ class Cuda(Implementation):
     with it."""
 
     name = "cuda"
+    order = 2
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why no kernel can run here (neither a GPU nor numba's CUDA simulator under
+        NUMBA_ENABLE_CUDASIM=1): asked for CUDA, the run stops before any work instead of
+        writing rows that all say so."""
+        # numba.cuda (through kernels) is optional: imported only when cuda is asked for.
+        from roundoff_coverage import kernels
+        try:
+            kernels.device()
+        except kernels.KernelError as exc:
+            return str(exc)
+        return None
 
     def __init__(self, task, o, fmt):
         super().__init__(task, o, fmt)
+        # numba.cuda (through kernels) is optional: imported only when a cuda task runs.
         from roundoff_coverage import kernels
         self.kernels, self.kernel = kernels, kernels.of_op(o)
         # The model the kernels reproduce: problems() refuses tasks of another policy.
@@ -164,3 +180,6 @@ def _verdict(k, claim, row, differing) -> dict:
     return {"agreement": claim.agreement, "max_ulp": claim.max_ulp, "order": c.order,
             "fma": c.fma, "ftz": c.ftz, "policy": c.policy, "differing": differing,
             "held": held}
+
+
+IMPLEMENTATIONS = (Cuda,)

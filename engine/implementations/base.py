@@ -1,0 +1,113 @@
+"""What an implementation under measurement is: ``Implementation``, the one base class of
+every implementation of engine/implementations/ (the registry there finds them).
+
+An implementation evaluates operators in the coverage run (``run --implementations``) and,
+where it can, runs whole graphs in the model run (``model --implementations``).
+
+Operators: ``cls(task, o, fmt)`` makes the object that evaluates one task (it may keep state
+between its steps: the CUDA kernels' contract verdict needs the model's outputs).  Its
+methods, in the order engine/evaluate.py calls them:
+
+- ``problems(routes) -> {route: (status, reason, need)}``: the routes it cannot measure here
+  (no rule at these attributes, a mode numpy does not have, no kernel...), reported as
+  status rows;
+- ``select(draws) -> draws``: the draws it evaluates (all but in the CUDA simulator);
+- ``evaluate(draws, routes) -> {route: per-draw outputs, or the exception}``;
+- ``numbers``: the backend whose numbers its outputs are (read into float64 by it);
+- ``model_task(route) -> Task | None``: the task of the emulated model whose bounds
+  (certificates, routes.apriori, numerics.bounding) apply to this route's samples, None
+  where no bound applies;
+- ``annotate(route, rows)``: fields of its own (flags, device, contract) on a route's rows.
+
+Before any task runs, ``unavailable()`` says why the implementation cannot run on this
+machine at all (the run stops with that one line), and ``policy_labels(policies)`` which
+policy labels its tasks take.
+
+Graphs (``graphs = True``): ``graph_problem(target, config)`` says why it cannot run the
+model for a configuration (one ``no_rule`` row), ``graph_traces(...)`` gives per sample a
+routes.graph.Trace of what it computed; ``node_values`` whether those traces hold every
+node's value (else only the model's outputs and input gradients are measured);
+``graph_policy`` the rows' policy label.
+"""
+
+from __future__ import annotations
+
+import functools
+
+
+class Implementation:
+    """Base of the implementations (module docstring); ``task``, ``o`` (the operator),
+    ``fmt`` (the BinaryFormat)."""
+
+    name = "?"
+    # Where the name sorts in lists and messages: the project's own in the order the README
+    # introduces them, any other (the default) after them, by name.
+    order = 100
+    # The model run: whether it runs graphs, whether its traces hold node values, the
+    # policy label of its rows.
+    graphs = False
+    node_values = False
+    graph_policy = None
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why no task of it can run on this machine (the run refuses to start), else None;
+        what it cannot measure for one task is a status row instead (``problems``)."""
+        return None
+
+    @classmethod
+    def policy_labels(cls, policies) -> tuple:
+        """The policy labels of its tasks for the policies asked for (presets of
+        numerics.policy, resolved into each task's ``accumulation``)."""
+        return tuple(policies)
+
+    @classmethod
+    def graph_problem(cls, target, config) -> str | None:
+        """Why it cannot run the model of ``target`` under ``config`` (a model_run Config),
+        or None."""
+        return f"{cls.name} runs operators only, not graphs"
+
+    @classmethod
+    def graph_traces(cls, target, graph, config, xs, cots, want_grad) -> list:
+        """Per sample (``xs``: the graph's inputs; ``cots``: the outputs' cotangents), a
+        routes.graph.Trace of what it computed: node values (where ``node_values``), the
+        model's outputs, and with ``want_grad`` the gradients of its inputs."""
+        raise NotImplementedError(f"{cls.name} runs no graphs")
+
+    def __init__(self, task, o, fmt):
+        self.task, self.o, self.fmt = task, o, fmt
+        self.numbers = None
+
+    def problems(self, pending) -> dict:
+        return {}
+
+    def select(self, d):
+        return d
+
+    def evaluate(self, d, wanted) -> dict:
+        raise NotImplementedError
+
+    def model_task(self, route):
+        return None
+
+    def annotate(self, route, rows) -> None:
+        pass
+
+    @functools.cached_property
+    def rule(self):
+        """The operator's rule under ``numbers``, built once (None where it has none)."""
+        return self.o.rule(self.numbers)
+
+    def rule_of(self, d):
+        """The rule for draws ``d``: ``rule`` itself, unless the draws are of a longer
+        instance (batched elementwise draws, engine/draws.py)."""
+        return self.rule if d.op is self.o else d.op.rule(self.numbers)
+
+    def no_rule(self, pending) -> dict:
+        """no_rule for every route when ``o`` has no rule under ``numbers``: the reason the
+        declaration gives at these attributes, else the missing capability."""
+        if self.rule is not None:
+            return {}
+        reason = (self.o.decl.no_rule(self.o.attrs) if self.o.decl.no_rule else None) or \
+            f"{self.numbers.name} lacks capability {self.o.need}"
+        return dict.fromkeys(pending, ("no_rule", reason, self.o.need))
