@@ -1,6 +1,6 @@
-"""The coverage run's ``--implementations cuda`` (engine/cuda.py) in numba's CUDA simulator:
-rows say which device ran them, what has no kernel is a status row, the contract verdict
-follows the kernel's bits, and asking for CUDA where nothing can run is a one-line error."""
+"""The coverage run's ``--implementations cuda`` (engine/implementations/cuda.py) in numba's
+CUDA simulator: rows say which device ran them, what has no kernel is a status row, the
+contract verdict follows the kernel's bits, and asking for CUDA where nothing can run is a one-line error."""
 
 from __future__ import annotations
 
