@@ -29,6 +29,7 @@ import numpy as np
 from roundoff_coverage import formats, numerics, routes
 from roundoff_coverage.numerics import tensor_cores
 
+from . import implementations
 from .rows import empty as empty_row
 
 ROUTES = ("forward", "tangent", "gradient")
@@ -41,8 +42,6 @@ EXHAUSTIVE_MAX_BITS = 16
 # (as MX, NVFP4 and FP8 GEMMs accumulate in FP32), with the policy's order and FMA; the
 # policy compute:FORMAT chooses another (compute_format).
 COMPUTE_FORMAT = "binary32"
-# The implementations that measure scaled tasks (the others' kernels take no scaled inputs).
-SCALED_IMPLEMENTATIONS = ("emulated", "native")
 FP8_ELEMENTS = ("float8_e4m3fn", "float8_e5m2")
 
 
@@ -241,10 +240,13 @@ def scaled_problem(task, o) -> tuple | None:
                 "FP8 scheme")
     if scaling(task) is None:
         return None                   # a recipe leaves this operator in its storage format
-    if task.implementation not in SCALED_IMPLEMENTATIONS:
+    # The implementations that measure scaled tasks (the others' kernels take no scaled
+    # inputs): those whose ``scaled_inputs`` is set.
+    scaled = implementations.names(scaled_inputs=True)
+    if task.implementation not in scaled:
         return ("no_rule", f"scaled format {name}: the {task.implementation} implementation "
-                           f"takes no scaled inputs (measured: "
-                           f"{', '.join(SCALED_IMPLEMENTATIONS)})", "scaled inputs")
+                           f"takes no scaled inputs (measured: {', '.join(scaled)})",
+                "scaled inputs")
     if task.scheme.amax == "delayed":
         return ("no_rule", f"scaled format {name}: delayed scaling reads an amax history the "
                            f"coverage run does not have (it draws each tensor once: use "

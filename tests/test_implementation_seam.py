@@ -123,6 +123,7 @@ def stand_in(tmp_path, monkeypatch):
 def test_the_registry_lists_the_projects_implementations_in_order():
     assert implementations.names() == ("emulated", "native", "cuda", "torch", "torch_compile")
     assert implementations.names(graphs=True) == ("emulated", "torch", "torch_compile")
+    assert implementations.names(scaled_inputs=True) == ("emulated", "native")
     with pytest.raises(KeyError, match="unknown implementation 'nope' .choose from emulated, "
                                        "native, cuda, torch, torch_compile"):
         implementations.named("nope")

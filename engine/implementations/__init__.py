@@ -57,9 +57,11 @@ def _discover(path: tuple) -> dict:
     return dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
 
 
-def names(graphs: bool = False) -> tuple:
-    """The registered names in listing order; with ``graphs``, those the model run takes."""
-    return tuple(n for n, cls in registry().items() if cls.graphs or not graphs)
+def names(graphs: bool = False, scaled_inputs: bool = False) -> tuple:
+    """The registered names in listing order; with ``graphs``, those the model run takes;
+    with ``scaled_inputs``, those that measure tasks of a scaled format."""
+    return tuple(n for n, cls in registry().items()
+                 if (cls.graphs or not graphs) and (cls.scaled_inputs or not scaled_inputs))
 
 
 def named(name: str) -> type:

@@ -48,6 +48,9 @@ class Implementation:
     graphs = False
     node_values = False
     graph_policy = None
+    # Whether it measures tasks of a scaled format (engine/task.py quantizes their inputs and
+    # outputs around the operator; kernels of their own take no scaled inputs).
+    scaled_inputs = False
 
     @classmethod
     def unavailable(cls) -> str | None:

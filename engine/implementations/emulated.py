@@ -20,6 +20,7 @@ class Emulated(Implementation):
     name = "emulated"
     order = 0
     graphs = True
+    scaled_inputs = True
 
     def __init__(self, task, o, fmt):
         super().__init__(task, o, fmt)

@@ -15,6 +15,7 @@ class Native(Implementation):
 
     name = "native"
     order = 1
+    scaled_inputs = True
 
     @classmethod
     def policy_labels(cls, policies) -> tuple:
