@@ -10,11 +10,11 @@ Scaled (block-scaled) formats: ``ScaledFormat`` (``get`` returns one for ``mxfp8
 (formats/scaled.py, formats/quantizer.py).
 """
 
-from .catalog import ALIASES, CATALOG, get, load_formats_file, user_formats
+from .catalog import ALIASES, get, load_formats_file, user_formats
 from .codec import decode, encode, from_ordinal, next_down, next_up, ordinal, ulp, values
 from .exact import Rounded, read_real, round_exact
 from .fast import round_encode, round_to
-from .format import ENCODINGS, BinaryFormat, FormatError
+from .format import CATALOG, ENCODINGS, BinaryFormat, FormatError
 from .quantizer import Quantized, quantize
 from .scaled import E8M0, SCALED, IntElement, NotAnElementFormat, ScaledFormat
 from .modes import (DIVIDE_BY_ZERO, FLAG_NAMES, IEEE_MODES, INEXACT, INVALID, MODES, OVERFLOW,

@@ -1,47 +1,20 @@
-"""The named formats, and ``get``: a format from a name, a compact spec or keywords.
+"""``get``: a format from a name, an alias, a compact spec, keywords or a scaled scheme; and
+user formats from a TOML file.
 
-Names follow ml_dtypes where a name exists (bfloat16, float8_e4m3fn, ...) and IEEE 754 for
-the interchange formats (binary16 ...).  Note ml_dtypes' "fn" means two things: float8_e4m3fn
-keeps one NaN pattern (encoding ``fn``) while float6/float4 "fn" have no NaN at all (encoding
-``finite``); the catalog records which.
+The named element formats (``CATALOG``) and the compact spec are formats/format.py's; the
+scaled schemes (``SCALED``) are formats/scaled.py's.  This module reads names of every kind,
+so it sits above both.
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 import tomllib
 
-from .format import ENCODINGS, BinaryFormat, FormatError
+from .format import CATALOG, ENCODINGS, BinaryFormat, FormatError, from_compact, named_if_catalog
+from .scaled import SCALED, ScaledFormat, is_scaled_name, parse
+from .scaled import from_mapping as scaled_from_mapping
 
-
-def _fmt(name, e, m, bias=None, encoding="ieee"):
-    return name, BinaryFormat(e, m, bias, encoding, name=name)
-
-
-CATALOG: dict[str, BinaryFormat] = dict([
-    _fmt("binary16", 5, 10),                   # max (2 - 2**-10) * 2**15 = 65504
-    _fmt("bfloat16", 8, 7),                    # binary32's exponent, 8-bit significand
-    _fmt("tf32", 8, 10),                       # 19 bits: tensor-core multiplier input
-    _fmt("binary32", 8, 23),
-    _fmt("binary64", 11, 52),
-    _fmt("binary128", 15, 112),
-    _fmt("binary256", 19, 236),
-    _fmt("float8_e5m2", 5, 2),                 # IEEE-like, has inf; max 1.75 * 2**15 = 57344
-    _fmt("float8_e4m3", 4, 3),                 # IEEE-like e4m3 (ml_dtypes); max 1.875 * 2**7 = 240
-    _fmt("float8_e3m4", 3, 4),                 # IEEE-like e3m4 (ml_dtypes); max 1.9375 * 2**3 = 15.5
-    # e4m3fn: top exponent code finite but for mantissa 111 (NaN): max 1.75 * 2**8 = 448.
-    _fmt("float8_e4m3fn", 4, 3, 7, "fn"),
-    # fnuz: bias one above IEEE, NaN = 0x80: e4m3 max 1.875 * 2**7 = 240, e5m2 1.75 * 2**15 = 57344.
-    _fmt("float8_e4m3fnuz", 4, 3, 8, "fnuz"),
-    _fmt("float8_e5m2fnuz", 5, 2, 16, "fnuz"),
-    _fmt("float8_e4m3b11fnuz", 4, 3, 11, "fnuz"),   # bias 11: max 1.875 * 2**4 = 30
-    # OCP MX: no inf, no NaN.  e2m3: max 1.875 * 2**2 = 7.5; e3m2: 1.75 * 2**4 = 28;
-    # e2m1: values 0, 0.5, 1, 1.5, 2, 3, 4, 6.
-    _fmt("float6_e2m3fn", 2, 3, 1, "finite"),
-    _fmt("float6_e3m2fn", 3, 2, 3, "finite"),
-    _fmt("float4_e2m1fn", 2, 1, 1, "finite"),
-])
 
 ALIASES = {
     "float16": "binary16", "half": "binary16", "fp16": "binary16",
@@ -50,7 +23,6 @@ ALIASES = {
     "quad": "binary128", "float128": "binary128", "bf16": "bfloat16",
 }
 
-_COMPACT = re.compile(r"^e(\d+)m(\d+)(?:b(-?\d+))?(fnuz|fn|finite)?((?:-sat|-ftz)*)$")
 _KEYS = {"exp_bits", "man_bits", "bias", "encoding", "saturate", "flush_subnormals"}
 
 
@@ -67,10 +39,7 @@ def get(spec, known: dict | None = None):
     ``[scaled.NAME]`` of ``known``, with options (``mxfp8_e4m3``, ``nvfp4``,
     ``mxfp8_e4m3:rceil``, ``fp8_e4m3_tensor:delayed:margin=1``).
     """
-    if isinstance(spec, BinaryFormat):
-        return spec
-    from .scaled import ScaledFormat, is_scaled_name, parse   # scaled imports this module
-    if isinstance(spec, ScaledFormat):
+    if isinstance(spec, (BinaryFormat, ScaledFormat)):
         return spec
     if not isinstance(spec, str):
         raise FormatError(f"format: expected a format name or spec, got {type(spec).__name__}")
@@ -86,41 +55,17 @@ def get(spec, known: dict | None = None):
         return parse(text, known)
     if "=" in text:
         return _from_keywords(text)
-    m = _COMPACT.match(key)
-    if m:
-        return _from_compact(m, key)
+    fmt = from_compact(key)
+    if fmt is not None:
+        return fmt
     raise FormatError(f"unknown format {spec!r}{_suggest(key, known)}")
 
 
 def _suggest(key, known=None) -> str:
-    from .scaled import SCALED
     names = list(CATALOG) + list(ALIASES) + list(SCALED) + list(known or ())
     close = difflib.get_close_matches(key, names, n=4, cutoff=0.5)
     hint = f"; close: {', '.join(close)}" if close else ""
     return hint + "; or give a spec like e5m10, e4m3fn, or exp_bits=5,man_bits=2,encoding=fnuz"
-
-
-def _from_compact(m, key) -> BinaryFormat:
-    e, w, bias, enc, opts = m.groups()
-    e, w = int(e), int(w)
-    if bias is None and not opts:
-        named = f"float{1 + e + w}_{key}"
-        if named in CATALOG:
-            return CATALOG[named]
-    fmt = BinaryFormat(e, w, None if bias is None else int(bias),
-                       {None: "ieee"}.get(enc, enc),
-                       saturate="-sat" in opts, flush_subnormals="-ftz" in opts)
-    return _named_if_catalog(fmt)
-
-
-def _named_if_catalog(fmt: BinaryFormat) -> BinaryFormat:
-    """A spec equal to a catalog format gets that format's name (e5m10 is binary16)."""
-    if fmt.saturate or fmt.flush_subnormals:
-        return fmt
-    for named in CATALOG.values():
-        if named == fmt:
-            return named
-    return fmt
 
 
 def _from_keywords(text: str) -> BinaryFormat:
@@ -133,7 +78,7 @@ def _from_keywords(text: str) -> BinaryFormat:
             raise FormatError(f"format spec {text!r}: unknown key {k!r}; keys are "
                               f"{', '.join(sorted(_KEYS))}")
         fields[k] = v
-    return _named_if_catalog(from_mapping(fields, text))
+    return named_if_catalog(from_mapping(fields, text))
 
 
 def from_mapping(fields: dict, where: str, name: str | None = None) -> BinaryFormat:
@@ -231,7 +176,6 @@ def user_formats(data: dict, path) -> dict:
         base = "nvfp4"
         rule = "rceil"
     """
-    from .scaled import SCALED, ScaledFormat, from_mapping as scaled_from_mapping
     table = data.get("formats", {})
     scaled = data.get("scaled", {})
     if not isinstance(table, dict) or not isinstance(scaled, dict) or not (table or scaled):
@@ -251,5 +195,5 @@ def user_formats(data: dict, path) -> dict:
                 or name.lower() in SCALED or ":" in name:
             raise FormatError(f"formats file {path}: {name!r} is already a format name "
                               f"(or has a ':')")
-        out[name] = scaled_from_mapping(fields, name, out, path)
+        out[name] = scaled_from_mapping(fields, name, out, path, get)
     return out

@@ -1,4 +1,5 @@
-"""What a binary floating-point format is, and every constant derived from its fields.
+"""What a binary floating-point format is, every constant derived from its fields, the named
+formats (``CATALOG``) and the compact spec (``e4m3fn``) that names one.
 
 A format has a sign bit, ``exp_bits`` exponent bits and ``man_bits`` fraction bits.  A finite
 nonzero value is ``M * 2**q`` with an integer significand ``0 < M < 2**p`` (p = man_bits + 1)
@@ -14,6 +15,7 @@ Encodings (which bit patterns are special):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -195,11 +197,9 @@ class BinaryFormat:
         """The compact spec that ``formats.get`` parses back into an equal format.  The bias
         is written when the spec without it would mean another bias (``e5m2fnuz`` is
         float8_e5m2fnuz, bias 16, so bias 15 is ``e5m2b15fnuz``)."""
-        from .catalog import get      # the catalog reads specs; imported late (it imports us)
-
         enc = "" if self.encoding == "ieee" else self.encoding
         s = f"e{self.exp_bits}m{self.man_bits}{enc}"
-        if get(s) != BinaryFormat(self.exp_bits, self.man_bits, self.bias, self.encoding):
+        if from_compact(s) != BinaryFormat(self.exp_bits, self.man_bits, self.bias, self.encoding):
             s = f"e{self.exp_bits}m{self.man_bits}b{self.bias}{enc}"
         if self.saturate:
             s += "-sat"
@@ -259,3 +259,71 @@ def _as_float(value: Fraction) -> float:
         return float(value)
     except OverflowError:
         return float("inf")
+
+
+# ----- the named formats, and the compact spec that ``spec`` writes and ``from_compact`` reads --
+# Names follow ml_dtypes where a name exists (bfloat16, float8_e4m3fn, ...) and IEEE 754 for
+# the interchange formats (binary16 ...).  Note ml_dtypes' "fn" means two things: float8_e4m3fn
+# keeps one NaN pattern (encoding ``fn``) while float6/float4 "fn" have no NaN at all (encoding
+# ``finite``); the catalog records which.  They sit beside the class because a compact spec
+# names a catalog format (``e4m3fnuz`` is float8_e4m3fnuz, bias 8), so ``spec`` reads them.
+
+def _fmt(name, e, m, bias=None, encoding="ieee"):
+    return name, BinaryFormat(e, m, bias, encoding, name=name)
+
+
+CATALOG: dict[str, BinaryFormat] = dict([
+    _fmt("binary16", 5, 10),                   # max (2 - 2**-10) * 2**15 = 65504
+    _fmt("bfloat16", 8, 7),                    # binary32's exponent, 8-bit significand
+    _fmt("tf32", 8, 10),                       # 19 bits: tensor-core multiplier input
+    _fmt("binary32", 8, 23),
+    _fmt("binary64", 11, 52),
+    _fmt("binary128", 15, 112),
+    _fmt("binary256", 19, 236),
+    _fmt("float8_e5m2", 5, 2),                 # IEEE-like, has inf; max 1.75 * 2**15 = 57344
+    _fmt("float8_e4m3", 4, 3),                 # IEEE-like e4m3 (ml_dtypes); max 1.875 * 2**7 = 240
+    _fmt("float8_e3m4", 3, 4),                 # IEEE-like e3m4 (ml_dtypes); max 1.9375 * 2**3 = 15.5
+    # e4m3fn: top exponent code finite but for mantissa 111 (NaN): max 1.75 * 2**8 = 448.
+    _fmt("float8_e4m3fn", 4, 3, 7, "fn"),
+    # fnuz: bias one above IEEE, NaN = 0x80: e4m3 max 1.875 * 2**7 = 240, e5m2 1.75 * 2**15 = 57344.
+    _fmt("float8_e4m3fnuz", 4, 3, 8, "fnuz"),
+    _fmt("float8_e5m2fnuz", 5, 2, 16, "fnuz"),
+    _fmt("float8_e4m3b11fnuz", 4, 3, 11, "fnuz"),   # bias 11: max 1.875 * 2**4 = 30
+    # OCP MX: no inf, no NaN.  e2m3: max 1.875 * 2**2 = 7.5; e3m2: 1.75 * 2**4 = 28;
+    # e2m1: values 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+    _fmt("float6_e2m3fn", 2, 3, 1, "finite"),
+    _fmt("float6_e3m2fn", 3, 2, 3, "finite"),
+    _fmt("float4_e2m1fn", 2, 1, 1, "finite"),
+])
+
+_COMPACT = re.compile(r"^e(\d+)m(\d+)(?:b(-?\d+))?(fnuz|fn|finite)?((?:-sat|-ftz)*)$")
+
+
+def from_compact(key: str) -> BinaryFormat | None:
+    """The format of a compact spec in lower case (``e5m10``, ``e4m3fn``, ``e4m3b11fnuz``,
+    suffixes ``-sat`` and ``-ftz``), None when ``key`` is no compact spec.  A spec that is a
+    catalog name without its ``floatN_`` prefix is that catalog format (``e2m1fn`` is
+    float4_e2m1fn); otherwise the suffix is the encoding."""
+    m = _COMPACT.match(key)
+    if m is None:
+        return None
+    e, w, bias, enc, opts = m.groups()
+    e, w = int(e), int(w)
+    if bias is None and not opts:
+        named = f"float{1 + e + w}_{key}"
+        if named in CATALOG:
+            return CATALOG[named]
+    fmt = BinaryFormat(e, w, None if bias is None else int(bias),
+                       {None: "ieee"}.get(enc, enc),
+                       saturate="-sat" in opts, flush_subnormals="-ftz" in opts)
+    return named_if_catalog(fmt)
+
+
+def named_if_catalog(fmt: BinaryFormat) -> BinaryFormat:
+    """A spec equal to a catalog format gets that format's name (e5m10 is binary16)."""
+    if fmt.saturate or fmt.flush_subnormals:
+        return fmt
+    for named in CATALOG.values():
+        if named == fmt:
+            return named
+    return fmt

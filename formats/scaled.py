@@ -76,7 +76,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .format import BinaryFormat, FormatError
+from .format import CATALOG, BinaryFormat, FormatError
 
 RULES = ("floor", "ceil", "rceil", "even")
 ROUNDINGS = ("nearest_even", "stochastic")
@@ -420,7 +420,6 @@ def _option_text(key, value) -> str:
 # ----- the catalog ------------------------------------------------------------------------------
 
 def _catalog():
-    from .catalog import CATALOG
     e8 = E8M0
     b32 = CATALOG["binary32"]
 
@@ -503,10 +502,11 @@ _TOML_KEYS = {"base", "element", "block", "scale", "rule", "tensor_scale", "roun
               "saturate", "pow2", "amax", "margin", "scale_saturate"}
 
 
-def from_mapping(fields: dict, name: str, known: dict, path) -> ScaledFormat:
+def from_mapping(fields: dict, name: str, known: dict, path, get) -> ScaledFormat:
     """A scheme from its ``[scaled.NAME]`` table (see ``catalog.user_formats``): a ``base``
-    scheme with keys overriding it, or every key from scratch (element, block, scale)."""
-    from .catalog import get
+    scheme with keys overriding it, or every key from scratch (element, block, scale).
+    ``get`` (``catalog.get``, which reads scaled names too, so it sits above this module)
+    reads the element and scale format names."""
     where = f"formats file {path}: [scaled.{name}]"
     unknown = fields.keys() - _TOML_KEYS
     if unknown:
