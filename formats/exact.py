@@ -37,7 +37,7 @@ from .format import BinaryFormat
 from .kernel import py_stochastic_bits
 from .modes import (DOWNWARD, INEXACT, INVALID, NEAREST_AWAY, NEAREST_EVEN, ODD, OVERFLOW,
                     STOCHASTIC, TOWARD_ZERO, UNDERFLOW, UPWARD, mode_code)
-from . import codec
+from .patterns import Encoder, decode_int
 
 
 @dataclass(frozen=True)
@@ -149,14 +149,14 @@ class Rounded:
     flags: int
 
     def to_float(self) -> float:
-        return codec.decode_int(self.bits, self.fmt, float)
+        return decode_int(self.bits, self.fmt, float)
 
     def to_fraction(self) -> Fraction | None:
         """The exact value; None for inf and NaN (a zero's sign is lost)."""
-        return codec.decode_int(self.bits, self.fmt, Fraction)
+        return decode_int(self.bits, self.fmt, Fraction)
 
     def to_mpfr(self):
-        return codec.decode_int(self.bits, self.fmt, "mpfr")
+        return decode_int(self.bits, self.fmt, "mpfr")
 
 
 def round_exact(x, fmt, mode: str = "nearest_even", *, seed: int = 0, index: int = 0) -> Rounded:
@@ -168,7 +168,7 @@ def round_exact(x, fmt, mode: str = "nearest_even", *, seed: int = 0, index: int
     fmt = get(fmt)
     code = mode_code(mode)
     real = read_real(x)
-    enc = codec.Encoder(fmt)
+    enc = Encoder(fmt)
     if real.kind == "nan":
         return Rounded(fmt, enc.nan(), 0) if fmt.has_nan else Rounded(fmt, enc.zero(0), INVALID)
     if real.kind == "inf":
