@@ -8,6 +8,9 @@ Two paths, bit for bit the same:
 - the fast path (``path="fast"``, the default for float64/float32 arrays) runs compiled
   loops (formats/quantizer_fast.py) that reuse formats' scalar rounding routine.
 
+Both build on formats/blocks.py: the result ``Quantized``, the layout and the scale
+definitions.
+
 Conventions shared by both (where the sources are silent):
 
 - **Layout.** The block axes are moved last (``np.moveaxis``); a block is a run of k
@@ -34,60 +37,20 @@ Conventions shared by both (where the sources are silent):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
-from .catalog import CATALOG, get
-from .codec import Encoder
+from . import quantizer_fast
+from .blocks import (Quantized, bits_dtype, block_scale, grid_shape, layout, moved, scale_code,
+                     tensor_scale, tiles, unmove)
+from .catalog import get
 from .exact import read_real, round_exact
-from .modes import OVERFLOW
-from .scaled import E8M0_NAN, IntElement, ScaledFormat
+from .format import CATALOG
+from .scaled import IntElement, ScaledFormat
 
 _BINARY64 = CATALOG["binary64"]
 PATHS = ("auto", "fast", "exact")
-
-
-@dataclass(frozen=True, eq=False)
-class Quantized:
-    """The result of ``quantize``: ``elements`` (float64 values of the element format, x's
-    shape), ``element_bits`` (their encodings: the element format's bit patterns; MXINT8:
-    the two's-complement byte), ``scales`` (float64, one per block, x's shape with each
-    block axis divided by its block, rounded up; NaN for a NaN scale), ``scale_bits``
-    (E8M0 codes, or the scale format's patterns), ``tensor_scale`` and
-    ``tensor_scale_bits`` (two-level schemes such as NVFP4; else None) and ``axis`` (the
-    block axes, None for a per-tensor scheme)."""
-
-    scheme: ScaledFormat
-    elements: np.ndarray
-    element_bits: np.ndarray
-    scales: np.ndarray
-    scale_bits: np.ndarray
-    tensor_scale: float | None
-    tensor_scale_bits: int | None
-    axis: tuple | None
-
-    def dequantize(self) -> np.ndarray:
-        """element * scale (* tensor_scale) for every element, exact: a float64 array when
-        every product is a binary64 number (all the catalog schemes), else an object array
-        of Fractions (NaN blocks as float NaN)."""
-        full = _expand(self.scales, self.elements.shape, self.scheme, self.axis)
-        if self.scheme.products_fit_binary64:
-            out = self.elements * full
-            return out if self.tensor_scale is None else out * self.tensor_scale
-        t = Fraction(1) if self.tensor_scale is None else _fraction(self.tensor_scale)
-        out = np.empty(self.elements.shape, dtype=object)
-        for i, (e, s) in enumerate(zip(self.elements.reshape(-1).tolist(),
-                                       full.reshape(-1).tolist())):
-            ft = _fraction(s)
-            out.reshape(-1)[i] = (float("nan") if ft is None or t is None
-                                  else Fraction(e) * ft * t)
-        return out
-
-
-def _fraction(v):
-    return None if v != v else Fraction(v)
 
 
 def quantize(x, scheme, axis=-1, *, seed: int = 0, history=None, path: str = "auto"):
@@ -111,7 +74,6 @@ def quantize(x, scheme, axis=-1, *, seed: int = 0, history=None, path: str = "au
     hist = _history(fmt, history)
     fast_array = _fast_array(x)
     if path == "fast" or (path == "auto" and fast_array is not None):
-        from . import quantizer_fast
         reason = quantizer_fast.unsupported(fmt) if fast_array is not None else \
             "the input is not a float64/float32/float16 or small-integer array"
         if reason is None:
@@ -198,123 +160,7 @@ def _axes(fmt: ScaledFormat, ndim: int, axis) -> tuple | None:
     return tuple(out)
 
 
-def layout(shape: tuple, fmt: ScaledFormat, axes):
-    """(Bn, R, C, kr, kc): the moved array as Bn x R x C and its tiles kr x kc."""
-    n = int(np.prod(shape, dtype=np.int64))
-    if axes is None:
-        return 1, 1, n, 1, max(n, 1)
-    if len(axes) == 1:
-        c = shape[axes[0]]
-        return (n // c if c else 0), 1, c, 1, fmt.block[0]
-    r, c = shape[axes[0]], shape[axes[1]]
-    return (n // (r * c) if r * c else 0), r, c, fmt.block[0], fmt.block[1]
-
-
-def tiles(rows: int, cols: int, kr: int, kc: int, axes) -> tuple:
-    """Tiles along the rows and the columns (a per-tensor scheme has one, even when empty)."""
-    if axes is None:
-        return 1, 1
-    return -(-rows // kr), -(-cols // kc)
-
-
-def moved(a: np.ndarray, axes) -> np.ndarray:
-    """``a`` with the block axes moved last (a view)."""
-    if axes is None:
-        return a
-    return np.moveaxis(a, axes, tuple(range(-len(axes), 0)))
-
-
-def grid_shape(shape: tuple, fmt: ScaledFormat, axes) -> tuple:
-    """The shape of the scales in the moved layout."""
-    if axes is None:
-        return (1,) * len(shape)
-    rest = tuple(d for i, d in enumerate(shape) if i not in axes)
-    return rest + tuple(-(-shape[a] // k) for a, k in zip(axes, fmt.block))
-
-
-def unmove(a: np.ndarray, axes) -> np.ndarray:
-    """Undo ``moved`` (on an array of the moved layout's rank)."""
-    if axes is None:
-        return a
-    return np.moveaxis(a, tuple(range(-len(axes), 0)), axes)
-
-
-def _expand(scales, shape, fmt, axes) -> np.ndarray:
-    """The scale of every element, x's shape."""
-    if axes is None:
-        return np.broadcast_to(scales, shape)
-    s = moved(scales, axes)
-    ms = moved(np.empty(shape, dtype=np.uint8), axes).shape
-    for j, k in enumerate(fmt.block):
-        ax = s.ndim - len(fmt.block) + j
-        s = np.repeat(s, k, axis=ax).take(np.arange(ms[ax]), axis=ax)
-    return unmove(s, axes)
-
-
-# ----- the definitions, with rationals (the exact path; the fast path calls the per-tensor
-# scalars below too, once per tensor) --------------------------------------------------------
-
-def _floor_log2(v: Fraction) -> int:
-    n, d = v.numerator, v.denominator
-    e = n.bit_length() - d.bit_length()
-    return e if (n << -e if e < 0 else n) >= (d << e if e > 0 else d) else e - 1
-
-
-def _pow2(k: int) -> Fraction:
-    return Fraction(2) ** k
-
-
-def scale_code(fmt: ScaledFormat, value: Fraction | None) -> int:
-    """The stored pattern of a block scale (None: NaN)."""
-    if fmt.is_e8m0:
-        return E8M0_NAN if value is None else _floor_log2(value) + 127
-    if value is None:
-        return Encoder(fmt.scale).nan()
-    return round_exact(value, fmt.scale).bits
-
-
-def block_scale(fmt: ScaledFormat, a: Fraction | None) -> Fraction | None:
-    """The scale of a block with a = amax * 2**margin / tensor_scale (None: the block holds an
-    Inf or NaN, or the tensor scale is NaN): a Fraction, or None for NaN."""
-    if a is None:
-        return None
-    least, top = fmt.scale_min_exact, fmt.scale_max_exact
-    if a == 0:
-        return least
-    if fmt.rule in ("floor", "ceil"):
-        e = _floor_log2(a)
-        if fmt.rule == "ceil" and a != _pow2(e):
-            e += 1
-        value = max(_pow2(e - fmt.emax_elem), least)
-        overflow = value > top
-    else:
-        r = round_exact(a / fmt.element_max_exact, fmt.scale_grid,
-                        "upward" if fmt.rule == "rceil" else "nearest_even")
-        value = r.to_fraction()
-        overflow = bool(r.flags & OVERFLOW) or value is None or value > top
-        if not overflow and value == 0:
-            value = least
-    if overflow:
-        return top if fmt.scale_saturate else None
-    return value
-
-
-def tensor_scale(fmt: ScaledFormat, amax: Fraction | None) -> tuple:
-    """(value or None for NaN, pattern) of a two-level scheme's tensor scale: amax /
-    (scale_max * element_max) rounded to nearest even (NVFP4: amax / (448 * 6) in binary32);
-    0 becomes the format's least positive value, an overflow or a non-finite amax NaN."""
-    t = fmt.tensor_scale
-    if amax is None:
-        return None, Encoder(t).nan()
-    r = round_exact(amax / (fmt.scale_max_exact * fmt.element_max_exact), t, "nearest_even")
-    value = r.to_fraction()
-    if value is None or r.flags & OVERFLOW:
-        return None, Encoder(t).nan()
-    if value == 0:
-        value = t.min_subnormal_exact
-        return value, round_exact(value, t).bits
-    return value, r.bits
-
+# ----- the exact path: the definitions (formats/blocks.py) per element, with rationals ------
 
 def _element_exact(fmt: ScaledFormat, real, d: Fraction, seed: int, index: int):
     """(float64 value, pattern) of one element: real / d rounded into the element format."""
@@ -357,7 +203,7 @@ def _quantize_exact(obj: np.ndarray, fmt: ScaledFormat, axes, seed: int, hist) -
                 top = max(top, Fraction(r.n, r.d))
         return top
 
-    margin = _pow2(fmt.margin)
+    margin = Fraction(2) ** fmt.margin
     sg, sg_bits = Fraction(1), None
     if fmt.tensor_scale is not None:
         sg, sg_bits = tensor_scale(fmt, amax_of(reals))
@@ -398,7 +244,3 @@ def _quantize_exact(obj: np.ndarray, fmt: ScaledFormat, axes, seed: int, hist) -
         tensor_scale_bits=sg_bits, axis=axes)
 
 
-def bits_dtype(nbits: int):
-    """The smallest unsigned integer type of at least ``nbits`` bits."""
-    return next(d for d in (np.uint8, np.uint16, np.uint32, np.uint64)
-                if np.dtype(d).itemsize * 8 >= nbits)

@@ -1,10 +1,10 @@
-"""The compiled path of ``formats.quantize``: the definitions of formats/quantizer.py in numba
+"""The compiled path of ``formats.quantize``: the definitions of formats/blocks.py in numba
 loops over float64 arrays, bit for bit the same as its exact path.
 
 Per block (one parallel task per block): the amax from the magnitude bits, the scale by the
 scheme's rule, then every element.  Per-tensor quantities (a two-level scheme's tensor
 scale, a per-tensor scheme's one scale) are single scalars: computed once, exactly, by
-formats/quantizer.py's rational definitions from the compiled amax.
+formats/blocks.py's rational definitions from the compiled amax.
 
 Exact division: element * scale products are short, but V / D is not a binary64 number
 in general.  ``odd_quotient`` divides with integers and returns the binary64 round-to-odd
@@ -24,11 +24,12 @@ from fractions import Fraction
 import numba
 import numpy as np
 
-from . import quantizer as q
-from .codec import Encoder
+from .blocks import (Quantized, bits_dtype, block_scale, grid_shape, layout, moved, scale_code,
+                     tensor_scale, tiles, unmove)
 from .fast import (encode_bits, in_range_window, round_bits, round_in_range, round_params,
                    threads_for)
 from .modes import NEAREST_EVEN, OVERFLOW, STOCHASTIC, UPWARD
+from .patterns import Encoder
 from .scaled import E8M0_NAN, RULES, IntElement, ScaledFormat
 
 _FRAC = (1 << 52) - 1
@@ -348,10 +349,10 @@ def _log2(v: Fraction) -> int:
 def quantize(x: np.ndarray, fmt: ScaledFormat, axes, seed: int, hist):
     """formats.quantize on a float64 or float32 array; see formats/quantizer.py."""
     shape = x.shape
-    xm = np.ascontiguousarray(q.moved(x, axes), dtype=np.float64)
+    xm = np.ascontiguousarray(moved(x, axes), dtype=np.float64)
     xb = xm.reshape(-1).view(np.int64)
-    bn, rows, cols, kr, kc = q.layout(shape, fmt, axes)
-    ntr, ntc = q.tiles(rows, cols, kr, kc, axes)
+    bn, rows, cols, kr, kc = layout(shape, fmt, axes)
+    ntr, ntc = tiles(rows, cols, kr, kc, axes)
     n = xb.size
     iseed = seed - (1 << 64) if seed >= 1 << 63 else seed
     amax_t = False
@@ -361,9 +362,9 @@ def quantize(x: np.ndarray, fmt: ScaledFormat, axes, seed: int, hist):
             amax_t = None if special else Fraction(float(np.int64(mag).view(np.float64)))
         sg, sg_bits = Fraction(1), None
         if fmt.tensor_scale is not None:
-            sg, sg_bits = q.tensor_scale(fmt, amax_t)
+            sg, sg_bits = tensor_scale(fmt, amax_t)
         vals = np.empty(n, dtype=np.int64)             # every element is written
-        codes = np.empty(n, dtype=q.bits_dtype(fmt.element.bits))
+        codes = np.empty(n, dtype=bits_dtype(fmt.element.bits))
         nblocks = bn * ntr * ntc
         svals = np.full(nblocks, np.nan)
         scodes = np.zeros(nblocks, dtype=np.int64)        # one loop signature
@@ -373,9 +374,9 @@ def quantize(x: np.ndarray, fmt: ScaledFormat, axes, seed: int, hist):
             vals[:], codes[:] = 0, 0
         elif fmt.block is None:
             amax = hist if hist is not False else amax_t
-            s = q.block_scale(fmt, None if amax is None else
-                              amax * Fraction(2) ** fmt.margin / sg)
-            scodes[0] = q.scale_code(fmt, s)
+            s = block_scale(fmt, None if amax is None else
+                            amax * Fraction(2) ** fmt.margin / sg)
+            scodes[0] = scale_code(fmt, s)
             if s is None:
                 vals[:], codes[:] = 0, 0
             else:
@@ -388,12 +389,12 @@ def quantize(x: np.ndarray, fmt: ScaledFormat, axes, seed: int, hist):
             blocks(xb, bn, rows, cols, kr, kc, float(sg), float(fmt.scale_max_exact), ip, ep,
                    elo, ehi, iseed, vals, codes, svals, scodes)
     mshape = xm.shape
-    gshape = q.grid_shape(shape, fmt, axes)
-    return q.Quantized(
-        scheme=fmt, elements=q.unmove(vals.view(np.float64).reshape(mshape), axes),
-        element_bits=q.unmove(codes.reshape(mshape), axes),
-        scales=q.unmove(svals.reshape(gshape), axes),
-        scale_bits=q.unmove(scodes.astype(q.bits_dtype(fmt.scale_bits)).reshape(gshape), axes),
+    gshape = grid_shape(shape, fmt, axes)
+    return Quantized(
+        scheme=fmt, elements=unmove(vals.view(np.float64).reshape(mshape), axes),
+        element_bits=unmove(codes.reshape(mshape), axes),
+        scales=unmove(svals.reshape(gshape), axes),
+        scale_bits=unmove(scodes.astype(bits_dtype(fmt.scale_bits)).reshape(gshape), axes),
         tensor_scale=None if fmt.tensor_scale is None else
         (float("nan") if sg is None else float(sg)),
         tensor_scale_bits=sg_bits, axis=axes)
