@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 
+from roundoff_coverage.routes.vocabulary_computed import computed
+
 from .base import Kernel
 
 MODULES = ("elementwise", "rows", "products", "movement", "norms", "attention", "losses",
@@ -43,7 +45,7 @@ def has_entry(op) -> bool:
 
 def vocabulary() -> tuple:
     """The operator vocabulary computed from the code, every column (routes.vocabulary.Row,
-    in the order of routes.names()): routes.vocabulary.computed's cells, the CUDA column from
-    this table (``yes``: a kernel at every attribute point, ``at some attributes``, ``no``)."""
-    from roundoff_coverage.routes import vocabulary as V
-    return V.computed(has_entry)
+    in the order of routes.names()): routes.vocabulary_computed.computed's cells, the CUDA
+    column from this table (``yes``: a kernel at every attribute point, ``at some
+    attributes``, ``no``)."""
+    return computed(has_entry)

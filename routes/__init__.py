@@ -33,15 +33,15 @@ from . import apriori, families  # noqa: F401  (families registers every operato
 from . import ports
 from .artifact import graph_hash, load_graph
 from .bounds import bound_problem, check_bound, crown, domain_bound, ibp
-from .certs import Certificate, certificates
-from .codec import VERSION, attributes_text, decode, encode
+from .certs import Certificate
+from .codec import attributes_text, decode, encode
 from .errors import DecodeError, RouteError
 from .frontends.jax import from_jax
 from .frontends.torch import CaptureError, from_torch
 from .graph import Graph, Ref
 from .invoke import invoke, invoke_prepared
 from .ports import Port
-from .registry import Op, declaration, names, op
+from .registry import VERSION, Op, certificates, declaration, names, op
 from .rules import Rule
 from .session import Session
 

@@ -26,9 +26,10 @@ operator has a value input and the forward map where it has none.
 
 A declaration lists specs: the strings ``"algebraic"``, ``"derivative"``, ``"prepared"``
 (backed by the registry-wide tests), ``convention(test, statement)`` and
-``roundoff(ulps, ...)``.  Registration resolves them; ``certificates(name)`` lists them,
-as ``#op_certs`` does.  ``extend(name, specs)`` adds certificates to a registered operator:
-routes.bounds registers the ``enclosure(statement)`` certificates of its IBP arms so.  Like
+``roundoff(ulps, ...)``.  Registration resolves them; ``registry.certificates(name)`` lists them,
+as ``#op_certs`` does.  ``registry.extend_certificates(name, specs)`` adds certificates to a
+registered operator: routes.bounds registers the ``enclosure(statement)`` certificates of its
+IBP arms so.  Like
 the spec's attribute, registration refuses an input position the operator does not have
 (``inputs=(9,)`` on relu) and, for a gradient or tangent certificate, a position that is
 not a value input; it does not check that the evidence says what the kind says:
@@ -39,6 +40,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from .vocabulary import spec_row
 
 KINDS = ("algebraic", "derivative", "convention", "prepared", "roundoff", "enclosure")
 REGISTRY_TESTS = "tests/test_routes_registry.py"
@@ -178,7 +181,6 @@ def spec_certificates(name: str) -> frozenset | None:
     mode": the pullback's kinds, per input where the column says "input 2: algebraic"
     (``inputs`` None: every value input); in the parentheses after "forward mode": the
     forward mode's ("derivative; forward mode (algebraic)")."""
-    from .vocabulary import spec_row
     row = spec_row(name)
     if row is None:
         return None
@@ -241,11 +243,10 @@ def register(name: str, specs, ports=None) -> tuple:
 
 
 def extend(name: str, specs) -> tuple:
-    """Register more certificates of the registered operator ``name``, after those of its
-    declaration (routes.bounds adds the enclosure certificates of its IBP arms this way);
-    one already registered is not added again.  Returns all of ``name``'s certificates."""
-    from .registry import declaration
-    declaration(name)                     # RouteError with close matches for unknown names
+    """Register more certificates (specs, or resolved Certificates) of operator ``name``,
+    after those of its declaration; one already registered is not added again.  Returns all
+    of ``name``'s certificates.  registry.extend_certificates is the checked entry (it
+    refuses an unknown name); the registry itself adds numerics.bounding's certificate so."""
     have = _CERTS.get(name, ())
     _CERTS[name] = have + tuple(c for c in _resolve(name, specs, None) if c not in have)
     return _CERTS[name]
@@ -255,6 +256,9 @@ def _resolve(name: str, specs, ports) -> tuple:
     """The certificates ``specs`` (standard kinds or Spec values) of ``name`` resolved."""
     out = []
     for spec in specs:
+        if isinstance(spec, Certificate):
+            out.append(spec)
+            continue
         if isinstance(spec, str):
             if spec not in STANDARD:
                 raise ValueError(f"certificates: {name}: {spec!r} is not a standard kind "
@@ -282,10 +286,9 @@ def withdraw(name: str) -> None:
     _CERTS.pop(name, None)
 
 
-def certificates(name: str) -> tuple:
-    """The certificates registered for operator ``name`` (empty when none)."""
-    from .registry import declaration
-    declaration(name)                     # RouteError with close matches for unknown names
+def registered(name: str) -> tuple:
+    """The certificates registered for ``name`` (empty when none; registry.certificates is
+    the entry that refuses an unknown operator name)."""
     return _CERTS.get(name, ())
 
 

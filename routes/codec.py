@@ -17,10 +17,11 @@ also needs the revision of this package that evaluated it.
 
 from __future__ import annotations
 
-from .errors import DecodeError, RouteError
-from .registry import Attrs, Op, close_matches, declaration
+import json
 
-VERSION = 1
+from .errors import DecodeError, RouteError
+from .registry import VERSION, Attrs, Op, close_matches, declaration
+
 _KEYS = ("version", "tag", "fields")
 
 
@@ -28,7 +29,6 @@ def attributes_text(attrs) -> str:
     """An operator's attributes as one text, ``axis=1,shape=[2,3]``: each attribute's name and
     the JSON of the value the wire codec writes for it (``attrs``: an Op, or the attributes
     as JSON data -- a results row's ``attrs``), in the order given."""
-    import json
     if isinstance(attrs, Op):
         names = [at.name for at in attrs.decl.attributes]
         attrs = {n: f[1] for n, f in zip(names, attrs.record()["fields"])}

@@ -2,7 +2,7 @@
 operator instance (a declaration and its attributes).
 
 Public: ``define`` (used by routes/families), ``names()``, ``op(name, **attributes)``,
-``declaration(name)``, ``Op`` (``check``, ``rule``, ``inputs``/``outputs`` ports computed
+``declaration(name)``, ``certificates(name)`` (routes.certs), ``Op`` (``check``, ``rule``, ``inputs``/``outputs`` ports computed
 from the attributes, ``samples``, ``record``; equality and hashing through the record).
 
 Function signatures a declaration supplies (``xp`` the backend, ``a`` the attributes,
@@ -60,10 +60,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
+from roundoff_coverage.numerics.bounding import BoundingBackend
+
 from . import certs, samples
 from .attributes import Attr
 from .errors import RouteError
 from .ports import Port
+from .rules import Rule
+from .vocabulary import VOCABULARY
 
 FAMILIES = ("elementwise", "transcendental", "rounding", "extrema", "activation", "logic",
             "integer", "scan_order", "indexing", "movement", "reduction", "product",
@@ -76,6 +80,8 @@ DERIVED_KINDS = ("magnitudes",)
 # Attrs is a Mapping: ``a.keys`` would read the method, not an attribute called "keys"; and
 # ``op(name, **attributes)`` takes the operator's name first.
 RESERVED_ATTRIBUTES = {"keys", "values", "items", "get", "replace", "name"}
+# The wire record's format version (``Op.record``; routes.codec reads records).
+VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -185,7 +191,6 @@ def _example_inputs(decl) -> list:
 def names() -> tuple[str, ...]:
     """Every registered operator name in the spec's order (shared/spec/operators.tsv, family
     by family); operators outside the spec (scratch ones in tests) last."""
-    from .vocabulary import VOCABULARY
     order = {row[1]: i for i, row in enumerate(VOCABULARY)}
     return tuple(sorted(_TABLE, key=lambda n: order.get(n, len(order))))
 
@@ -365,7 +370,6 @@ class Op:
         need = self.need
         if need is not None and need not in backend.capabilities:
             return None
-        from .rules import Rule
         return Rule(self, backend)
 
     def samples(self, rng, fmt=None, kind: str = "ordinary") -> tuple:
@@ -394,7 +398,6 @@ class Op:
 
     def record(self) -> dict:
         """The wire record (routes.encode): version, tag, typed fields in order."""
-        from .codec import VERSION
         return {"version": VERSION, "tag": self.name,
                 "fields": [at.to_field(self.attrs[at.name]) for at in self.decl.attributes]}
 
@@ -430,12 +433,25 @@ def _add_enclosure_bound(name):
     """Append the numerics.bounding certificate when the declaration's rule runs there: its
     capability need (at every example, for needs that depend on the attributes) is one the
     bounding backend supplies."""
-    from roundoff_coverage.numerics.bounding import BoundingBackend
     decl = _TABLE[name]
     needs = {op(name, **dict(attrs)).need for attrs in decl.examples.values()} \
         if callable(decl.needs) else {decl.needs}
     if all(n is None or n in BoundingBackend.capabilities for n in needs):
-        certs._CERTS[name] = certs._CERTS[name] + (certs.enclosure_bound(name, decl.needs),)
+        certs.extend(name, (certs.enclosure_bound(name, decl.needs),))
+
+
+def certificates(name: str) -> tuple:
+    """The certificates registered for operator ``name`` (routes.certs; empty when none)."""
+    declaration(name)                     # RouteError with close matches for unknown names
+    return certs.registered(name)
+
+
+def extend_certificates(name: str, specs) -> tuple:
+    """Register more certificates (routes.certs specs) of the registered operator ``name``
+    after those of its declaration (routes.bounds adds the enclosure certificates of its IBP
+    arms this way); one already registered is not added again.  Returns all of them."""
+    declaration(name)                     # RouteError with close matches for unknown names
+    return certs.extend(name, specs)
 
 
 def withdraw(name: str) -> None:

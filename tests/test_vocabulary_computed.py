@@ -1,6 +1,6 @@
 """The vocabulary computed from the code against the spec's table.
 
-kernels.table.vocabulary() computes every cell from the code (routes.vocabulary: the
+kernels.table.vocabulary() computes every cell from the code (routes.vocabulary_computed: the
 declarations' needs, no_rule, ports and forward mode, the registered certificates, the bound
 arms; the CUDA column from the kernel table).  Here it meets shared/spec/operators.tsv: every
 cell is the spec's except the intended differences listed below as data, each with its
@@ -20,6 +20,7 @@ from roundoff_coverage import routes
 from roundoff_coverage.kernels.table import vocabulary
 from roundoff_coverage.routes import ports as P
 from roundoff_coverage.routes import vocabulary as V
+from roundoff_coverage.routes import vocabulary_computed as VC
 from roundoff_coverage.routes.attributes import choice, flag, shape
 from roundoff_coverage.routes.certs import convention
 from roundoff_coverage.routes.registry import define, withdraw
@@ -253,14 +254,14 @@ def test_cells_of_a_scratch_operator_follow_its_declaration():
            certificates=(convention(f"{__name__}::scratch", "a tie", inputs=(1,)),),
            notes=("scratch",))
     try:
-        row = V.computed_row("scratchVocabulary", lambda o: o.attrs.mode == "plain")
+        row = VC.computed_row("scratchVocabulary", lambda o: o.attrs.mode == "plain")
         assert row == V.Row("elementwise", "scratchVocabulary",
                             "Erf at some attributes; no rule at some attributes",
                             "at some attributes",
                             "input 0: no certificate; input 1: convention; "
                             "forward mode at some attributes", "none")
-        assert V.cuda_cell(V.attribute_points("scratchVocabulary"), lambda o: True) == "yes"
-        assert V.cuda_cell(V.attribute_points("scratchVocabulary"), lambda o: False) == "no"
+        assert VC.cuda_cell(VC.attribute_points("scratchVocabulary"), lambda o: True) == "yes"
+        assert VC.cuda_cell(VC.attribute_points("scratchVocabulary"), lambda o: False) == "no"
     finally:
         withdraw("scratchVocabulary")
 
@@ -268,7 +269,7 @@ def test_cells_of_a_scratch_operator_follow_its_declaration():
 def test_points_pin_the_element_at_the_model_scalar():
     """add has word and Boolean elements (no gradient, no kernel there), but its cells are
     read with the element at the model's scalar: every point has element scalar."""
-    points = V.attribute_points("add")
+    points = VC.attribute_points("add")
     assert points[0] == routes.op("add")
     assert {o.attrs.element for o in points} == {"scalar"}
     assert {o.attrs.shape for o in points} >= {(3,), (2, 3), (0,)}
@@ -278,13 +279,13 @@ def test_bounds_cell_lists_the_registered_arms_in_the_spec_order(monkeypatch):
     """An arm registered in ARMS shows in the Bounds cell, in the order checker, IBP, CROWN,
     then "; enclosure" where an enclosure certificate is registered (relu's); an operator
     without either keeps "none"."""
-    monkeypatch.setitem(V.ARMS, "checker", lambda name: False)
-    monkeypatch.setitem(V.ARMS, "CROWN", lambda name: name == "relu")
-    monkeypatch.setitem(V.ARMS, "IBP", lambda name: name in ("relu", "exp"))
-    assert V.computed_row("relu", lambda o: True).bound_propagations == \
+    monkeypatch.setitem(VC.ARMS, "checker", lambda name: False)
+    monkeypatch.setitem(VC.ARMS, "CROWN", lambda name: name == "relu")
+    monkeypatch.setitem(VC.ARMS, "IBP", lambda name: name in ("relu", "exp"))
+    assert VC.computed_row("relu", lambda o: True).bound_propagations == \
         "IBP, CROWN; enclosure"
-    assert V.computed_row("exp", lambda o: True).bound_propagations == "IBP"
-    assert V.computed_row("tan", lambda o: True).bound_propagations == "none"
+    assert VC.computed_row("exp", lambda o: True).bound_propagations == "IBP"
+    assert VC.computed_row("tan", lambda o: True).bound_propagations == "none"
 
 
 def _none(o) -> bool:
@@ -294,10 +295,10 @@ def _none(o) -> bool:
 def test_forward_mode_follows_the_rule():
     """decodeIndex: no rule at a zero bound, so a forward mode at some attributes only;
     scatter: no forward mode at modes max and min (no_jvp)."""
-    assert "no rule at some attributes" in V.computed_row("decodeIndex", _none).rule_needs
-    assert V.computed_row("decodeIndex", _none).gradient_certificates == \
+    assert "no rule at some attributes" in VC.computed_row("decodeIndex", _none).rule_needs
+    assert VC.computed_row("decodeIndex", _none).gradient_certificates == \
         "no value input; forward mode at some attributes"
-    assert V.computed_row("scatter", _none).gradient_certificates.endswith(
+    assert VC.computed_row("scatter", _none).gradient_certificates.endswith(
         "forward mode at some attributes")
-    assert V.computed_row("linear", _none).gradient_certificates == \
+    assert VC.computed_row("linear", _none).gradient_certificates == \
         "inputs 0 and 1: no certificate; input 2: algebraic; forward mode"

@@ -18,14 +18,15 @@ the certificate checker, each with arms keyed by the spec's operator names.
 
 Boxes: one float64 array per port for each end (routes.bounds.boxes), the exact array as
 both ends at an index, bool or integer port.  Importing the package registers the
-``enclosure`` certificates of ``ENCLOSURES`` (routes.certs.extend), backed by
-tests/test_routes_ibp.py.  ``has_arm(propagation, name)`` is what routes.vocabulary's
+``enclosure`` certificates of ``ENCLOSURES`` (registry.extend_certificates), backed by
+tests/test_routes_ibp.py.  ``has_arm(propagation, name)`` is what routes.vocabulary_computed's
 Bounds column reads.
 """
 
 from __future__ import annotations
 
 from .. import certs
+from ..registry import extend_certificates
 from .checker import CHECKER, bound_problem, check_bound
 from .crown import CROWN_ARMS, ENDS, crown
 from .domain import DomainBound, domain_bound
@@ -44,7 +45,7 @@ def has_arm(propagation: str, name: str) -> bool:
 
 
 for _name in ENCLOSURES:
-    certs.extend(_name, (certs.enclosure(
+    extend_certificates(_name, (certs.enclosure(
         "the IBP arm's boxes enclose the real forward value at every input of the input "
         "boxes, outward rounded in binary64 (routes.bounds)"),))
 
