@@ -36,6 +36,7 @@ import numpy as np
 from roundoff_coverage.numerics.backend import BINARY, TERNARY, UNARY
 
 from .errors import RouteError
+from .registry import Op
 
 WORD = 1 << 64                       # UInt64.size: the unsigned addressing's range
 INDEX_OPS = ("add", "sub", "mul", "div", "mod")
@@ -231,7 +232,6 @@ def bind(op, program: Program, pullback=None):
     (``pullback(xp, xs, y, g) -> gradient per input``; None: a backward pass is refused) as
     its pullback policy.  The result is an operator (same record, ports and checks) whose
     ``rule(backend)`` runs them."""
-    from .registry import Op
     if op.name != "custom":
         raise RouteError(f"custom: bind takes a custom operator (got {op.name})")
     if not isinstance(program, Program):

@@ -23,7 +23,7 @@ from ..certs import convention, roundoff
 from ..ports import detached, value
 from ..registry import Float64, define
 from ..rules import zero_tangents
-from ..samples import Domain, uniform
+from ..samples import Domain, into, uniform
 
 CUSTOM_TESTS = "tests/test_routes_custom.py"
 
@@ -52,7 +52,6 @@ def _custom_ports(a):
 
 
 def _custom_samples(rng, fmt, op):
-    from ..samples import into
     return tuple(into(rng.uniform(-4, 4, p.shape), fmt) for p in op.inputs)
 
 
