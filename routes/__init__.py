@@ -12,7 +12,7 @@ Public names (shared/ARCHITECTURE.md):
 - ``Graph`` (straight-line IR, tape, forward-mode sweep; usable as a route);
 - ``encode(op) -> dict``, ``decode(record) -> Op``;
 - ``graph.save(path)``, ``load_graph(path) -> Graph``, ``graph_hash(path or graph)``
-  (routes.artifact: a graph as a JSON artifact, its sha256);
+  (routes.artifact, routes.artifact_load: a graph as a JSON artifact, its sha256);
 - ``certificates(name)``; ``ports`` (``value``, ``frozen``, ...);
 - ``from_torch(model, args) -> Graph`` (routes.frontends.torch; torch is imported when it
   runs, never by importing routes), ``CaptureError``;
@@ -31,7 +31,7 @@ Public names (shared/ARCHITECTURE.md):
 
 from . import apriori, families  # noqa: F401  (families registers every operator)
 from . import ports
-from .artifact import graph_hash, load_graph
+from .artifact_load import graph_hash, load_graph
 from .bounds import bound_problem, check_bound, crown, domain_bound, ibp
 from .certs import Certificate
 from .codec import attributes_text, decode, encode

@@ -1,5 +1,6 @@
-"""Graph artifacts: ``graph.save(path)`` writes a Graph as one JSON document,
-``load_graph(path)`` reads it back, ``graph_hash(path or graph)`` names it.
+"""Graph artifacts: ``graph.save(path)`` writes a Graph as one JSON document (this module);
+``load_graph(path)`` reads it back and ``graph_hash(path or graph)`` names it
+(routes/artifact_load.py, above routes.graph, whose Graph it builds).
 
 The document (schema ``roundoff-coverage-graph/1``) is an object with exactly these keys:
 
@@ -27,38 +28,25 @@ Written canonically (keys sorted, no spaces, ASCII, one final newline), so a gra
 loaded and saved again gives the same bytes, and ``graph_hash`` (sha256 of that canonical
 text) names what a results file measured.  The document records the operators, not the
 revision of this package that evaluates them (routes.codec).
-
-Loading decodes every node and re-applies it (``Graph.apply`` checks the attributes and each
-argument's port); every refusal is one RouteError line naming the place: ``load_graph: node
-3 'relu_1' (relu): argument x expects value[3] but input 0 is index<5>[2]``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 
 import numpy as np
 
 from roundoff_coverage import formats
 
-from .codec import decode, encode
-from .errors import RouteError
-from .graph import CONSTANT, INPUT, Graph, Ref
-from .ports import KINDS, Port
+from .codec import encode
+from .ports import Port
 
 SCHEMA, VERSION = "roundoff-coverage-graph", 1
 SCHEMA_ID = f"{SCHEMA}/{VERSION}"
 KEYS = ("schema", "source", "inputs", "constants", "nodes", "outputs", "example_inputs")
 
 # numpy's IEEE dtypes by their IEEE names; ml_dtypes floats keep theirs (the catalog's).
-_IEEE = {"float16": "binary16", "float32": "binary32", "float64": "binary64"}
-_DTYPES = {v: k for k, v in _IEEE.items()}
-
-
-class _Bad(Exception):
-    """A malformed part of the document (wrapped into RouteError with its place)."""
+IEEE = {"float16": "binary16", "float32": "binary32", "float64": "binary64"}
 
 
 # ----- writing ----------------------------------------------------------------------------------
@@ -73,9 +61,9 @@ def port_record(port: Port) -> dict:
     return rec
 
 
-def _format_of(dtype):
+def format_of(dtype):
     """The catalog format whose words are ``dtype``'s bit patterns, or None."""
-    name = _IEEE.get(dtype.name, dtype.name)
+    name = IEEE.get(dtype.name, dtype.name)
     if name not in formats.CATALOG or formats.CATALOG[name].bits != 8 * dtype.itemsize:
         return None
     return formats.CATALOG[name]
@@ -90,7 +78,7 @@ def array_record(array, where: str) -> dict:
         return {"dtype": "bool", "shape": shape, "values": [bool(v) for v in flat]}
     if a.dtype.kind in "iu":
         return {"dtype": a.dtype.name, "shape": shape, "values": [int(v) for v in flat]}
-    fmt = _format_of(a.dtype)
+    fmt = format_of(a.dtype)
     if fmt is None:
         raise ValueError(f"graph.save: {where}: a {a.dtype} array has no named format (float64, "
                          f"float32, float16, ml_dtypes floats, integers and Booleans are "
@@ -101,15 +89,7 @@ def array_record(array, where: str) -> dict:
             "words": [format(int(b), f"0{digits}x") for b in bits]}
 
 
-def _ref_record(ref: Ref) -> list:
-    if ref.node == INPUT:
-        return ["input", ref.index]
-    if ref.node == CONSTANT:
-        return ["constant", ref.index]
-    return ["node", ref.node, ref.index]
-
-
-def to_document(graph: Graph) -> dict:
+def to_document(graph) -> dict:
     """The graph as the JSON document of the module docstring."""
     names = graph.constant_names
     examples = graph.example_inputs
@@ -122,9 +102,9 @@ def to_document(graph: Graph) -> dict:
                        "array": array_record(c, f"constant {i} {n!r}")}
                       for i, (c, p, n) in enumerate(zip(graph.constants,
                                                         graph.constant_ports, names))],
-        "nodes": [{"op": encode(node.op), "args": [_ref_record(r) for r in node.args],
+        "nodes": [{"op": encode(node.op), "args": [r.record() for r in node.args],
                    "name": node.name, "module": node.module} for node in graph.nodes],
-        "outputs": [_ref_record(r) for r in graph.output_refs],
+        "outputs": [r.record() for r in graph.output_refs],
         "example_inputs": None if examples is None else
         [array_record(x, f"example input {i}") for i, x in enumerate(examples)],
     }
@@ -139,330 +119,8 @@ def canonical(document) -> str:
         raise ValueError(f"graph.save: the document is not JSON data ({exc})") from None
 
 
-def save(graph: Graph, path) -> None:
+def save(graph, path) -> None:
     """Write ``graph`` to ``path`` as its canonical JSON document and a newline."""
     text = canonical(to_document(graph)) + "\n"
     with open(path, "w", encoding="ascii") as f:
         f.write(text)
-
-
-def graph_hash(source) -> str:
-    """The sha256 (hex) of the canonical JSON of a Graph, or of the document at a path (read
-    and re-written canonically, so indentation does not change it)."""
-    if isinstance(source, Graph):
-        text = canonical(to_document(source))
-    else:
-        document = _read(source)
-        try:
-            _schema(document)
-        except RouteError as exc:
-            raise RouteError(f"{source}: {str(exc).removeprefix('load_graph: ')}") from None
-        text = canonical(document)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
-
-
-# ----- reading: the parts -----------------------------------------------------------------------
-def _object(v, where, required, optional=()) -> dict:
-    if not isinstance(v, dict):
-        raise _Bad(f"{where} must be an object (got {type(v).__name__})")
-    missing = [k for k in required if k not in v]
-    if missing:
-        raise _Bad(f"{where} misses key {missing[0]!r}")
-    extra = sorted(k for k in v if k not in required and k not in optional)
-    if extra:
-        raise _Bad(f"{where} has unknown key {extra[0]!r} (keys: "
-                   f"{', '.join(tuple(required) + tuple(optional))})")
-    return v
-
-
-def _list(v, where) -> list:
-    if not isinstance(v, list):
-        raise _Bad(f"{where} must be a list (got {type(v).__name__})")
-    return v
-
-
-def _int(v, where, lo=0) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise _Bad(f"{where} must be an integer >= {lo} (got {v!r})")
-    return v
-
-
-def _str(v, where) -> str:
-    if not isinstance(v, str):
-        raise _Bad(f"{where} must be a string (got {v!r})")
-    return v
-
-
-def _shape(v, where) -> tuple:
-    return tuple(_int(n, f"{where} entry {i}") for i, n in enumerate(_list(v, where)))
-
-
-def read_port(rec, where: str) -> Port:
-    """The Port a port record names (_Bad on a malformed one)."""
-    kind = _object(rec, f"{where} port", ("kind", "shape"),
-                   ("bounds", "signed", "width")).get("kind")
-    if kind not in KINDS:
-        raise _Bad(f"{where} port: kind must be one of {', '.join(KINDS)} (got {kind!r})")
-    bounds = rec.get("bounds")
-    if bounds is not None:
-        bounds = _shape(bounds, f"{where} port bounds")
-    signed = rec.get("signed")
-    if signed is not None and not isinstance(signed, bool):
-        raise _Bad(f"{where} port: signed must be true or false (got {signed!r})")
-    width = rec.get("width")
-    if width is not None:
-        width = _int(width, f"{where} port width", 1)
-    try:
-        return Port(kind, _shape(rec["shape"], f"{where} port shape"), bounds, signed, width)
-    except ValueError as exc:
-        raise _Bad(f"{where} {exc}") from None
-
-
-def read_array(rec, where: str) -> np.ndarray:
-    """The array an array record names (_Bad on a malformed one)."""
-    if isinstance(rec, dict) and "format" in rec:
-        _object(rec, where, ("format", "shape", "words"))
-        shape, items = _shape(rec["shape"], f"{where} shape"), _list(rec["words"], where)
-    else:
-        _object(rec, where, ("dtype", "shape", "values"))
-        shape, items = _shape(rec["shape"], f"{where} shape"), _list(rec["values"], where)
-    if len(items) != int(np.prod(shape, dtype=np.int64)):
-        raise _Bad(f"{where}: {len(items)} elements for shape {list(shape)} "
-                   f"({int(np.prod(shape, dtype=np.int64))} expected)")
-    if "format" in rec:
-        return _words(rec["format"], items, where).reshape(shape)
-    dtype = rec["dtype"]
-    if dtype == "bool":
-        if not all(isinstance(v, bool) for v in items):
-            raise _Bad(f"{where}: a bool array holds true and false only")
-        return np.array(items, dtype=bool).reshape(shape)
-    if not isinstance(dtype, str) or not re.fullmatch(r"u?int(8|16|32|64)", dtype):
-        raise _Bad(f"{where}: dtype must be bool or a numpy integer type (got {dtype!r})")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
-        raise _Bad(f"{where}: an {dtype} array holds integers only")
-    info = np.iinfo(dtype)
-    out = [v for v in items if not info.min <= v <= info.max]
-    if out:
-        raise _Bad(f"{where}: {out[0]} does not fit {dtype}")
-    return np.array(items, dtype=dtype).reshape(shape)
-
-
-def _words(name, words, where) -> np.ndarray:
-    """Bit patterns of the catalog format ``name`` as an array of its dtype."""
-    fmt = formats.CATALOG.get(name) if isinstance(name, str) else None
-    dtype = None
-    if fmt is not None:
-        import ml_dtypes
-        dtype = np.dtype(_DTYPES.get(name) or getattr(ml_dtypes, name, "O"))
-    if dtype is None or _format_of(dtype) is not fmt:
-        raise _Bad(f"{where}: format must be a catalog format with an array type of its width "
-                   f"(binary64, binary32, binary16, bfloat16, float8_e4m3fn...) (got {name!r})")
-    digits = fmt.bits // 4
-    pattern = re.compile(f"[0-9a-f]{{{digits}}}")
-    bad = next((w for w in words if not isinstance(w, str) or not pattern.fullmatch(w)), None)
-    if bad is not None:
-        raise _Bad(f"{where}: a {name} word is {digits} lower-case hex digits (got {bad!r})")
-    return np.array([int(w, 16) for w in words],
-                    dtype=np.dtype(f"u{dtype.itemsize}")).view(dtype)
-
-
-def _ref(rec, graph: Graph, before: int, where: str, scope: str = "the nodes before it") -> Ref:
-    """The Ref a REF record names; only nodes below ``before`` (``scope`` in words) count."""
-    rec = _list(rec, where)
-    kind = rec[0] if rec else None
-    if kind not in ("input", "constant", "node") or len(rec) != (3 if kind == "node" else 2):
-        raise _Bad(f"{where} must be [\"input\", i], [\"constant\", i] or [\"node\", k, j] "
-                   f"(got {rec!r})")
-    if kind == "node":
-        k, j = _int(rec[1], f"{where} node"), _int(rec[2], f"{where} output")
-        if k >= before:
-            held = f"0 to {before - 1}" if before else "none"
-            raise _Bad(f"{where} refers to node {k}, not one of {scope} ({held})")
-        outs = len(graph.nodes[k].op.outputs)
-        if j >= outs:
-            raise _Bad(f"{where} refers to output {j} of node {k}, which has {outs}")
-        return Ref(k, j)
-    i = _int(rec[1], f"{where} index")
-    held = graph.inputs if kind == "input" else graph.constants
-    if i >= len(held):
-        raise _Bad(f"{where} refers to {kind} {i}, but the graph has {len(held)} {kind}s")
-    return Ref(INPUT if kind == "input" else CONSTANT, i)
-
-
-def _node(graph: Graph, k: int, rec) -> None:
-    """Decode node ``k`` and apply it to ``graph`` (RouteError naming the node)."""
-    where, op = f"node {k}", None
-    try:
-        rec = _object(rec, "the record", ("op", "args", "name", "module"))
-        name, module = _str(rec["name"], "name"), _str(rec["module"], "module")
-        where = f"node {k} {name!r}" if name else where
-        op = decode(rec["op"])
-        where = f"{where} ({op.name})"
-        args = [_ref(r, graph, k, f"argument {i}")
-                for i, r in enumerate(_list(rec["args"], "args"))]
-        graph.apply(op, *args, name=name, module=module)
-    except (_Bad, RouteError) as exc:
-        message = str(exc)
-        prefix = f"graph node {k} ({op.name}): " if op is not None else None
-        if prefix and message.startswith(prefix):
-            message = message[len(prefix):]              # Graph.apply's own node prefix
-        raise RouteError(f"load_graph: {where}: {message}") from None
-
-
-def _schema(document) -> None:
-    """Refuse a document that is not an object of this schema and version."""
-    if not isinstance(document, dict):
-        raise RouteError(f"load_graph: the document must be a JSON object (got "
-                         f"{type(document).__name__})")
-    schema = document.get("schema")
-    name, _, version = schema.partition("/") if isinstance(schema, str) else (None, "", "")
-    if name != SCHEMA or not version.isdigit() or int(version) < 1:
-        raise RouteError(f"load_graph: unknown schema {schema!r} (this reader reads "
-                         f"{SCHEMA_ID})")
-    if int(version) > VERSION:
-        raise RouteError(f"load_graph: schema {schema} is newer than this reader's "
-                         f"{SCHEMA_ID}")
-
-
-def _wrap(fn, *args):
-    """``fn(*args)``, a malformed part refused as a RouteError."""
-    try:
-        return fn(*args)
-    except _Bad as exc:
-        raise RouteError(f"load_graph: {exc}") from None
-
-
-def from_document(document) -> Graph:
-    """The Graph a document (module docstring) describes; RouteError (one line naming the
-    place) for anything malformed, a reference to a later node or a port mismatch."""
-    _schema(document)
-    _wrap(_object, document, "the document", KEYS)
-    source = document["source"]
-    if not isinstance(source, dict):
-        raise RouteError(f"load_graph: source must be an object (got {type(source).__name__})")
-    inputs = {}
-    for i, rec in enumerate(_wrap(_list, document["inputs"], "inputs")):
-        rec = _wrap(_object, rec, f"input {i}", ("name", "port"))
-        name = _wrap(_str, rec["name"], f"input {i} name")
-        if name in inputs:
-            raise RouteError(f"load_graph: input {i}: duplicate name {name!r}")
-        inputs[name] = _wrap(read_port, rec["port"], f"input {i} {name!r}")
-    graph = Graph(**inputs)
-    graph.source = dict(source)
-    for i, rec in enumerate(_wrap(_list, document["constants"], "constants")):
-        _constant(graph, i, rec)
-    for k, rec in enumerate(_wrap(_list, document["nodes"], "nodes")):
-        _node(graph, k, rec)
-    outs = _wrap(_list, document["outputs"], "outputs")
-    graph.output(*(_wrap(_ref, r, graph, len(graph.nodes), f"output {i}", "the graph's nodes")
-                   for i, r in enumerate(outs)))
-    graph.example_inputs = _examples(graph, document["example_inputs"])
-    return graph
-
-
-def _constant(graph: Graph, i: int, rec) -> None:
-    rec = _wrap(_object, rec, f"constant {i}", ("name", "port", "array"))
-    name = _wrap(_str, rec["name"], f"constant {i} name")
-    where = f"constant {i} {name!r}" if name else f"constant {i}"
-    port = _wrap(read_port, rec["port"], where)
-    array = _wrap(read_array, rec["array"], f"{where} array")
-    bad = port.mismatch(array)
-    if bad:
-        raise RouteError(f"load_graph: {where}: expects {port} ({bad})")
-    graph.constant(array, port, name=name)
-
-
-def _examples(graph: Graph, recs):
-    if recs is None:
-        return None
-    recs = _wrap(_list, recs, "example_inputs")
-    if len(recs) != len(graph.inputs):
-        raise RouteError(f"load_graph: example_inputs: {len(recs)} arrays for "
-                         f"{len(graph.inputs)} inputs")
-    out = []
-    for i, (name, port, rec) in enumerate(zip(graph.input_names, graph.inputs, recs)):
-        where = f"example input {i} {name!r}"
-        array = _wrap(read_array, rec, where)
-        bad = port.mismatch(array)
-        if bad:
-            raise RouteError(f"load_graph: {where}: expects {port} ({bad})")
-        out.append(array)
-    return tuple(out)
-
-
-# No count, index, bound or integer word of a document has more digits (uint64: 20).
-MAX_DIGITS = 40
-
-
-class _Literal:
-    """What the parser holds in place of a number no document has (an integer of more than
-    MAX_DIGITS digits, NaN, Infinity): refused with its place once the document is read."""
-
-    def __init__(self, what):
-        self.what = what
-
-
-def _parse_int(text):
-    digits = len(text.lstrip("-"))
-    if digits > MAX_DIGITS:            # int() of 5000 digits raises Python's own ValueError
-        return _Literal(f"an integer of {digits} digits (a graph artifact's have at most "
-                        f"{MAX_DIGITS})")
-    return int(text)
-
-
-def _parse_constant(text):
-    return _Literal(f"{text} is not a JSON number (a graph artifact writes floats as bit "
-                    f"words)")
-
-
-def _literal_at(document):
-    """(place, what) of the first _Literal in ``document`` (``nodes[0].args[1]``), or None;
-    iterative: a document nests as deep as the parser allowed."""
-    stack = [("", document)]
-    while stack:
-        place, v = stack.pop()
-        if isinstance(v, _Literal):
-            return place or "the document", v.what
-        if isinstance(v, dict):
-            stack += [(f"{place}.{k}" if place else str(k), x) for k, x in reversed(v.items())]
-        elif isinstance(v, list):
-            stack += [(f"{place}[{i}]", x) for i, x in reversed(list(enumerate(v)))]
-    return None
-
-
-def _read(path):
-    """The JSON document at ``path``: UTF-8 (a byte-order mark allowed: editors on Windows
-    write one), nothing but JSON data -- never a module name imported, a pickle or text
-    evaluated.  RouteError ``FILE: what is wrong`` (with the place where there is one)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise RouteError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise RouteError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
-                         f"{exc.start}): a graph artifact is JSON (graph.save)") from None
-    try:
-        document = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
-    except json.JSONDecodeError as exc:
-        raise RouteError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column "
-                         f"{exc.colno})") from None
-    except RecursionError:
-        raise RouteError(f"{path}: nested too deeply for a graph artifact") from None
-    bad = _literal_at(document)
-    if bad is not None:
-        raise RouteError(f"{path}: {bad[0]}: {bad[1]}")
-    return document
-
-
-def load_graph(path) -> Graph:
-    """The Graph saved at ``path`` (``graph.save``), every node decoded and its ports
-    checked; RouteError, one line ``FILE: PLACE: what is wrong``, when it is refused."""
-    document = _read(path)
-    try:
-        return from_document(document)
-    except RouteError as exc:
-        message = str(exc)
-        raise RouteError(f"{path}: {message.removeprefix('load_graph: ')}") from None

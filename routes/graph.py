@@ -23,8 +23,8 @@ source's node names and module paths); ``node_names`` and ``node_modules`` list 
 by node (``node<k>`` and ``""`` where none was given).  ``example_inputs`` is None, or the
 example arrays a frontend captured, one per input in order.  ``source`` is a dict of JSON
 data on what built the graph (``{}`` by hand; from_torch: frontend, module, class, torch
-version).  ``g.save(path)`` writes the graph as a JSON artifact and ``routes.load_graph(path)``
-reads it back (routes.artifact).
+version).  ``g.save(path)`` writes the graph as a JSON artifact (routes.artifact) and
+``routes.load_graph(path)`` reads it back (routes.artifact_load).
 
 Gradients flow only into value ports: a frozen or detached port reads its source without
 sending it a contribution.
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import artifact
 from .errors import RouteError
 from .invoke import checked_rule, invoke_prepared, rule_for
 from .ports import Port, boolean, frozen
@@ -64,6 +65,15 @@ class Ref:
         if self.node == CONSTANT:
             return f"constant {self.index}"
         return f"node {self.node} output {self.index}"
+
+    def record(self) -> list:
+        """The graph artifact's REF (routes.artifact): ``["input", i]``, ``["constant", i]``
+        or ``["node", k, j]``."""
+        if self.node == INPUT:
+            return ["input", self.index]
+        if self.node == CONSTANT:
+            return ["constant", self.index]
+        return ["node", self.node, self.index]
 
 
 @dataclass(frozen=True)
@@ -196,8 +206,7 @@ class Graph:
 
     def save(self, path) -> None:
         """Write the graph to ``path`` as a JSON artifact (routes.artifact.save)."""
-        from .artifact import save
-        save(self, path)
+        artifact.save(self, path)
 
     def rule(self, backend):
         """The graph as a route under ``backend``; None when some node has no rule there."""

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats, numerics, routes
-from roundoff_coverage.routes import artifact
+from roundoff_coverage.routes import artifact, artifact_load
 from roundoff_coverage.routes import ports as P
 from conftest import one_error, run_cli
 
@@ -140,7 +140,7 @@ def test_float_words_are_the_format_encoding_and_decode_to_the_same_array(fmt, d
     assert rec["format"] == fmt and rec["shape"] == [2, 2]
     want = formats.encode(a.astype(np.float64), fmt).reshape(-1)
     assert [int(w, 16) for w in rec["words"]] == [int(b) for b in want]
-    back = artifact.read_array(json.loads(json.dumps(rec)), "test")
+    back = artifact_load.read_array(json.loads(json.dumps(rec)), "test")
     assert back.dtype == a.dtype and _bits(back) == _bits(a)
 
 
@@ -148,7 +148,7 @@ def test_a_nan_payload_and_sign_come_back_bit_for_bit():
     a = np.array([0xFFF0000000000123, 0x7FF8000000000001], dtype=np.uint64).view(np.float64)
     rec = artifact.array_record(a, "test")
     assert rec["words"] == ["fff0000000000123", "7ff8000000000001"]
-    assert _bits(artifact.read_array(rec, "test")) == _bits(a)
+    assert _bits(artifact_load.read_array(rec, "test")) == _bits(a)
 
 
 def test_graph_hash_is_the_sha256_of_the_canonical_document(tmp_path):
