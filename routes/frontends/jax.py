@@ -56,7 +56,7 @@ from .. import words as W
 from ..errors import RouteError
 from ..graph import Graph, Ref
 from ..registry import op as make_op
-from .jaxpr import RELU, TABLE
+from .jaxpr import RELU, TABLE, Const, Int
 from .torch import CaptureError, ref_element
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "checkpoint", "remat", "custom_jvp_call",
@@ -105,29 +105,6 @@ def _relu_body(jaxpr) -> bool:
     lits = [v for v in eqn.invars if type(v).__name__ == "Literal"]
     return (len(lits) == 1 and np.all(np.asarray(lits[0].val) == 0) and
             jaxpr.invars[0] in eqn.invars and list(jaxpr.outvars) == list(eqn.outvars))
-
-
-class Const:
-    """An array the import holds as a constant (a literal, a const, a folded equation) at
-    jax's dtype; ``name`` labels its graph constant."""
-
-    def __init__(self, array, name=""):
-        self.array, self.name = np.asarray(array), name
-        self.refs = {}                         # port -> Ref, once materialized
-
-
-@dataclasses.dataclass(frozen=True)
-class Int:
-    """Integer indices: ``ref`` the graph value (an index port; an integer input's word port
-    while its bound is unknown), ``shape`` jax's shape of them (the port's with unit axes
-    added or removed), ``dtype`` jax's dtype; ``input`` and ``example`` for an integer
-    input."""
-
-    ref: Ref
-    shape: tuple
-    dtype: object
-    input: str = ""
-    example: object = None
 
 
 @dataclasses.dataclass(frozen=True)

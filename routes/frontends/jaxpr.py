@@ -42,12 +42,39 @@ the table's clamp sends the whole cotangent there (inclusive bounds, as PyTorch)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
 import numpy as np
 
+from ..graph import Ref
+
 TABLE: dict[str, Callable] = {}
+
+
+# ----- the operands an entry receives besides a Ref ----------------------------------------------
+class Const:
+    """An array the import holds as a constant (a literal, a const, a folded equation) at
+    jax's dtype; ``name`` labels its graph constant."""
+
+    def __init__(self, array, name=""):
+        self.array, self.name = np.asarray(array), name
+        self.refs = {}                         # port -> Ref, once materialized
+
+
+@dataclasses.dataclass(frozen=True)
+class Int:
+    """Integer indices: ``ref`` the graph value (an index port; an integer input's word port
+    while its bound is unknown), ``shape`` jax's shape of them (the port's with unit axes
+    added or removed), ``dtype`` jax's dtype; ``input`` and ``example`` for an integer
+    input."""
+
+    ref: Ref
+    shape: tuple
+    dtype: object
+    input: str = ""
+    example: object = None
 
 
 def _entry(*names, integers=False, lazy=False):
@@ -98,11 +125,11 @@ def _permuted(cx, x, perm):
 
 
 def _is_int(v) -> bool:
-    return type(v).__name__ == "Int"
+    return isinstance(v, Int)
 
 
 def _is_const(v) -> bool:
-    return type(v).__name__ == "Const"
+    return isinstance(v, Const)
 
 
 # ----- elementwise ------------------------------------------------------------------------------
@@ -195,7 +222,6 @@ def _integer_pow(cx, x):
 
 
 def _const(cx, value):
-    from .jax import Const
     return Const(np.asarray(value, dtype=np.float64), f"{cx.label}.number")
 
 
@@ -230,7 +256,6 @@ def _compare(op_name):
             if answer is None:
                 return cx.missing("comparisons of indices other than with 0 are not "
                                   "translated")
-            from .jax import Const
             return Const(np.full(s, answer), f"{cx.label}.test")
         if cx.in_dtype(0).kind in "iu":
             cx.refuse("comparisons of integers are not translated")
@@ -592,7 +617,6 @@ def _conv(cx, x, w):
                      before=(0, 0) + tuple(lo - s for (lo, _), s in zip(pads, sym)),
                      after=(0, 0) + tuple(hi - s for (_, hi), s in zip(pads, sym)))
     ws = cx.shape(w)
-    from .jax import Const
     bias = Const(np.zeros(ws[0]), f"{cx.label}.bias")
     y = cx.apply("conv", x, w, bias, shape=cx.shape(x), out_channels=ws[0], kernel=ws[2:],
                  stride=tuple(p["window_strides"]), padding=sym,
