@@ -1,7 +1,7 @@
-"""The torch table's structured operators (kernels/torch_calls.py holds the table, its
-records and the elementwise families): scans and orderings, indexing, data movement,
+"""The torch table's structured operators (kernels/torch_calls.py describes the table,
+kernels/torch_table.py holds its records): scans and orderings, indexing, data movement,
 reductions and products, convolution and pooling, normalization, softmax and attention,
-losses.  Imported by kernels/torch_calls.py, which it registers into."""
+losses.  Imported by kernels/torch_calls.py, after the elementwise entries."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .torch_calls import (DIFFERS, Convention, add_exact, as_number, fraction_of, object_array,
+from .torch_table import (DIFFERS, Convention, add_exact, as_number, fraction_of, object_array,
                           register, scaled_exact)
 
 # ----- scans and orderings ---------------------------------------------------------------------
