@@ -24,6 +24,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 from roundoff_coverage import formats
+from roundoff_coverage import routes
 
 from .contract import Contract
 from .errors import KernelError
@@ -117,7 +118,6 @@ class Kernel:
 
     def at_size(self, size: int):
         """The instance measured at about ``size`` elements (gpu_check)."""
-        from roundoff_coverage import routes
         if self.sized is not None:
             return self.sized(size)
         if self.kind == "elementwise":

@@ -60,6 +60,7 @@ from roundoff_coverage import formats
 from roundoff_coverage.numerics import primitives as P
 from roundoff_coverage.numerics.primitives import named
 
+from . import trace
 from .errors import KernelError
 from .primitives import emulation_range_ok
 
@@ -137,14 +138,12 @@ class Contract:
         listed = self.forward if route == "forward" else self.gradient
         if listed != TRACED:
             return listed
-        from . import trace
         return trace.primitives(self.op, route, self.accepts)
 
     def rounds_once(self) -> bool:
         """Whether the forward route rounds at most once per element (listed, or traced)."""
         if self.single is not None:
             return self.single
-        from . import trace
         return trace.rounds_once(self.op, self.accepts)
 
     def claim(self, route: str, fmt, mode: str = "nearest_even") -> Claim:

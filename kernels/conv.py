@@ -44,6 +44,7 @@ import math
 import numpy as np
 from numba import cuda
 
+from roundoff_coverage import routes
 from roundoff_coverage.routes.families.conv_pool import inverse, windows
 from roundoff_coverage.routes.families.pool import pool_divisors, pool_extents
 
@@ -536,7 +537,6 @@ def launch_smooth(o, xs, cotangents, route, ctx):
 
 def _conv_sized(size):
     """gpu_check's conv: 8 channels of 64, a batch of size / 512, kernel 3, padding 1."""
-    from roundoff_coverage import routes
     return routes.op("conv", shape=(max(1, size // 512), 8, 64), out_channels=8, kernel=(3,),
                      padding=(1,))
 

@@ -29,6 +29,9 @@ import time
 
 import numpy as np
 
+from roundoff_coverage import formats, kernels, numerics
+from roundoff_coverage.numerics import metrics
+
 DEFAULT_FORMATS = ("binary32", "binary64", "bfloat16", "binary16", "float8_e4m3fn")
 SCHEMA = "roundoff-coverage/kernels-gpu-check/1"
 
@@ -52,7 +55,6 @@ def parse(argv=None) -> argparse.Namespace:
         raise SystemExit(f"kernels.gpu_check: --size must be >= 1 (got {args.size})")
     if args.seed < 0:
         raise SystemExit(f"kernels.gpu_check: --seed must be >= 0 (got {args.seed})")
-    from roundoff_coverage import formats
     names = [f.strip() for f in args.formats.split(",") if f.strip()]
     if not names:
         raise SystemExit("kernels.gpu_check: --formats names no format")
@@ -70,7 +72,6 @@ def instance(name: str, size: int):
     kernel's own (Kernel.at_size: rows of 64 for reduce, mean, softmax and the
     normalizations, (n x 64) (64 x n) products, ``size`` elements for the elementwise kernels,
     the operator's default instance for the others, drawn repeatedly, see ``draws``)."""
-    from roundoff_coverage import kernels
     return kernels.of_op(name).at_size(size)
 
 
@@ -83,11 +84,6 @@ def draws(o, size: int) -> int:
 
 def measure(name, fmt, route, size, rng) -> dict:
     """One results row: kernel ``name``, route, format (nearest even)."""
-    from roundoff_coverage import numerics
-    from roundoff_coverage.numerics import metrics
-
-    from roundoff_coverage import formats
-    from roundoff_coverage import kernels
     o = instance(name, size)
     k = kernels.of_op(o)
     claim = k.claim(route, fmt)
@@ -136,7 +132,6 @@ def measure(name, fmt, route, size, rng) -> dict:
 
 def main(argv=None) -> int:
     args = parse(argv)
-    from roundoff_coverage import kernels
     try:
         dev = kernels.device()
     except kernels.KernelError as exc:

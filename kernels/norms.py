@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from roundoff_coverage import routes
 from roundoff_coverage.routes.families.reduction import from_last, to_last
 
 from .base import Instance, Kernel, flat
@@ -251,7 +252,6 @@ def launch_running(o, xs, cotangents, route, ctx):
 
 def _op(name, **attrs):
     """gpu_check's instance (Kernel.sized): rows of 64 elements."""
-    from roundoff_coverage import routes
     return routes.op(name, **attrs)
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from roundoff_coverage import routes
 from roundoff_coverage.routes.families.reduction import to_last
 
 from .base import FEW, Instance, Kernel, flat, special_values
@@ -196,13 +197,11 @@ def launch_linear(o, xs, cotangents, route, ctx):
 
 def _square(name, size):
     """(n x 64) @ (64 x n), n = size / 64 between 2 and 64 (gpu_check's instance)."""
-    from roundoff_coverage import routes
     n = min(64, max(2, size // 64))
     return routes.op(name, x_shape=(n, 64), y_shape=(64, n))
 
 
 def _linear_sized(size):
-    from roundoff_coverage import routes
     return routes.op("linear", batch=(max(1, size // 64),), in_features=64, out_features=64)
 
 

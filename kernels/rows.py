@@ -36,6 +36,7 @@ import numpy as np
 # per-thread fake inside kernels (a local import would not be swapped).
 from numba import cuda
 
+from roundoff_coverage import routes
 from roundoff_coverage.routes.families.reduction import from_last, kept_shape, spread, to_last
 
 from .base import FEW, Instance, Kernel, fixed, flat, special_values
@@ -308,7 +309,6 @@ def _rows(size):
 
 
 def _op(name, **attrs):
-    from roundoff_coverage import routes
     return routes.op(name, **attrs)
 
 
