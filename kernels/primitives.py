@@ -40,6 +40,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import cuda
+from numba.cuda import libdevice as ld
 
 from roundoff_coverage import formats
 from roundoff_coverage.formats.fast import round_params
@@ -79,7 +81,6 @@ def build(flavour: str, simulated: bool) -> dict:
 
 
 def _build(flavour, simulated):
-    from numba import cuda
     dev = cuda.jit(device=True)
     f64 = _binary64_ops(simulated, dev)
     if flavour == "binary64":
@@ -134,7 +135,6 @@ def _binary64_ops(simulated, dev):
         def fsqrt(a):
             return np.sqrt(np.float32(a))
     else:
-        from numba.cuda import libdevice as ld
         f2b, b2f = ld.double_as_longlong, ld.longlong_as_double
         add, mul, div, sqrt = ld.dadd_rn, ld.dmul_rn, ld.ddiv_rn, ld.dsqrt_rn
         # libdevice has no dsub_rn: IEEE 754 defines x - y as x + (-y), signed zeros

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import os
 
+from numba import cuda
+from numba.core import config
+
 from .errors import KernelError
 
 SIMULATOR = "simulator"
@@ -24,7 +27,6 @@ _HOW = ("set NUMBA_ENABLE_CUDASIM=1 in the environment before Python starts to r
 def simulated() -> bool:
     """Whether numba runs CUDA kernels in its simulator in this process; KernelError when the
     environment asks for the simulator but numba was imported without it."""
-    from numba.core import config
     wanted = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
     if config.ENABLE_CUDASIM:
         return True
@@ -40,7 +42,6 @@ def device() -> str:
     simulator."""
     if simulated():
         return SIMULATOR
-    from numba import cuda
     try:
         available = cuda.is_available()
     except Exception:                                     # noqa: BLE001 (a broken driver)

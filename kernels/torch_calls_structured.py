@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import mpmath
 import numpy as np
 
 from .torch_table import (DIFFERS, Convention, add_exact, as_number, fraction_of, object_array,
@@ -397,7 +398,6 @@ def _bce_grad(t, a, xs, vs):
     (the rule differentiates the clamped logs); its gradient at target is
     g (log(1 - x) - log(x)) with unclamped logs (+-inf at 0 and 1), where the rule clamps
     them at -100 (x or 1 - x below e^-100; the logs evaluated at 256 bits)."""
-    import mpmath
     x, tg = (np.asarray(v, np.float64) for v in xs)
     xq, near = _bce_near(x)
     clamped = np.asarray([isinstance(v, Fraction) and 0 <= v <= 1 and

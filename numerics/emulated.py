@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+import gmpy2
 import numba
 import numpy as np
 
@@ -441,7 +442,6 @@ class EmulatedBackend(Backend):
         return v, flags
 
     def _exact_wide(self, name, arrays, with_flags):
-        import gmpy2
         a = np.broadcast_arrays(*[np.asarray(x, dtype=object) for x in arrays])
         fn = {
             "negative": lambda x: -x, "abs": abs,

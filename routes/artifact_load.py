@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 
+import ml_dtypes
 import numpy as np
 
 from roundoff_coverage import formats
@@ -135,7 +136,6 @@ def _words(name, words, where) -> np.ndarray:
     fmt = formats.CATALOG.get(name) if isinstance(name, str) else None
     dtype = None
     if fmt is not None:
-        import ml_dtypes
         dtype = np.dtype(_DTYPES.get(name) or getattr(ml_dtypes, name, "O"))
     if dtype is None or format_of(dtype) is not fmt:
         raise _Bad(f"{where}: format must be a catalog format with an array type of its width "

@@ -122,7 +122,7 @@ def from_jax(fn, args, kwargs=None) -> Graph:
     """The Graph of registered operators computing ``fn(*args, **kwargs)`` (module
     docstring): inputs the leaves of the arguments named by their paths, ``example_inputs``
     set.  CaptureError (one line) for what is not translated."""
-    import jax
+    import jax                          # jax is an optional extra
     args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
     kwargs = dict(kwargs or {})
     try:
@@ -184,7 +184,7 @@ def _input_names(fn, paths) -> list:
 def _source(eqn) -> str:
     """``file.py:line`` of the innermost frame outside jax that made the equation."""
     try:
-        from jax._src import source_info_util
+        from jax._src import source_info_util       # jax is an optional extra
         frame = source_info_util.user_frame(eqn.source_info.traceback)
     except Exception:                           # noqa: BLE001 (a private API of jax)
         frame = None

@@ -63,6 +63,7 @@ import dataclasses
 import operator
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -126,7 +127,7 @@ def from_torch(model, args, kwargs=None, *, dropout_seed: int = 0) -> Graph:
     docstring): inputs the tensor arguments, the parameters, then the dropout masks of a
     model in training mode (examples drawn with ``dropout_seed``); ``example_inputs`` set.
     CaptureError (one line) for what is not translated."""
-    import torch
+    import torch                        # torch is an optional extra
     from torch.utils import _pytree as pytree
     args = tuple(args)
     kwargs = dict(kwargs or {})
@@ -147,9 +148,7 @@ def exported(model, args, kwargs=None):
     table translates (the default decompositions but those of TABLE's operators): the
     program from_torch reads, and the one a node-by-node torch run interprets, so that its
     node names are the graph's.  CaptureError (one line) when export fails."""
-    import warnings
-
-    import torch
+    import torch                        # torch is an optional extra
     with warnings.catch_warnings():
         # torch 2.13's export deep-copies its pytree specs through a deprecated LeafSpec
         # check of its own: a FutureWarning about torch's code, not the user's.
@@ -597,7 +596,7 @@ class _Capture:
 def _array(tensor) -> np.ndarray:
     """A tensor as numpy: float64 for floating tensors (exact widening), bool for Booleans,
     int64 for integer tensors."""
-    import torch
+    import torch                        # torch is an optional extra
     tensor = tensor.detach().cpu()
     if tensor.is_floating_point():
         return tensor.to(torch.float64).numpy().copy()
