@@ -171,7 +171,7 @@ def _element(vb, d, b, eb, pow2, p, qmin, emax, mtop, params, lo, hi, shift, bia
 
 @numba.njit(cache=True)
 def _block_scale(mag, special, ip, smax):
-    """The scale of a block whose amax has magnitude bits ``mag`` (formats/quantizer.py
+    """The scale of a block whose amax has magnitude bits ``mag`` (formats/blocks.py
     block_scale): a binary64 value, NaN for a NaN scale."""
     rule, emax_elem, kmin, kmax, ssat = ip[0], ip[1], ip[2], ip[3], ip[4]
     if special:
