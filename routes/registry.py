@@ -2,8 +2,9 @@
 operator instance (a declaration and its attributes).
 
 Public: ``define`` (used by routes/families), ``names()``, ``op(name, **attributes)``,
-``declaration(name)``, ``certificates(name)`` (routes.certs), ``Op`` (``check``, ``rule``, ``inputs``/``outputs`` ports computed
-from the attributes, ``samples``, ``record``; equality and hashing through the record).
+``declaration(name)``, ``certificates(name)`` (routes.certs), ``Op`` (``check``, ``rule``,
+``inputs``/``outputs`` ports computed from the attributes, ``samples``, ``record``; equality
+and hashing through the record).
 
 Function signatures a declaration supplies (``xp`` the backend, ``a`` the attributes,
 ``xs`` the inputs in port order, ``ys`` the forward outputs, one tuple entry per port):
