@@ -29,6 +29,14 @@ from roundoff_coverage.numerics.native import resolve as native_dtype
 
 from . import executors
 
+# The torch dtype (its name in the torch module) of each catalog format torch computes in,
+# for torch targets here and the torch implementation (engine/implementations/torch.py);
+# the float8 formats only as the result of a conversion (torch has no arithmetic in them).
+DTYPES = {"bfloat16": "bfloat16", "binary16": "float16", "binary32": "float32",
+          "binary64": "float64"}
+FLOAT8 = {"float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+          "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
+
 # numpy spellings of the reference functions.
 ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
            "arccosh": "acosh", "arctanh": "atanh", "arctan2": "atan2", "power": "pow",
@@ -322,8 +330,7 @@ def _torch(spec, fmt, reference, arity):
     if not callable(fn):
         raise MeasureError(f"{spec} is not a torch function")
     name = next((n for n, f in formats.CATALOG.items() if f == fmt), "")
-    tdtype = {"binary16": torch.float16, "bfloat16": torch.bfloat16, "binary32": torch.float32,
-              "binary64": torch.float64}.get(name)
+    tdtype = getattr(torch, DTYPES[name]) if name in DTYPES else None
     if tdtype is None:
         raise MeasureError(f"{spec}: torch has no dtype for {fmt.label}")
 

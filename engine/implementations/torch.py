@@ -77,16 +77,13 @@ from roundoff_coverage.routes.graph import INPUT, Ref, Trace
 from .. import rows as R
 from ..draws import run_routes
 from ..measuring import METRIC_FIELDS, measure_port, per_sample, worst_case
+from ..targets import DTYPES, FLOAT8, importable
 from ..task import one_line, route_ports
 from .base import Implementation
 
 INSTALL = "torch is not installed (pip install roundoff-coverage[torch])"
 POLICY_LABEL = "torch"
 # torch's floating dtypes by catalog format name; float8 types serve conversions only.
-DTYPES = {"bfloat16": "bfloat16", "binary16": "float16", "binary32": "float32",
-          "binary64": "float64"}
-FLOAT8 = {"float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
-          "float8_e4m3fnuz": "float8_e4m3fnuz", "float8_e5m2fnuz": "float8_e5m2fnuz"}
 # The row fields a measurement fills (reset before a convention's measurement).
 _METRICS = METRIC_FIELDS                 # reset before a row is measured again
 # Messages of torch calls that a dtype is not supported (the zero probe).
@@ -573,8 +570,6 @@ def _model_traces(compiled, target, graph, config, xs, cots, want_grad) -> list:
     node values (eager only), the whole model's outputs, and the gradients of its inputs
     (``cotangents`` at input Refs) when ``want_grad``."""
     torch = torch_module()
-
-    from ..targets import importable
     model, args = importable(target)()
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"the factory's model is a {type(model).__name__}, not a torch "
