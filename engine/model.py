@@ -95,16 +95,19 @@ import numpy as np
 
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.resolve import agree
-from roundoff_coverage.routes.graph import INPUT, GraphRule, Ref
+from roundoff_coverage.routes.graph import GraphRule, Ref, Trace
 from roundoff_coverage.routes.invoke import checked_rule, invoke_prepared
 
+from . import implementations as registry
 from . import reference
 from . import rows as row_fields
+from .executors import one_line
 from .measuring import measure_port
+from .model_recipe import RecipeRun
+from .model_scaled import Scaled
+from .samples import ModelError, in_format, is_float_port, tangent_directions
+from .sites import LOCAL, PROPAGATED, ROUTES, rounder_of, sites, value_at
 
-ROUTES = ("forward", "tangent", "gradient")
-LOCAL, PROPAGATED = "local", "propagated"
-SPREAD = 0.1                       # draws around the example: x + SPREAD * std(x) * N(0, 1)
 # The exact run settles by the reference policy (engine/reference.py: format precision + 64
 # bits, doubled at most twice); rows whose values still moved at the last doubling say so
 # in ``reason``.
@@ -114,10 +117,6 @@ TOP = 10                           # nodes listed per route in the summary
 NAN_IN_BOTH = "nan_in_both"
 
 
-class ModelError(ValueError):
-    """Bad input to a model run (one-line message)."""
-
-
 @dataclass(frozen=True)
 class Config:
     """One unit of a model run: a format, a rounding mode and a policy."""
@@ -125,147 +124,6 @@ class Config:
     format: str
     mode: str
     policy: str
-
-
-# ----- inputs ----------------------------------------------------------------------------------
-
-def is_float_port(port) -> bool:
-    return port.kind in ("value", "frozen")
-
-
-def sample_inputs(graph, samples: int, seed: int, given: dict | None = None) -> list:
-    """Per sample, one array per graph input (float64 for float ports, not yet rounded):
-    ``given`` {input name: array, or a stack of arrays with one more leading axis} replaces
-    those inputs (its stack size is the sample count); the rest are the example inputs
-    (sample 0) and draws around them."""
-    names, ports = graph.input_names, graph.inputs
-    example = graph.example_inputs
-    given = dict(given or {})
-    unknown = sorted(set(given) - set(names))
-    if unknown:
-        raise ModelError(f"--inputs: no graph input {unknown[0]!r} (inputs: "
-                         f"{', '.join(names)})")
-    stacks = {}
-    for name, port in zip(names, ports):
-        if name not in given:
-            continue
-        a = np.asarray(given[name])
-        if a.shape == tuple(port.shape):
-            a = a[None]
-        if a.shape[1:] != tuple(port.shape):
-            raise ModelError(f"--inputs: {name} has shape {list(a.shape)}; the graph expects "
-                             f"{list(port.shape)} (or a stack of them)")
-        stacks[name] = a
-    sizes = {a.shape[0] for a in stacks.values()}
-    if len(sizes) > 1:
-        raise ModelError(f"--inputs: the stacks have different sample counts "
-                         f"({', '.join(str(s) for s in sorted(sizes))}); give one count")
-    if example is None and len(stacks) < len(names):
-        missing = [n for n in names if n not in stacks]
-        raise ModelError(f"the graph has no example inputs: give {missing[0]} (and every "
-                         f"input) with --inputs")
-    count = sizes.pop() if sizes else samples
-    rng = np.random.default_rng([seed, 0x6D6F64656C])
-    out = []
-    for s in range(count):
-        xs = []
-        for i, (name, port) in enumerate(zip(names, ports)):
-            if name in stacks:
-                xs.append(_typed(stacks[name][s], port))
-                continue
-            x = _typed(np.asarray(example[i]), port)
-            if s > 0 and port.kind == "value" and x.size:
-                scale = float(np.std(x)) or float(np.max(np.abs(x))) or 1.0
-                x = x + SPREAD * scale * rng.standard_normal(x.shape)
-            xs.append(x)
-        out.append(xs)
-    return out
-
-
-def _typed(a, port):
-    return np.asarray(a, dtype=np.float64) if is_float_port(port) else np.asarray(a)
-
-
-def in_format(graph, fmt):
-    """A copy of ``graph`` whose float constants are rounded once (nearest even) into fmt."""
-    import copy
-    g = copy.copy(graph)
-    g.constants = [formats.round_to(np.asarray(c, dtype=np.float64), fmt)
-                   if is_float_port(p) else c
-                   for c, p in zip(graph.constants, graph.constant_ports)]
-    return g
-
-
-def tangent_directions(graph, fmt, xs, seed, s):
-    """(cotangents per output, tangents per input) of sample ``s``, rounded into fmt."""
-    rng = np.random.default_rng([seed, s, 0x636F74])
-    cots = []
-    for port in graph.outputs:
-        if port.kind != "value":
-            cots.append(None)
-        elif tuple(port.shape) == ():
-            cots.append(np.float64(1.0))
-        else:
-            cots.append(formats.round_to(rng.standard_normal(port.shape), fmt))
-    tans = [formats.round_to(rng.standard_normal(np.shape(x)), fmt) if p.kind == "value"
-            else None for x, p in zip(xs, graph.inputs)]
-    return cots, tans
-
-
-# ----- what is measured ------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Site:
-    """One measured quantity: ``route``, ``node`` (index, or -1 for the whole model),
-    ``port`` (an output name; an argument name for gradients), and where its values are in
-    a trace: ``where`` ("values", "tangents", "cotangents" or "contributions") and ``ref``
-    (a Ref, or (node, argument index) for contributions)."""
-
-    route: str
-    node: int
-    port: str
-    where: str
-    ref: object
-
-
-def sites(graph, routes) -> list:
-    """Every quantity a model run measures, node by node in execution order, the whole
-    model's outputs and input gradients first.  On the gradient route a node has the
-    cotangent its output receives (port ``d<output>``, the sum of its consumers'
-    contributions: propagated only) and its pullback's output for each argument."""
-    out = []
-    for j, (ref, port) in enumerate(zip(graph.output_refs, graph.outputs)):
-        if port.kind != "value":
-            continue
-        name = graph.output_names[j]
-        if "forward" in routes:
-            out.append(Site("forward", -1, name, "values", ref))
-        if "tangent" in routes:
-            out.append(Site("tangent", -1, name, "tangents", ref))
-    if "gradient" in routes:
-        for i, (name, port) in enumerate(zip(graph.input_names, graph.inputs)):
-            if port.kind == "value":
-                out.append(Site("gradient", -1, name, "cotangents", Ref(INPUT, i)))
-    for k, node in enumerate(graph.nodes):
-        op = node.op
-        for j, (name, port) in enumerate(zip(op.output_names, op.outputs)):
-            if port.kind != "value":
-                continue
-            if "forward" in routes:
-                out.append(Site("forward", k, name, "values", Ref(k, j)))
-            if "tangent" in routes:
-                out.append(Site("tangent", k, name, "tangents", Ref(k, j)))
-            if "gradient" in routes:          # the cotangent the node's output receives
-                out.append(Site("gradient", k, f"d{name}", "cotangents", Ref(k, j)))
-        if "gradient" in routes:
-            for i, (name, port) in enumerate(zip(op.input_names, op.inputs)):
-                if port.kind == "value":
-                    out.append(Site("gradient", k, name, "contributions", (k, i)))
-    return out
-
-
-def _get(trace, site):
-    return getattr(trace, site.where).get(site.ref)
 
 
 # ----- one configuration -------------------------------------------------------------------------
@@ -354,25 +212,13 @@ def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan):
             if s in kept:
                 before[s] = kept[s]
             kept[s] = tr
-            out.append(tuple(_get(tr, site) for site in what))
+            out.append(tuple(value_at(tr, site) for site in what))
         return out
     settled = reference.settle(fn, len(xs), fmt, graph=True)
     moving = {s: {site for site in what
-                  if not agree(_get(before[s], site), _get(kept[s], site), fmt)}
+                  if not agree(value_at(before[s], site), value_at(kept[s], site), fmt)}
               for s, ok in enumerate(settled.settled) if not ok and s in before}
     return [kept[s] for s in range(len(xs))], settled.precs, moving
-
-
-def rounder_of(fmt):
-    ref = numerics.reference(reference.start(fmt))
-
-    def rnd(v):
-        """An exact value rounded to nearest into fmt (float64); others unchanged."""
-        if v is None:
-            return None
-        a = np.asarray(v)
-        return ref.cast(a, fmt) if a.dtype == object else a
-    return rnd
 
 
 def _rounded(g, fmt, tr, want_grad, want_tan) -> list:
@@ -397,7 +243,6 @@ def _local(g, bk, reads, post=None, override=None, pre=None):
     contributions and tangents (the sweeps' keys); a node that fails there is left out.
     ``post``, ``pre`` and ``override`` (its results read back into ``bk``) as in
     GraphRule.trace."""
-    from roundoff_coverage.routes.graph import Trace
     out = Trace(values={})
 
     def hooked(hook, kind, k, values):
@@ -488,7 +333,7 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
                            attribution=attribution, ref_prec=prec)
     comps, exacts, where = [], [], []
     for s, (tr, ex) in enumerate(zip(traces, exact)):
-        c, e = _get(tr, site), _get(ex, site)
+        c, e = value_at(tr, site), value_at(ex, site)
         if e is None:
             continue
         if c is None:
@@ -521,7 +366,7 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
     keep = ~both
     ulp = measure_port(row, comp[keep], ex[keep], fmt, None) if scaled is None else \
         scaled.measure(g, row, site, attribution, comp, ex,
-                       [_get(exact[s], site) for s in where], where, keep)
+                       [value_at(exact[s], site) for s in where], where, keep)
     if both.any():
         _unmeasured_nan(row, int(both.sum()))
     if ulp is not None:
@@ -553,7 +398,6 @@ def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, targ
     """The rows of the implementations beside emulated (engine/implementations/, their
     graph seam): the whole model's outputs and gradients, and every node value they expose,
     against the same exact traces; one no_rule row for an implementation that cannot run."""
-    from . import implementations as registry
     out = []
     for impl in implementations:
         cls = registry.named(impl)
@@ -564,7 +408,6 @@ def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, targ
                 traces = cls.graph_traces(target, g, config, xs, [c for c, _ in dirs],
                                           "gradient" in routes)
             except Exception as exc:                        # noqa: BLE001 (data)
-                from .executors import one_line
                 why = f"{impl} failed: {one_line(exc)}"
         if traces is None:
             out.append(row_fields.empty(op="model", route="forward", port="*",
@@ -647,7 +490,7 @@ def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
     acc = {}
     for site in whole:
         for tr, ex in zip(traces, exact64):
-            c, e = _get(tr, site), ex.get(site)
+            c, e = value_at(tr, site), ex.get(site)
             if c is None or e is None:
                 continue
             shape = np.shape(c)
@@ -668,8 +511,8 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None,
     if not whole:
         return []
     ref = numerics.reference(64)
-    exact64 = [{s: ref.to_float64(np.asarray(_get(tr, s), dtype=object)).reshape(-1)
-                for s in whole if _get(tr, s) is not None} for tr in exact]
+    exact64 = [{s: ref.to_float64(np.asarray(value_at(tr, s), dtype=object)).reshape(-1)
+                for s in whole if value_at(tr, s) is not None} for tr in exact]
     before = _errors(g, fmt, emulated, exact64, whole, scaled)
     wide = numerics.emulated(KEEP_FORMAT, config.mode, config.policy, seed=emu.seed)
     groups = [(g.node_names[k], g.node_modules[k], (k,)) for k, n in enumerate(g.nodes)
@@ -709,11 +552,6 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None,
 
 # ----- scaled formats ----------------------------------------------------------------------------
 
-# An exact sum of binary32 values (2**-149 .. 2**128: 24 + 277 bits) with room for 2**19
-# terms: a local cotangent read summing the quantized contributions of several consumers.
-EXACT_SUM_PREC = 320
-B64 = formats.get("binary64")
-
 
 def check(config, fmt=None) -> None:
     """ModelError (one line) when a model run cannot measure ``config``: an element format
@@ -735,12 +573,9 @@ def check(config, fmt=None) -> None:
 
 def _recipe(fmt, config, seed):
     """The RecipeRun of a recipe policy on a scaled format (engine/model_recipe.py)."""
-    from .model_recipe import RecipeRun
     return RecipeRun(fmt, config, seed)
 
 
 def _scaled(fmt, config, seed):
-    """The Scaled of a scaled format (engine/model_scaled.py, imported here: it builds on
-    this module)."""
-    from .model_scaled import Scaled
+    """The Scaled of a scaled format (engine/model_scaled.py)."""
     return Scaled(fmt, config, seed)

@@ -24,7 +24,7 @@ from roundoff_coverage import formats, numerics
 
 from .draws import BlockCounts, axis_text, quantize_port, scale_axis
 from .measuring import recipe_unit
-from .model import ModelError
+from .samples import ModelError
 from .model_scaled import refuse
 from .task import FP8_ELEMENTS, quantized_port, with_element
 

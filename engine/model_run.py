@@ -31,7 +31,9 @@ from roundoff_coverage import routes
 
 from . import budget, model, orchestrate, reference, results
 from .executors import one_line
-from .model import ROUTES, Config, ModelError
+from .model import Config
+from .samples import ModelError, sample_inputs
+from .sites import ROUTES
 from .plan import Outcome
 from .rows import empty
 from .targets import MeasureError, importable
@@ -199,7 +201,7 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
 
     graph = routes.load_graph(artifact)
     given = read_inputs(inputs) if inputs else None
-    xs = model.sample_inputs(graph, samples, seed, given)
+    xs = sample_inputs(graph, samples, seed, given)
     try:
         got, summary, phases = model.measure(graph, Config(fmt, mode, policy), xs, seed,
                                              tuple(routes_), tuple(others), target, scheme)

@@ -14,8 +14,8 @@ from roundoff_coverage.routes.graph import CONSTANT, INPUT, Ref
 
 from .draws import BlockCounts, axis_text, element_scales, quantize_port, scale_axis
 from .measuring import measure_scaled_port, scaled_errors
-from .model import (B64, EXACT_SUM_PREC, PROPAGATED, ModelError,
-                    tangent_directions, is_float_port, rounder_of)
+from .samples import ModelError, is_float_port, tangent_directions
+from .sites import B64, EXACT_SUM_PREC, PROPAGATED, rounder_of
 from .task import compute_format, quantized_port
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from roundoff_coverage import formats, routes
 from roundoff_coverage.engine import model as M
+from roundoff_coverage.engine.samples import sample_inputs
 from roundoff_coverage.routes.ports import value
 
 from conftest import one_error, run_cli
@@ -90,7 +91,7 @@ def test_local_errors_of_correctly_rounded_nodes_are_within_half_an_ulp():
     g.output(g.apply(routes.op("sqrt", shape=(n,)), t, name="sqrt"))
     g.example_inputs = [np.linspace(-2, 2, n), np.linspace(0.5, 3, n)]
     rows, _, _ = M.measure(g, M.Config("binary16", "nearest_even", "strict"),
-                           M.sample_inputs(g, 3, 0), 0)
+                           sample_inputs(g, 3, 0), 0)
     local = [r for r in rows if r["attribution"] == "local" and r["route"] == "forward"]
     assert {r["node"] for r in local} == {"exp", "mul", "add", "sqrt"}
     for r in local:
@@ -108,7 +109,7 @@ def test_keeping_a_bfloat16_sum_in_binary32_removes_its_error():
                      name="total", module="head"))
     g.example_inputs = [np.random.default_rng(1).uniform(0.5, 1.5, (2, 2048))]
     _, summary, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "strict"),
-                              M.sample_inputs(g, 2, 0), 0, ("forward",))
+                              sample_inputs(g, 2, 0), 0, ("forward",))
     keep = next(e for e in summary["keep_binary32"] if e["keep"] == "total")
     assert keep["max_ulp_before"] > 8 and keep["max_ulp_after"] <= 1.0
     assert summary["largest_local"]["forward"][0]["node"] == "total"
@@ -126,7 +127,7 @@ def test_an_exact_zero_gradient_is_measured_as_zero():
     g.example_inputs = [np.random.default_rng(2).standard_normal((2, n)),
                         np.full((2, n), 0.25)]
     rows, _, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "fp32_accumulate"),
-                           M.sample_inputs(g, 1, 0), 0, ("forward", "gradient"))
+                           sample_inputs(g, 1, 0), 0, ("forward", "gradient"))
     r = _row(rows, "input:b", "gradient", "b", "propagated")
     assert r["status"] == "ok"
     exact = F(r["worst"]["exact"]) if r["worst"] else F(0)

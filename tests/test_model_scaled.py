@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from roundoff_coverage.engine import model as M
+from roundoff_coverage.engine.samples import ModelError
 from roundoff_coverage.routes.ports import value
 from roundoff_coverage import routes
 
@@ -237,11 +238,11 @@ def test_a_formats_file_scheme_travels_with_the_model_run(capsys, tmp_path):
 
 
 def test_recipes_refuse_what_they_cannot_take():
-    with pytest.raises(M.ModelError, match="needs a scheme with FP8 elements"):
+    with pytest.raises(ModelError, match="needs a scheme with FP8 elements"):
         M.check(M.Config("nvfp4", "nearest_even", "fp8_recipe"))
-    with pytest.raises(M.ModelError, match="bfloat16 is an element format"):
+    with pytest.raises(ModelError, match="bfloat16 is an element format"):
         M.check(M.Config("bfloat16", "nearest_even", "scaled_recipe"))
-    with pytest.raises(M.ModelError, match="delayed scaling"):
+    with pytest.raises(ModelError, match="delayed scaling"):
         M.check(M.Config("fp8_e4m3_tensor:delayed", "nearest_even", "fp8_recipe"))
 
 

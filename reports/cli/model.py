@@ -10,7 +10,8 @@ import sys
 from roundoff_coverage import formats, routes
 
 from ...engine import implementations, model_run
-from ...engine.model import Config, ModelError, check, sample_inputs
+from ...engine.model import Config, check
+from ...engine.samples import ModelError, sample_inputs
 from ...engine.model_run import ModelSelection
 from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
                      check_jobs, empty_list, in_range, name_list, path_arg, text_table,

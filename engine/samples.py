@@ -1,0 +1,105 @@
+"""A model run's samples: the graph's inputs per sample (the example inputs, draws around
+them, or the user's arrays: ``--inputs``), the directions its tangents and cotangents take,
+and the graph with its float constants in the run's format.
+
+Sample 0 is the example; each later sample draws every value input around it,
+x + SPREAD * std(x) * N(0, 1), seeded; index, Boolean and frozen inputs are kept.
+Cotangents are 1 for a scalar output (a loss), else N(0, 1) rounded into the format;
+tangents N(0, 1) per value input, rounded into the format.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from roundoff_coverage import formats
+
+SPREAD = 0.1                       # draws around the example: x + SPREAD * std(x) * N(0, 1)
+
+
+class ModelError(ValueError):
+    """Bad input to a model run (one-line message)."""
+
+
+def is_float_port(port) -> bool:
+    return port.kind in ("value", "frozen")
+
+
+def sample_inputs(graph, samples: int, seed: int, given: dict | None = None) -> list:
+    """Per sample, one array per graph input (float64 for float ports, not yet rounded):
+    ``given`` {input name: array, or a stack of arrays with one more leading axis} replaces
+    those inputs (its stack size is the sample count); the rest are the example inputs
+    (sample 0) and draws around them."""
+    names, ports = graph.input_names, graph.inputs
+    example = graph.example_inputs
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ModelError(f"--inputs: no graph input {unknown[0]!r} (inputs: "
+                         f"{', '.join(names)})")
+    stacks = {}
+    for name, port in zip(names, ports):
+        if name not in given:
+            continue
+        a = np.asarray(given[name])
+        if a.shape == tuple(port.shape):
+            a = a[None]
+        if a.shape[1:] != tuple(port.shape):
+            raise ModelError(f"--inputs: {name} has shape {list(a.shape)}; the graph expects "
+                             f"{list(port.shape)} (or a stack of them)")
+        stacks[name] = a
+    sizes = {a.shape[0] for a in stacks.values()}
+    if len(sizes) > 1:
+        raise ModelError(f"--inputs: the stacks have different sample counts "
+                         f"({', '.join(str(s) for s in sorted(sizes))}); give one count")
+    if example is None and len(stacks) < len(names):
+        missing = [n for n in names if n not in stacks]
+        raise ModelError(f"the graph has no example inputs: give {missing[0]} (and every "
+                         f"input) with --inputs")
+    count = sizes.pop() if sizes else samples
+    rng = np.random.default_rng([seed, 0x6D6F64656C])
+    out = []
+    for s in range(count):
+        xs = []
+        for i, (name, port) in enumerate(zip(names, ports)):
+            if name in stacks:
+                xs.append(_typed(stacks[name][s], port))
+                continue
+            x = _typed(np.asarray(example[i]), port)
+            if s > 0 and port.kind == "value" and x.size:
+                scale = float(np.std(x)) or float(np.max(np.abs(x))) or 1.0
+                x = x + SPREAD * scale * rng.standard_normal(x.shape)
+            xs.append(x)
+        out.append(xs)
+    return out
+
+
+def _typed(a, port):
+    return np.asarray(a, dtype=np.float64) if is_float_port(port) else np.asarray(a)
+
+
+def in_format(graph, fmt):
+    """A copy of ``graph`` whose float constants are rounded once (nearest even) into fmt."""
+    g = copy.copy(graph)
+    g.constants = [formats.round_to(np.asarray(c, dtype=np.float64), fmt)
+                   if is_float_port(p) else c
+                   for c, p in zip(graph.constants, graph.constant_ports)]
+    return g
+
+
+def tangent_directions(graph, fmt, xs, seed, s):
+    """(cotangents per output, tangents per input) of sample ``s``, rounded into fmt."""
+    rng = np.random.default_rng([seed, s, 0x636F74])
+    cots = []
+    for port in graph.outputs:
+        if port.kind != "value":
+            cots.append(None)
+        elif tuple(port.shape) == ():
+            cots.append(np.float64(1.0))
+        else:
+            cots.append(formats.round_to(rng.standard_normal(port.shape), fmt))
+    tans = [formats.round_to(rng.standard_normal(np.shape(x)), fmt) if p.kind == "value"
+            else None for x, p in zip(xs, graph.inputs)]
+    return cots, tans
