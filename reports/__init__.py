@@ -23,9 +23,8 @@ def reproduce(results, row):
 
 def __getattr__(name):
     if name == "assert_ulp_close":
-        # start-up time: assert_ulp_close loads numerics (numba) on first use, not when
-        # reports is imported.
-        from .testing import assert_ulp_close
+        # assert_ulp_close loads numerics (numba) on first use, not when reports is imported.
+        from .testing import assert_ulp_close  # start-up time
         return assert_ulp_close
     raise AttributeError(f"module 'reports' has no attribute {name!r}")
 

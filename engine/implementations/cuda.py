@@ -99,7 +99,7 @@ class Cuda(Implementation):
                 "no_rule", f"the kernels reproduce the {k.contract.policy} policy only (got "
                            f"{self.task.policy})", f"policy {self.task.policy}"))
         if rest:
-            from roundoff_coverage.kernels import contract as C
+            C = self.kernels.contract
             try:
                 C.flavour(self.fmt, self.task.mode)
                 self.device = self.kernels.device()

@@ -72,6 +72,7 @@ import shutil
 import numpy as np
 
 from roundoff_coverage import formats, numerics
+from roundoff_coverage.routes.frontends.torch import exported
 from roundoff_coverage.routes.graph import INPUT, Ref, Trace
 
 from .. import rows as R
@@ -163,6 +164,7 @@ class Torch(Implementation):
 
     def __init__(self, task, o, fmt):
         super().__init__(task, o, fmt)
+        # start-up time: kernels loads numba's CUDA; only a torch task reads the call table.
         from roundoff_coverage.kernels import torch_calls
         self.table = torch_calls
         self.t, self.problem, self.call, self.dtype = torch_module(), None, None, None
@@ -626,7 +628,6 @@ def _node_values(torch, model, targs, graph, tr, cots=None) -> None:
     cotangents) the cotangent its output receives from autograd: the model exported and
     decomposed as routes.from_torch does, run by an fx Interpreter keeping each node's
     tensor (``retain_grad``); nodes matched by name and shape."""
-    from roundoff_coverage.routes.frontends.torch import exported
     ep = exported(model, targs)
     seen = {}
 
