@@ -150,7 +150,7 @@ def launch_multihead(o, xs, cotangents, route, ctx):
 def _empty(label, **attrs):
     """An empty extent: empty outputs, or the empty sum +0 where a contraction is empty
     (numerics.emulated's reductions refuse empty operands: the cases run, and
-    tests/test_kernels_attention_empty.py checks their values against a model of its own)."""
+    tests/kernels/test_kernels_attention_empty.py checks their values against a model of its own)."""
     return Instance(attrs, label, formats=FEW, kinds=("ordinary",), emulated=False)
 
 

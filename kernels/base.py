@@ -59,7 +59,7 @@ class Instance:
     ``refuses``: the kernel refuses these inputs with a one-line KernelError starting so
     (no values to check).  ``emulated`` False: numerics.emulated cannot evaluate the rule
     here (empty extents its reductions refuse); the cases run and their ports are checked,
-    their values against a model of their own (tests/test_kernels_attention_empty.py)."""
+    their values against a model of their own (tests/kernels/test_kernels_attention_empty.py)."""
 
     attrs: Mapping | str | None = None
     label: str = ""

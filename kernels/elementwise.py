@@ -358,7 +358,7 @@ def _softplus_grad(P, dev):
 # once into the format.  On the device: the binary64 nearest of the literal rounded into the
 # format by one multiplication by 1, which gives the same value as rounding the literal
 # itself in every format and mode of the kernels (no binary64 nearest of these literals lies
-# on a point or a midpoint of a grid of precision <= 25: tests/test_kernels_movement.py).
+# on a point or a midpoint of a grid of precision <= 25: tests/kernels/test_kernels_movement.py).
 _GELU_LITERALS = (float(RSQRT2), float(RSQRT2PI), float(SQRT_2_OVER_PI), float(GELU_C))
 
 

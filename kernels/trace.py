@@ -4,7 +4,7 @@ Every kernel reproduces its operator's rule primitive by primitive (kernels/elem
 and the other kernel modules spell the rule with the device primitives), so the rule's trace
 under numerics.recording -- binary32, the strict policy, the ordinary samples of every
 example the kernel serves -- names the kernel's primitives.  The simulator tests check the
-kernel against the same rule bit for bit (tests/test_kernels*.py).
+kernel against the same rule bit for bit (tests/kernels/test_kernels*.py).
 
 ``primitives(name, route, accepts)``: the union over those examples of the primitives of the
 route (a gradient's trace includes its forward pass, which the pullback reads);

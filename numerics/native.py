@@ -7,7 +7,7 @@ dtype, or a format name such as ``binary32``), or an ml_dtypes storage type (``b
 argument of another dtype (a float64 array, a Python float) is refused with TypeError,
 because numpy would promote it silently and the result would no longer be native.
 
-What numpy does, per dtype (numpy 2.x, ml_dtypes 0.5+; pinned by tests/test_numerics_native.py):
+What numpy does, per dtype (numpy 2.x, ml_dtypes 0.5+; pinned by tests/numerics/test_numerics_native.py):
 
 - float32/float64: the C library or numpy's SIMD loops.  +, -, *, /, sqrt are correctly
   rounded (IEEE 754); transcendental functions are within a few ulps, not correctly rounded.

@@ -3,7 +3,7 @@
 A route rule calls the backend's primitives (numerics/backend.py); every backend, the
 measure screen, MPFR's path and the CUDA kernels' device primitives and contracts read what
 they need of a primitive from its declaration here, never from a table of their own.  A new
-primitive is one ``Primitive`` below plus its implementations; tests/test_numerics_primitives.py
+primitive is one ``Primitive`` below plus its implementations; tests/numerics/test_numerics_primitives.py
 fails when a backend claims a primitive (by its capabilities) and has no implementation.
 
 The facts, per primitive:

@@ -27,7 +27,7 @@ the group's terms are summed exactly and rounded once (Blackwell's FP8 path: eve
 B200 FP8 output is the correctly rounded, to nearest even, sum of its 32 products and c).
 
 The presets hold the parameters those papers publish and that reproduce, bit for bit, every
-published GPU output in ../shared/data/tensor-cores (tests/test_numerics_tensor_cores.py).
+published GPU output in ../shared/data/tensor-cores (tests/numerics/test_numerics_tensor_cores.py).
 """
 
 from __future__ import annotations

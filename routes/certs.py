@@ -33,7 +33,7 @@ IBP arms so.  Like
 the spec's attribute, registration refuses an input position the operator does not have
 (``inputs=(9,)`` on relu) and, for a gradient or tangent certificate, a position that is
 not a value input; it does not check that the evidence says what the kind says:
-tests/test_routes_certs.py checks that every test id named exists.
+tests/routes/test_routes_certs.py checks that every test id named exists.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from .vocabulary import spec_row
 
 KINDS = ("algebraic", "derivative", "convention", "prepared", "roundoff", "enclosure")
-REGISTRY_TESTS = "tests/test_routes_registry.py"
-ROUNDOFF_TESTS = "tests/test_routes_roundoff.py"
+REGISTRY_TESTS = "tests/routes/test_routes_registry.py"
+ROUNDOFF_TESTS = "tests/routes/test_routes_roundoff.py"
 # What a certificate is about: the pullback, the forward mode, or the forward map.
 ROUTES = ("gradient", "tangent", "forward")
 # The route of a kind when neither the certificate nor the spec's column names one
@@ -122,7 +122,7 @@ def roundoff(ulps: float, formats=("bfloat16", "binary16", "float8_e4m3fn"),
              modes=("nearest_even",), statement: str | None = None) -> Spec:
     """A roundoff certificate: forward values within ``ulps`` ulps of the exact value in each
     of ``formats`` and ``modes`` under numerics.emulated (strict policy), measured by
-    tests/test_routes_roundoff.py on every sample kind."""
+    tests/routes/test_routes_roundoff.py on every sample kind."""
     text = statement or f"forward values within {ulps} ulp of the exact value"
     evidence = tuple(f"{ROUNDOFF_TESTS}::test_forward_within_certified_bound[{{id}}-forward-"
                      f"{f}-{m}]" for f in formats for m in modes)
@@ -131,32 +131,32 @@ def roundoff(ulps: float, formats=("bfloat16", "binary16", "float8_e4m3fn"),
                 route="forward")
 
 
-APRIORI_TESTS = "tests/test_routes_apriori.py"
+APRIORI_TESTS = "tests/routes/test_routes_apriori.py"
 
 
 def apriori(statement: str) -> Spec:
     """A roundoff certificate by formula: routes.apriori's bound of the operator, for every
-    format, mode and policy it applies to, checked on samples by tests/test_routes_apriori.py
+    format, mode and policy it applies to, checked on samples by tests/routes/test_routes_apriori.py
     and on every sample of the coverage run."""
     return Spec("roundoff", (f"{APRIORI_TESTS}::test_apriori_bound_holds[{{id}}]",), statement,
                 bound={"formula": "routes.apriori", "formats": "any", "modes": "any"},
                 route="forward")
 
 
-BOUNDS_TESTS = "tests/test_routes_ibp.py"
+BOUNDS_TESTS = "tests/routes/test_routes_ibp.py"
 
 
 def enclosure(statement: str) -> Spec:
     """An enclosure certificate (spec: "the interval transfer of the graph numerical
     certificate encloses the operator's real forward value"): the operator's IBP arm
     (routes.bounds) encloses its real forward value at every input of the input boxes,
-    checked by tests/test_routes_ibp.py against numerics.reference at corners and random
+    checked by tests/routes/test_routes_ibp.py against numerics.reference at corners and random
     points of random boxes."""
     return Spec("enclosure", (f"{BOUNDS_TESTS}::test_enclosure_certificate_holds[{{id}}]",),
                 statement, route="forward")
 
 
-BOUNDING_TESTS = "tests/test_numerics_bounding.py"
+BOUNDING_TESTS = "tests/numerics/test_numerics_bounding.py"
 
 
 def enclosure_bound(name: str, need) -> Certificate:

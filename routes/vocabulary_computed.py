@@ -4,7 +4,7 @@ certificates and the bound-propagation arms (``ARMS``), in the spec's phrasing (
 scalar", "Rounding at some attributes", "no value input; forward mode", ...), one
 routes.vocabulary ``Row`` per operator.  The CUDA column comes from the kernel table, which
 routes may not import: the caller passes ``has_entry(op) -> bool``
-(kernels.table.vocabulary() passes the kernel table's).  tests/test_vocabulary_computed.py
+(kernels.table.vocabulary() passes the kernel table's).  tests/routes/test_vocabulary_computed.py
 compares the computed table with the spec's (routes.vocabulary) and holds the intended
 differences as data.
 

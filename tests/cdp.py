@@ -1,4 +1,4 @@
-"""A minimal headless Chromium driver over the DevTools protocol, for tests/test_html.py.
+"""A minimal headless Chromium driver over the DevTools protocol, for tests/reports/test_html.py.
 
 ``Browser()`` starts ``chromium --headless=new --remote-debugging-port=0`` with a fresh
 profile, reads the DevTools address it prints on stderr, attaches to its page over a

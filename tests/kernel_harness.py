@@ -351,7 +351,7 @@ def check(c, got):
     """Assert the case's result meets its kernel's contract; whether it was compared bit
     for bit.  A case whose instance ``refuses`` its inputs must give that one-line error; a
     case numerics.emulated cannot evaluate (``emulated`` False) is checked for its ports
-    only (its values: tests/test_kernels_attention_empty.py)."""
+    only (its values: tests/kernels/test_kernels_attention_empty.py)."""
     inst = c.get("instance")
     if inst is not None and inst.refuses:
         err = got.get("error", "")

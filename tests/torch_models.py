@@ -1,5 +1,5 @@
-"""The captured test models of tests/test_torch_capture.py, shared with
-tests/test_graph_artifact.py: ``models()`` builds each model with its example arguments
+"""The captured test models of tests/routes/test_torch_capture.py, shared with
+tests/routes/test_graph_artifact.py: ``models()`` builds each model with its example arguments
 (float32, seeded), by key.  Import it after ``pytest.importorskip("torch")``: torch is
 imported here at the top."""
 

@@ -5,7 +5,7 @@ the common colour-vision deficiencies (deuteranopia, protanopia, tritanopia) and
 scale, because its lightness rises monotonically from dark purple to yellow.  ``STOPS`` are
 its ten evenly spaced samples as the R package viridisLite lists them (viridis(10)); between
 them we interpolate linearly in sRGB, which keeps the relative luminance increasing
-(tests/test_html.py checks it over the whole scale), so "brighter" always means "larger
+(tests/reports/test_html.py checks it over the whole scale), so "brighter" always means "larger
 error".
 
 Cells that hold no measured error get neutral greys or a pattern instead (see svg.py), never

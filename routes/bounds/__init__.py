@@ -19,7 +19,7 @@ the certificate checker, each with arms keyed by the spec's operator names.
 Boxes: one float64 array per port for each end (routes.bounds.boxes), the exact array as
 both ends at an index, bool or integer port.  Importing the package registers the
 ``enclosure`` certificates of ``ENCLOSURES`` (registry.extend_certificates), backed by
-tests/test_routes_ibp.py.  ``has_arm(propagation, name)`` is what routes.vocabulary_computed's
+tests/routes/test_routes_ibp.py.  ``has_arm(propagation, name)`` is what routes.vocabulary_computed's
 Bounds column reads.
 """
 

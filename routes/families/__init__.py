@@ -44,15 +44,15 @@ How to add an operator
    or ``needs=lambda a: "Rounding" if a.rounding_mode != "none" else None``.
 
 5. Conventions: state them in ``notes`` (kinks, ties, NaN, branch cuts) and pin each with a
-   test in tests/test_routes_conventions.py, registered as ``convention(test, statement)``.
+   test in tests/routes/test_routes_conventions.py, registered as ``convention(test, statement)``.
 
 6. Evidence and test data in the entry: ``examples`` (label -> attributes for extra test
    instances), ``bad_attributes`` ((attributes, message fragment), ...) reaching every
    ``check`` message, ``bad_inputs`` ((attributes, inputs, message fragment), ...) reaching
    every ``validate`` message, ``known_failures`` (KnownFailure(route, reason): strict xfail),
    ``certificates`` ("derivative", "algebraic", "prepared", convention(...), roundoff(ulps)).
-   tests/test_routes_registry.py then runs every registry-wide test on it for free:
-   ``.venv/bin/python -m pytest -q tests/test_routes_registry.py -k <name>``.
+   tests/routes/test_routes_registry.py then runs every registry-wide test on it for free:
+   ``.venv/bin/python -m pytest -q tests/routes/test_routes_registry.py -k <name>``.
 """
 
 # Registration order is the spec's family order (names() and `roundoff-coverage ops` keep it).

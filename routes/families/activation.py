@@ -12,7 +12,7 @@ from ..ports import frozen, value
 from ..registry import Float64, define
 from ..samples import Domain, extremes, into, pick, special, uniform
 
-CONVENTIONS = "tests/test_routes_conventions.py"
+CONVENTIONS = "tests/routes/test_routes_conventions.py"
 
 unary_elementwise(
     "relu", "activation",

@@ -23,7 +23,7 @@ from ..ports import value
 from ..registry import define
 from .reduction import mp_array, uniform_sampler
 
-TESTS = "tests/test_routes_conv_pool.py"
+TESTS = "tests/routes/test_routes_conv_pool.py"
 
 
 # ----- geometry (numpy on attributes: index data) ---------------------------------------------

@@ -21,8 +21,8 @@ from ..ports import frozen, value
 from ..registry import Float64, define
 from ..samples import Domain, into, special, target, uniform, unsigned_zeros
 
-CONVENTIONS = "tests/test_routes_conventions.py"
-WORDS = "tests/test_routes_word_arithmetic.py"
+CONVENTIONS = "tests/routes/test_routes_conventions.py"
+WORDS = "tests/routes/test_routes_word_arithmetic.py"
 
 
 def no_bool(what):

@@ -16,7 +16,7 @@ from ..registry import Float64, define
 from ..rules import shown
 from ..samples import Domain, into, special, target, uniform
 
-CONVENTIONS = "tests/test_routes_conventions.py"
+CONVENTIONS = "tests/routes/test_routes_conventions.py"
 
 
 def _share(xp, x, y, v):

@@ -25,7 +25,7 @@ from ..registry import Float64, define
 from ..rules import zero_tangents
 from ..samples import Domain, into, uniform
 
-CUSTOM_TESTS = "tests/test_routes_custom.py"
+CUSTOM_TESTS = "tests/routes/test_routes_custom.py"
 
 define(
     "detach", "graph",

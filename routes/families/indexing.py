@@ -28,7 +28,7 @@ from ..ports import index, value
 from ..registry import define
 from .scan_order import axis_check, element_jvp, samplers
 
-TESTS = "tests/test_routes_indexing.py"
+TESTS = "tests/routes/test_routes_indexing.py"
 _ELEMENT = A.choice("element", W.ELEMENTS, doc="the element sort of the data: the model's "
                     "scalar, Booleans or words (moved without gradients)")
 _MODES = ("replace", "sum", "prod", "max", "min")

@@ -26,7 +26,7 @@ from ..registry import KnownFailure, define
 from ..rules import zero_tangents
 from ..samples import Domain, special, uniform
 
-TESTS = "tests/test_routes_integer.py"
+TESTS = "tests/routes/test_routes_integer.py"
 EXAMPLES = {"": {}, "2x3": {"shape": (2, 3)}, "int8": {"element": "int8"},
             "uint8": {"element": "uint8"}, "int64": {"element": "int64"},
             "uint64": {"element": "uint64"}}

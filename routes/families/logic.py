@@ -20,7 +20,7 @@ from ..registry import define
 from ..rules import zero_tangents
 from ..samples import Domain, pick, special, uniform
 
-TESTS = "tests/test_routes_logic.py"
+TESTS = "tests/routes/test_routes_logic.py"
 
 
 def _element_attr(choices=W.ELEMENTS):

@@ -22,7 +22,7 @@ from ..registry import Float64, define
 from ..rules import shown
 from ..samples import into, log_uniform
 
-TESTS = "tests/test_routes_loss.py"
+TESTS = "tests/routes/test_routes_loss.py"
 REDUCTIONS = ("mean", "sum", "none")
 _LN2 = "0.693147180559945309417232121458176568075500134360255254120680009493393621969694715605863"
 

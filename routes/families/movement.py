@@ -18,7 +18,7 @@ from ..certs import convention, roundoff
 from ..registry import Float64, define
 from .scan_order import element_jvp, samplers
 
-TESTS = "tests/test_routes_movement.py"
+TESTS = "tests/routes/test_routes_movement.py"
 _ELEMENT = A.choice("element", W.ELEMENTS, doc="the element sort of the data: the model's "
                     "scalar, Booleans or words (moved without gradients)")
 

@@ -30,7 +30,7 @@ from ..registry import Float64, define
 from ..rules import shown, zero_tangents
 from ..samples import into
 
-RANDOM_TESTS = "tests/test_routes_random.py"
+RANDOM_TESTS = "tests/routes/test_routes_random.py"
 GOLDEN = 0x9E3779B97F4A7C15            # 2**64 / golden ratio, odd: SplitMix64's increment
 MIX1, MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB   # splitmix64.c's finalizer multipliers
 KEY_LIMIT = (1 << 64) - 1

@@ -19,7 +19,7 @@ from ..ports import value
 from ..registry import define
 from ..samples import SPECIALS, extremes, into
 
-TESTS = "tests/test_routes_reduction.py"
+TESTS = "tests/routes/test_routes_reduction.py"
 
 
 # ----- samplers shared by the families of this part -------------------------------------------

@@ -26,7 +26,7 @@ from ..registry import Float64, define
 from ..rules import shown
 from ..samples import SPECIALS, extremes, into
 
-TESTS = "tests/test_routes_scan_order.py"
+TESTS = "tests/routes/test_routes_scan_order.py"
 
 
 # ----- shared samplers --------------------------------------------------------------------------

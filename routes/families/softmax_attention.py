@@ -20,7 +20,7 @@ from ..registry import Float64, define
 from ..rules import saving
 from ..samples import into, target
 
-TESTS = "tests/test_routes_softmax_attention.py"
+TESTS = "tests/routes/test_routes_softmax_attention.py"
 
 
 # ----- rules ----------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from ..registry import define
 from ..rules import saving
 from ..samples import into
 
-SPECTRAL_TESTS = "tests/test_routes_spectral.py"
+SPECTRAL_TESTS = "tests/routes/test_routes_spectral.py"
 PI_DIGITS = 650
 
 

@@ -21,7 +21,7 @@ def _cases():
     for name in routes.names():
         for cert in routes.certificates(name):
             if cert.kind != "roundoff" or "ulps" not in cert.bound:
-                continue                     # formulas: tests/test_routes_apriori.py
+                continue                     # formulas: tests/routes/test_routes_apriori.py
             for fmt in cert.bound["formats"]:
                 for mode in cert.bound["modes"]:
                     params.append(pytest.param(name, fmt, mode, cert.bound["ulps"],

@@ -267,7 +267,7 @@ def test_same_source_compiles_for_the_cuda_simulator():
         print("agree")
     """)
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          env=env, cwd=root, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]

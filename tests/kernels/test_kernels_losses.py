@@ -1,6 +1,6 @@
 """Kernels of the losses (kernels.losses: mseLoss, huberLoss, crossEntropy, distill) and of the
 masks and draws (kernels.draws: dropout, topKMask, bernoulliMask, randUniform): properties of
-their simulator cases beyond the contract (tests/test_kernels_contracts.py checks every case,
+their simulator cases beyond the contract (tests/kernels/test_kernels_contracts.py checks every case,
 crossEntropy's refused target among them); the device SplitMix64 words against Python
 integers; the contracts; the GPU build's PTX where NVVM is installed.
 """

@@ -374,7 +374,7 @@ def test_committed_baseline_is_canonical_and_matches_its_config():
     the selection of the TOML file, in the canonical baseline form (sorted, stable)."""
     import pathlib
     import tomllib
-    folder = pathlib.Path(__file__).parent / "baselines"
+    folder = pathlib.Path(__file__).parents[1] / "baselines"
     with open(folder / "quick.toml", "rb") as fh:
         cfg = tomllib.load(fh)
     assert cfg["out"] == "tests/baselines/quick.json"

@@ -1,6 +1,6 @@
 """Gradient kernels of reduce (kernels.rows), conv, convTranspose, pool, smoothMaxPool
 (kernels.conv), rfft, irfft and selectiveScan (kernels.spectral): properties of their
-simulator cases beyond the contract (tests/test_kernels_contracts.py checks every case: every
+simulator cases beyond the contract (tests/kernels/test_kernels_contracts.py checks every case: every
 example of each operator, geometry edges, ties, signed zeros, infinities and NaN); the
 routes and gradient contracts; the GPU build of the gradient kernels (PTX) where NVVM is
 installed.

@@ -25,7 +25,7 @@ from roundoff_coverage.engine import runner
 from roundoff_coverage.reports.cli import main
 from roundoff_coverage.reports.html import markup, model, palette, snippet
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import cdp  # noqa: E402
 
 SMALL = runner.Selection(ops=("exp", "softmax", "eq", "add"),

@@ -17,7 +17,7 @@ import pytest
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics import tensor_cores as tc
 
-DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tensor-cores"
+DATA = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tensor-cores"
 NAMES = {"fp16": "binary16", "bf16": "bfloat16", "tf32": "tf32", "E4M3": "float8_e4m3fn",
          "E5M2": "float8_e5m2"}
 SETS = sorted(DATA.glob("*.npz"))

@@ -694,7 +694,7 @@ def test_cli_formats_user_scaled_format(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv,fragment", [
     (["formats", "mxfp8_e4m3:nope"], "unknown option 'nope'"),
-    # run takes scaled formats now (tests/test_run_scaled.py); a bad option is still refused.
+    # run takes scaled formats now (tests/engine/test_run_scaled.py); a bad option is still refused.
     (["run", "--ops", "exp", "--formats", "mxfp8_e4m3:bogus", "--samples", "1", "--quiet"],
      "unknown option 'bogus'"),
 ])

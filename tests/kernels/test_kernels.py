@@ -1,5 +1,5 @@
 """The kernel table, contracts, device selection and gpu_check's command line; the check of
-the simulator cases (tests/test_kernels_contracts.py runs every case the table declares)
+the simulator cases (tests/kernels/test_kernels_contracts.py runs every case the table declares)
 can fail; the GPU build of the elementwise, matmul and reduce kernels (PTX).
 """
 

@@ -1,7 +1,7 @@
 """Kernels of the products (kernels.products: matmul, scaledMatmul and linear), of convolution
 and pooling (kernels.conv: conv, convTranspose, pool, smoothMaxPool) and of the spectral
 operators (kernels.spectral: rfft, irfft, selectiveScan): properties of their simulator cases
-beyond the contract (tests/test_kernels_contracts.py checks every case), the table entries
+beyond the contract (tests/kernels/test_kernels_contracts.py checks every case), the table entries
 and claims, the GPU build's PTX where NVVM is installed.
 """
 

@@ -24,7 +24,7 @@ from roundoff_coverage import formats
 from roundoff_coverage.reports import assert_ulp_close
 from conftest import mp_context
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NARROW = [name for name, f in formats.CATALOG.items()
           if f.fits_binary64 and f.man_bits >= 1 and f.emax >= 1]
 

@@ -35,7 +35,7 @@ from roundoff_coverage.reports.cli import ops as cli_ops, run as cli_run
 from roundoff_coverage.reports.cli import main
 from conftest import ERROR, one_error, run_cli as run
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = ["--ops", "exp", "--formats", "bfloat16", "--samples", "1", "--jobs", "1", "--quiet"]
 BFLOAT16_FINITE = 2**16 - 2 * 2**7
 

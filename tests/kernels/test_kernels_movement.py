@@ -1,6 +1,6 @@
 """Kernels of the data movement module (gather, scatter, indexAt, slice, reshape, permute,
 broadcast, cat, detach) and the gelu and softplus elementwise kernels: properties of their
-simulator cases beyond the contract (tests/test_kernels_contracts.py checks every case); the
+simulator cases beyond the contract (tests/kernels/test_kernels_contracts.py checks every case); the
 attributes the kernels refuse; the contracts; gelu's literals rounded on the device; gather
 and scatter over two axes through their launchers; the GPU build (PTX).
 """

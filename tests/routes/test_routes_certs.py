@@ -15,7 +15,7 @@ from roundoff_coverage import routes
 from roundoff_coverage.routes import certs
 from roundoff_coverage.routes.vocabulary import spec_gradient_kinds, spec_row
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

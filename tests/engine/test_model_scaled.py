@@ -1,6 +1,6 @@
 """Model runs under scaled formats (engine/model.py, class Scaled): a hand-built graph's
 propagated and local errors, forward and gradient, against an oracle written with exact
-rationals from the scheme definitions (tests/test_run_scaled.py's: round to nearest even,
+rationals from the scheme definitions (tests/engine/test_run_scaled.py's: round to nearest even,
 the MX floor rule, NVFP4's two-level scales, binary32 sequential matmul, the error unit);
 block counts on inputs built to clip; the recipe's schemes; the command on a captured
 torch model."""

@@ -1,6 +1,6 @@
 """The wire codec's records and refusals: every malformed record is refused with a reason
 (DecodeError, one line starting 'decode: '); decode(encode(op)) == op over attribute ranges
-is tests/test_routes_registry.py::test_decode_inverts_encode."""
+is tests/routes/test_routes_registry.py::test_decode_inverts_encode."""
 
 from __future__ import annotations
 

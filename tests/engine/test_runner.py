@@ -27,7 +27,7 @@ from roundoff_coverage.routes.ports import value
 from roundoff_coverage.routes.registry import define, withdraw
 from conftest import CTX, one_error
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMALL = runner.Selection(ops=("neg", "exp", "eq", "softmax"),
                          formats=("bfloat16", "float8_e4m3fn"), draws=2)
 

@@ -28,7 +28,7 @@ from roundoff_coverage.kernels import custom as K
 from roundoff_coverage.kernels.errors import KernelError
 from roundoff_coverage.routes import custom as C
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FORMATS = ("binary64", "binary32", "bfloat16", "binary16", "float8_e4m3fn")
 PRIMS = tuple(sorted(K.DEVICE_PRIMITIVES))
 

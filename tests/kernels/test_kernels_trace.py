@@ -7,7 +7,7 @@ trace itself, so what is checked is the premise it rests on, against the kernels
 the device primitives an elementwise kernel's bodies look up in the primitive table
 (kernels/elementwise.py, recorded when the factories run) are those the trace of its rule
 names.  The other kernels' agreement with their rules is checked bit for bit by the
-simulator tests (tests/test_kernels*.py); the listed contracts are checked against the trace
+simulator tests (tests/kernels/test_kernels*.py); the listed contracts are checked against the trace
 here, and the claims the traced contracts make are pinned."""
 
 from __future__ import annotations

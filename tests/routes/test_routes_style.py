@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 RULE_KEYS = {"forward", "backward", "jvp", "validate", "f", "d", "dx", "dy"}
 DECLARERS = {"define", "unary_elementwise", "binary_elementwise"}
 NUMERIC_MODULES = {"np", "numpy", "math"}

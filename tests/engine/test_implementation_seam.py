@@ -34,7 +34,7 @@ from roundoff_coverage.routes.ports import value
 
 from conftest import one_error, run_cli
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "engine" / "implementations"
 BF16 = formats.get("bfloat16")
 NAME = "float64_round"

@@ -25,7 +25,7 @@ from roundoff_coverage.routes.attributes import choice, flag, shape
 from roundoff_coverage.routes.certs import convention
 from roundoff_coverage.routes.registry import define, withdraw
 
-SPEC_TSV = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "spec" / "operators.tsv"
+SPEC_TSV = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "spec" / "operators.tsv"
 RULE, CUDA, GRADIENT, BOUNDS = ("rule_needs", "cuda_entry", "gradient_certificates",
                                 "bound_propagations")
 

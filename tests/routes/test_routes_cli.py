@@ -48,7 +48,7 @@ def test_ops_certs_lists_kinds_statements_and_evidence(capsys):
     lines = out.splitlines()
     assert lines[0] == f"relu: {len(routes.certificates('relu'))} certificates"
     assert "  derivative (gradient): the tangent map is the derivative" in out
-    assert ("    evidence: tests/test_routes_registry.py::"
+    assert ("    evidence: tests/routes/test_routes_registry.py::"
             "test_backward_is_adjoint_of_jvp[relu-gradient]") in lines
     assert "  convention (gradient): relu'(0) = 0" in out
 

@@ -15,7 +15,7 @@ import pytest
 from roundoff_coverage import formats
 from conftest import ERROR, run_cli as run
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def listing(out: str) -> dict[str, dict[str, str]]:

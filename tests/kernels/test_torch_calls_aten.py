@@ -7,7 +7,7 @@ context's ``broadcast`` and ``gt`` nodes in routes/frontends/torch.py), scanned 
 operator names it applies; and the nodes of the captured test models (tests/torch_models.py)
 at the attributes the capture gave them, where an entry that ``refuses`` those attributes
 counts as none.  The entries themselves are checked against exact values in float64 by
-tests/test_torch_impl.py."""
+tests/engine/test_torch_impl.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Kernels of mean, the softmax gradients (kernels.rows), layerNorm, batchNorm,
 batchNormRunning (kernels.norms), attentionFromScores and multiheadAttention
-(kernels.attention): the check of their simulator cases can fail (tests/test_kernels_contracts.py
+(kernels.attention): the check of their simulator cases can fail (tests/kernels/test_kernels_contracts.py
 checks every case); the attributes these kernels serve; their contracts; their GPU build
 (PTX, no FMA contraction).
 """
@@ -26,7 +26,7 @@ def test_check_fails_on_a_wrong_bit(simulated, name):
 
 def test_attention_kernels_serve_empty_extents():
     """The spec's CUDA column says "yes" for both at every attribute: empty extents included
-    (their values: tests/test_kernels_attention_empty.py)."""
+    (their values: tests/kernels/test_kernels_attention_empty.py)."""
     op = routes.op
     for o in (op("multiheadAttention", head_dim=0), op("multiheadAttention", queries=0),
               op("multiheadAttention", value_head_dim=0),
