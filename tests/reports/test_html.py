@@ -16,7 +16,6 @@ import json
 import math
 import os
 import pathlib
-import sys
 
 import pytest
 
@@ -25,8 +24,7 @@ from roundoff_coverage.engine import runner
 from roundoff_coverage.reports.cli import main
 from roundoff_coverage.reports.html import markup, model, palette, snippet
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-import cdp  # noqa: E402
+import cdp
 
 SMALL = runner.Selection(ops=("exp", "softmax", "eq", "add"),
                          formats=("bfloat16", "float8_e4m3fn"), draws=1)
