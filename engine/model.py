@@ -95,8 +95,7 @@ import numpy as np
 
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.resolve import agree
-from roundoff_coverage.routes.graph import GraphRule, Ref, Trace
-from roundoff_coverage.routes.invoke import checked_rule, invoke_prepared
+from roundoff_coverage.routes.graph import GraphRule, Ref
 
 from . import implementations as registry
 from . import reference
@@ -169,8 +168,8 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
                 for s, (x, (c, t)) in enumerate(zip(xs, dirs))]
     reads = [_rounded(g, fmt, tr, want_grad, want_tan) if scaled is None else
              scaled.reads(g, tr, c, want_grad, want_tan) for tr, (c, _) in zip(exact, dirs)]
-    local = [_local(g, emu, r, scaled and scaled.hook(g, "local", s), override,
-                    recipe and recipe.pre(g, "local", s))
+    local = [rule.alone(r, override, post=scaled and scaled.hook(g, "local", s),
+                        pre=recipe and recipe.pre(g, "local", s))
              for s, r in enumerate(reads)]
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -238,57 +237,13 @@ def _rounded(g, fmt, tr, want_grad, want_tan) -> list:
     return out
 
 
-def _local(g, bk, reads, post=None, override=None, pre=None):
-    """Each node alone under ``bk`` on ``reads`` (_rounded): a Trace of the node outputs,
-    contributions and tangents (the sweeps' keys); a node that fails there is left out.
-    ``post``, ``pre`` and ``override`` (its results read back into ``bk``) as in
-    GraphRule.trace."""
-    out = Trace(values={})
-
-    def hooked(hook, kind, k, values):
-        return values if hook is None or values is None else \
-            [None if v is None else hook(kind, k, i, v) for i, v in enumerate(values)]
-
-    for k, (node, (args, flags, cts, ts)) in enumerate(zip(g.nodes, reads)):
-        op = node.op
-        b = (override or {}).get(k, bk)
-        if bk.name.startswith("reference"):
-            args = [bk.asarray(a) if p.scalar else a for a, p in zip(args, op.inputs)]
-        args, cts = hooked(pre, "argument", k, args), hooked(pre, "cotangent", k, cts)
-        ts = hooked(pre, "argument_tangent", k, ts)
-
-        def back(vs, ports):
-            return vs if b is bk else [bk.asarray(v) if v is not None and p.scalar else v
-                                       for v, p in zip(vs, ports)]
-        try:
-            ys, pull = invoke_prepared(op, args, b, flags)
-        except Exception:                                   # noqa: BLE001
-            continue                      # e.g. a check that fails on rounded values
-        for j, y in enumerate(back(ys, op.outputs)):
-            out.values[Ref(k, j)] = y if post is None or y is None else post("value", k, j, y)
-        if cts is not None and any(c is not None for c in cts):
-            for i, gi in enumerate(back(pull(cts), op.inputs)):
-                if flags[i] and gi is not None:
-                    out.contributions[(k, i)] = gi if post is None else \
-                        post("contribution", k, i, gi)
-        if ts is not None:
-            try:
-                _, touts = checked_rule(op, args, b).linearize(args, ts)
-            except Exception:                               # noqa: BLE001
-                continue
-            for j, t in enumerate(back(touts, op.outputs)):
-                if t is not None:
-                    out.tangents[Ref(k, j)] = t if post is None else post("tangent", k, j, t)
-    return out
-
-
 def _local_exact(g, reads, prec):
     """The exact values of every node alone on its rounded reads (the local errors'
     reference), per sample, at ``prec`` bits: the precision the exact trace settled at
     (each node on format values near the trace's own values is no worse conditioned than
     in the trace; one evaluation instead of a second precision loop)."""
-    ref = numerics.reference(prec)
-    return [_local(g, ref, r) for r in reads]
+    rule = GraphRule(g, numerics.reference(prec))
+    return [rule.alone(r) for r in reads]
 
 
 def _node_label(g, k) -> tuple:

@@ -393,6 +393,52 @@ class GraphRule:
             out.tangents = self._tangents(inputs, tangents, override, post, pre)[2]
         return out
 
+    def alone(self, reads, override=None, post=None, pre=None) -> "Trace":
+        """Every node alone, each on the reads it is given instead of what the nodes before
+        it computed: ``reads`` holds per node (arguments, gradient flags, the cotangents of
+        its outputs or None, the tangents of its arguments or None).  A Trace of the node
+        outputs, their pullbacks' contributions and output tangents (the keys of
+        ``trace``); a node that fails on its reads (a check a rounded value breaks) is
+        left out.  ``override``, ``post`` and ``pre`` as in ``trace``; an overriding
+        backend's results are read back into this one's numbers."""
+        xp, out = self.xp, Trace(values={})
+        reference = xp.name.startswith("reference")
+        for k, (node, (args, flags, cts, ts)) in enumerate(zip(self.graph.nodes, reads)):
+            op = node.op
+            b = (override or {}).get(k, xp)
+            if reference:
+                args = [xp.asarray(a) if p.scalar else a for a, p in zip(args, op.inputs)]
+            if pre is not None:
+                args = list(_posted(pre, "argument", k, args))
+                cts = None if cts is None else list(_posted(pre, "cotangent", k, cts))
+                ts = None if ts is None else list(_posted(pre, "argument_tangent", k, ts))
+
+            def back(vs, ports, b=b):
+                return vs if b is xp else [xp.asarray(v) if v is not None and p.scalar
+                                           else v for v, p in zip(vs, ports)]
+            try:
+                ys, pull = invoke_prepared(op, args, b, flags)
+            except Exception:                                   # noqa: BLE001
+                continue
+            for j, y in enumerate(back(ys, op.outputs)):
+                out.values[Ref(k, j)] = y if post is None or y is None else \
+                    post("value", k, j, y)
+            if cts is not None and any(c is not None for c in cts):
+                for i, gi in enumerate(back(pull(cts), op.inputs)):
+                    if flags[i] and gi is not None:
+                        out.contributions[(k, i)] = gi if post is None else \
+                            post("contribution", k, i, gi)
+            if ts is not None:
+                try:
+                    _, touts = checked_rule(op, args, b).linearize(args, ts)
+                except Exception:                               # noqa: BLE001
+                    continue
+                for j, t in enumerate(back(touts, op.outputs)):
+                    if t is not None:
+                        out.tangents[Ref(k, j)] = t if post is None else \
+                            post("tangent", k, j, t)
+        return out
+
     def backward(self, inputs, cotangents) -> tuple:
         """The gradient at every value input (None elsewhere)."""
         _, pullback = self.prepare(inputs, tuple(p.differentiable for p in self.graph.inputs))
