@@ -51,15 +51,21 @@ def test_cumprod_gradient_at_a_zero(backend):
 
 
 # ----- cummax, cummin ----------------------------------------------------------------------------
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_cummax_ties_take_the_latest_index(backend):
-    r = rule("cummax", backend, shape=(4,))
-    x = arr(1.0, 3.0, 3.0, 2.0)
-    values, idx = r.forward([x])
-    assert np.array_equal(f64(r.xp, values), [1, 3, 3, 3])
+def _check_latest_tie(backend, name, x, values):
+    """The running extremum of ``x`` (a tie at positions 1 and 2) moves to the latest index
+    of a tie, which takes the gradient; the rule, for more checks."""
+    r = rule(name, backend, shape=(4,))
+    out, idx = r.forward([x])
+    assert np.array_equal(f64(r.xp, out), values)
     assert idx.tolist() == [0, 1, 2, 2]
     grad = r.backward([x], [arr(1, 2, 4, 8), None])[0]
     assert np.array_equal(f64(r.xp, grad), [1, 2, 12, 0])
+    return r
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cummax_ties_take_the_latest_index(backend):
+    _check_latest_tie(backend, "cummax", arr(1.0, 3.0, 3.0, 2.0), [1, 3, 3, 3])
 
 
 @pytest.mark.parametrize("backend", IEEE)
@@ -72,13 +78,8 @@ def test_cummax_nan_takes_over(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_cummin_ties_take_the_latest_index(backend):
-    r = rule("cummin", backend, shape=(4,))
     x = arr(2.0, 1.0, 1.0, 3.0)
-    values, idx = r.forward([x])
-    assert np.array_equal(f64(r.xp, values), [2, 1, 1, 1])
-    assert idx.tolist() == [0, 1, 2, 2]
-    grad = r.backward([x], [arr(1, 2, 4, 8), None])[0]
-    assert np.array_equal(f64(r.xp, grad), [1, 2, 12, 0])
+    r = _check_latest_tie(backend, "cummin", x, [2, 1, 1, 1])
     assert np.array_equal(f64(r.xp, r.jvp([x], [arr(1, 2, 4, 8)])[0]), [1, 2, 4, 4])
 
 
