@@ -517,14 +517,20 @@ def test_the_real_implementation_passes_its_own_gate(capsys, tmp_path, real_runs
     assert every == _labels_where(again)
 
 
+def _degraded_fails(capsys, tmp_path, real_runs, monkeypatch, scenario):
+    """Measure ``scenario`` again with the backend degraded (_degrade), gate it against the
+    real run and check that the gate fails; (the gate's output, failing labels)."""
+    used = _degrade(monkeypatch, scenario)
+    degraded = _measure(*_tasks(**SCENARIOS[scenario]))
+    assert used
+    status, out, failing, _ = _gate_junit(capsys, tmp_path, real_runs[scenario], degraded)
+    assert status == 1, out
+    return out, failing
+
+
 def test_storage_format_accumulation_fails_the_gate(capsys, tmp_path, real_runs,
                                                     monkeypatch):
-    used = _degrade(monkeypatch, "accumulate")
-    degraded = _measure(*_tasks(**SCENARIOS["accumulate"]))
-    assert used
-    status, out, failing, _ = _gate_junit(capsys, tmp_path, real_runs["accumulate"],
-                                          degraded)
-    assert status == 1, out
+    _, failing = _degraded_fails(capsys, tmp_path, real_runs, monkeypatch, "accumulate")
     # bfloat16 sums of 256 terms carry 8 bits: in binary32 the sum is within about 0.5 ulp
     # of exact after its one final rounding; accumulated in bfloat16 it drifts by many ulps.
     n256 = _labels_where(real_runs["accumulate"], instance="sum-n256",
@@ -535,22 +541,14 @@ def test_storage_format_accumulation_fails_the_gate(capsys, tmp_path, real_runs,
 
 
 def test_exp_in_a_coarser_format_fails_the_gate(capsys, tmp_path, real_runs, monkeypatch):
-    used = _degrade(monkeypatch, "exp")
-    degraded = _measure(*_tasks(**SCENARIOS["exp"]))
-    assert used
-    status, out, failing, _ = _gate_junit(capsys, tmp_path, real_runs["exp"], degraded)
-    assert status == 1, out
+    _, failing = _degraded_fails(capsys, tmp_path, real_runs, monkeypatch, "exp")
     forward = _labels_where(real_runs["exp"], op="exp", route="forward")
     assert len(forward) == 4 and forward <= failing         # 2 instances x 2 formats
     assert not failing & _labels_where(real_runs["exp"], op="add")
 
 
 def test_a_dropped_rounding_mode_fails_the_gate(capsys, tmp_path, real_runs, monkeypatch):
-    used = _degrade(monkeypatch, "mode")
-    degraded = _measure(*_tasks(**SCENARIOS["mode"]))
-    assert used
-    status, out, failing, _ = _gate_junit(capsys, tmp_path, real_runs["mode"], degraded)
-    assert status == 1, out
+    out, failing = _degraded_fails(capsys, tmp_path, real_runs, monkeypatch, "mode")
     # exp > 0: toward_zero puts every result at or below exact; nearest puts some above.
     exp_tz = _labels_where(real_runs["mode"], op="exp", mode="toward_zero")
     assert exp_tz and exp_tz <= failing
