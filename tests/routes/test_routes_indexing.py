@@ -82,14 +82,20 @@ def test_scatter_folds_rows_of_a_two_dimensional_index_in_row_major_order():
     assert np.array_equal(f64(r.xp, y), [1 + 2.0 ** -6])
 
 
+def _check_scatter(r, xs, g, y, gx, gu):
+    """The scatter rule ``r`` at inputs ``xs`` (x, index, updates): its value ``y`` and the
+    gradients ``gx``, ``gu`` of x and the updates along the cotangent ``g``."""
+    assert np.array_equal(f64(r.xp, r.forward(xs)[0]), y)
+    got_x, _, got_u = r.backward(xs, [g])
+    assert np.array_equal(f64(r.xp, got_x), gx)
+    assert np.array_equal(f64(r.xp, got_u), gu)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_scatter_replace_last_update_wins(backend):
     r = rule("scatter", backend, index_shape=(3,))
     xs = [arr(9, 9, 9), ints(1, 1, 0), arr(5, 6, 7)]
-    assert np.array_equal(f64(r.xp, r.forward(xs)[0]), [7, 6, 9])
-    gx, _, gu = r.backward(xs, [arr(1, 2, 3)])
-    assert np.array_equal(f64(r.xp, gx), [0, 0, 3])
-    assert np.array_equal(f64(r.xp, gu), [0, 2, 1])
+    _check_scatter(r, xs, arr(1, 2, 3), y=[7, 6, 9], gx=[0, 0, 3], gu=[0, 2, 1])
     ty = r.jvp(xs, [arr(1, 2, 3), None, arr(10, 20, 30)])[0]
     assert np.array_equal(f64(r.xp, ty), [30, 20, 3])
 
@@ -97,26 +103,18 @@ def test_scatter_replace_last_update_wins(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_scatter_prod_gradient_without_division(backend):
     r = rule("scatter", backend, shape=(2,), index_shape=(3,), mode="prod")
-    xs = [arr(2, 3), ints(0, 0, 1), arr(0, 5, 4)]
-    assert np.array_equal(f64(r.xp, r.forward(xs)[0]), [0, 12])
-    gx, _, gu = r.backward(xs, [arr(1, 1)])
-    assert np.array_equal(f64(r.xp, gx), [0, 4])
-    assert np.array_equal(f64(r.xp, gu), [10, 0, 3])
+    _check_scatter(r, [arr(2, 3), ints(0, 0, 1), arr(0, 5, 4)], arr(1, 1),
+                   y=[0, 12], gx=[0, 4], gu=[10, 0, 3])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_scatter_max_shares_the_gradient_among_ties(backend):
     r = rule("scatter", backend, shape=(2,), index_shape=(3,), mode="max")
-    xs = [arr(1, 0), ints(0, 0, 1), arr(1, 0.5, 0)]
-    assert np.array_equal(f64(r.xp, r.forward(xs)[0]), [1, 0])
-    gx, _, gu = r.backward(xs, [arr(2, 4)])
-    assert np.array_equal(f64(r.xp, gx), [1, 2])
-    assert np.array_equal(f64(r.xp, gu), [1, 0, 2])
+    _check_scatter(r, [arr(1, 0), ints(0, 0, 1), arr(1, 0.5, 0)], arr(2, 4),
+                   y=[1, 0], gx=[1, 2], gu=[1, 0, 2])
     m = rule("scatter", backend, shape=(2,), index_shape=(3,), mode="min")
-    xs = [arr(1, 0), ints(0, 0, 1), arr(-1, 0.5, 3)]
-    assert np.array_equal(f64(m.xp, m.forward(xs)[0]), [-1, 0])
-    gx, _, gu = m.backward(xs, [arr(2, 4)])
-    assert np.array_equal(f64(m.xp, gx), [0, 4]) and np.array_equal(f64(m.xp, gu), [2, 0, 0])
+    _check_scatter(m, [arr(1, 0), ints(0, 0, 1), arr(-1, 0.5, 3)], arr(2, 4),
+                   y=[-1, 0], gx=[0, 4], gu=[2, 0, 0])
 
 
 def test_scatter_max_propagates_nan():
