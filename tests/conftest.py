@@ -23,7 +23,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from roundoff_coverage import numerics
+from roundoff_coverage import formats, numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes import attributes as A
 from roundoff_coverage.routes import ports as P
@@ -145,6 +145,29 @@ def mpfr_context(fmt):
     the normal range, subnormals (IEEE-style; MPFR's exponent is one above IEEE's)."""
     return gmpy2.context(precision=fmt.precision, emin=fmt.qmin + 1, emax=fmt.emax + 1,
                          subnormalize=True, round=gmpy2.RoundToNearest)
+
+
+# ----- a bfloat16 graph with exact oracles (model runs, the implementations seam) ----------------
+def chain_graph(n=6):
+    """y = (x * a + b) * c, elementwise, as three nodes (mul, add, scale)."""
+    g = routes.Graph(x=P.value((n,)), a=P.value((n,)), b=P.value((n,)), c=P.value((n,)))
+    h = g.apply(routes.op("mul", shape=(n,)), g.input("x"), g.input("a"), name="mul")
+    h = g.apply(routes.op("add", shape=(n,)), h, g.input("b"), name="add")
+    g.output(g.apply(routes.op("mul", shape=(n,)), h, g.input("c"), name="scale"))
+    return g
+
+
+def round_bf16(q: Fraction) -> Fraction:
+    """q rounded to nearest even into bfloat16 (formats.round_exact), as a Fraction."""
+    return Fraction(formats.round_exact(q, formats.get("bfloat16"), "nearest_even").to_float())
+
+
+def bf16_ulps(computed: Fraction, exact: Fraction) -> float:
+    """|computed - exact| in ulps of bfloat16 at the exact value (normal range)."""
+    e = abs(exact).numerator.bit_length() - abs(exact).denominator.bit_length()
+    if Fraction(2) ** e > abs(exact):
+        e -= 1
+    return float(abs(computed - exact) / Fraction(2) ** (e - 7))
 
 
 # ----- the command line -------------------------------------------------------------------------

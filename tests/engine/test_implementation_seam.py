@@ -27,12 +27,11 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from roundoff_coverage import formats, routes
+from roundoff_coverage import formats
 from roundoff_coverage.engine import implementations
 from roundoff_coverage.engine import model as M
-from roundoff_coverage.routes.ports import value
 
-from conftest import one_error, run_cli
+from conftest import bf16_ulps, chain_graph, one_error, round_bf16, run_cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "engine" / "implementations"
@@ -171,29 +170,8 @@ def test_a_cuda_like_refusal_names_the_implementation_on_one_line(stand_in, tmp_
     one_error(err, f"--implementations {stand_in}: no such device here")
 
 
-def _chain(n=6):
-    """y = (x * a + b) * c, elementwise, as three nodes."""
-    g = routes.Graph(x=value((n,)), a=value((n,)), b=value((n,)), c=value((n,)))
-    h = g.apply(routes.op("mul", shape=(n,)), g.input("x"), g.input("a"), name="mul")
-    h = g.apply(routes.op("add", shape=(n,)), h, g.input("b"), name="add")
-    g.output(g.apply(routes.op("mul", shape=(n,)), h, g.input("c"), name="scale"))
-    return g
-
-
-def _rn(q: F) -> F:
-    return F(formats.round_exact(q, BF16, "nearest_even").to_float())
-
-
-def _ulps(computed: F, exact: F) -> float:
-    """|computed - exact| in ulps of bfloat16 at the exact value (normal range)."""
-    e = abs(exact).numerator.bit_length() - abs(exact).denominator.bit_length()
-    if F(2) ** e > abs(exact):
-        e -= 1
-    return float(abs(computed - exact) / F(2) ** (e - 7))
-
-
 def test_the_stand_in_runs_a_graph_in_the_model_run_as_rationals_say(stand_in):
-    g = _chain()
+    g = chain_graph()
     rng = np.random.default_rng(5)
     xs = [[formats.round_to(rng.uniform(0.5, 2.0, 6), BF16) for _ in range(4)]]
     rows, _, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "strict"), xs, 0,
@@ -203,7 +181,7 @@ def test_the_stand_in_runs_a_graph_in_the_model_run_as_rationals_say(stand_in):
     whole = next(r for r in mine if r["node"] == "output:out0" and r["route"] == "forward")
     x, a, b, c = ([F(float(v)) for v in arr] for arr in xs[0])
     exact = [(p * q + r) * s for p, q, r, s in zip(x, a, b, c)]
-    want = max(_ulps(_rn(e), e) for e in exact)
+    want = max(bf16_ulps(round_bf16(e), e) for e in exact)
     assert whole["status"] == "ok" and whole["max_ulp"] == pytest.approx(want, 1e-9)
     grads = [r for r in mine if r["route"] == "gradient"]
     assert {r["node"] for r in grads} == {"input:x", "input:a", "input:b", "input:c"}
@@ -217,7 +195,7 @@ GRAPH_FACTORY = textwrap.dedent("""
 
     from roundoff_coverage import routes
     from roundoff_coverage.routes.ports import value
-
+    
     def make():
         g = routes.Graph(x=value((4,)), a=value((4,)))
         g.output(g.apply(routes.op("mul", shape=(4,)), g.input("x"), g.input("a"),

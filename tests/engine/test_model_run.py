@@ -22,31 +22,9 @@ from roundoff_coverage.engine import model as M
 from roundoff_coverage.engine.samples import sample_inputs
 from roundoff_coverage.routes.ports import value
 
-from conftest import one_error, run_cli
+from conftest import bf16_ulps, chain_graph, one_error, round_bf16, run_cli
 
 BF16 = formats.get("bfloat16")
-
-
-def _graph_chain(n=6):
-    """y = (x * a + b) * c, elementwise, as three nodes."""
-    g = routes.Graph(x=value((n,)), a=value((n,)), b=value((n,)), c=value((n,)))
-    h = g.apply(routes.op("mul", shape=(n,)), g.input("x"), g.input("a"), name="mul")
-    h = g.apply(routes.op("add", shape=(n,)), h, g.input("b"), name="add")
-    g.output(g.apply(routes.op("mul", shape=(n,)), h, g.input("c"), name="scale"))
-    return g
-
-
-def _rn(q: F) -> F:
-    """q rounded to nearest even into bfloat16 (formats.round_exact), as a Fraction."""
-    return F(formats.round_exact(q, BF16, "nearest_even").to_float())
-
-
-def _ulps(computed: F, exact: F) -> float:
-    """|computed - exact| in ulps of bfloat16 at the exact value (normal range)."""
-    e = abs(exact).numerator.bit_length() - abs(exact).denominator.bit_length()
-    if F(2) ** e > abs(exact):
-        e -= 1
-    return float(abs(computed - exact) / F(2) ** (e - 7))
 
 
 def _row(rows, node, route, port, attribution):
@@ -55,7 +33,7 @@ def _row(rows, node, route, port, attribution):
 
 
 def test_local_and_propagated_errors_of_a_chain_match_exact_rationals():
-    g = _graph_chain()
+    g = chain_graph()
     rng = np.random.default_rng(3)
     xs = [list(formats.round_to(rng.uniform(0.5, 2.0, (4, 6)), BF16)) for _ in range(1)]
     xs = [[xs[0][i] for i in range(4)]]
@@ -63,16 +41,18 @@ def test_local_and_propagated_errors_of_a_chain_match_exact_rationals():
                            ("forward",))
     x, a, b, c = ([F(float(v)) for v in arr] for arr in xs[0])
     exact_h = [p * q + r for p, q, r in zip(x, a, b)]
-    emul_h = [_rn(_rn(p * q) + r) for p, q, r in zip(x, a, b)]
+    emul_h = [round_bf16(round_bf16(p * q) + r) for p, q, r in zip(x, a, b)]
     exact_y = [h * s for h, s in zip(exact_h, c)]
     # add, local: the exact product rounded into bfloat16, plus b, rounded once, against
     # the exact sum of those same rounded values.
-    want = max(_ulps(_rn(_rn(p * q) + r), _rn(p * q) + r) for p, q, r in zip(x, a, b))
+    want = max(bf16_ulps(round_bf16(round_bf16(p * q) + r), round_bf16(p * q) + r)
+               for p, q, r in zip(x, a, b))
     assert _row(rows, "add", "forward", "out", "local")["max_ulp"] == pytest.approx(want, 1e-9)
     # scale, propagated: the whole emulated chain against the exact chain; local: exact h
     # rounded, times c, rounded, against RN(h) * c.
-    prop = max(_ulps(_rn(h * s), e) for h, s, e in zip(emul_h, c, exact_y))
-    loc = max(_ulps(_rn(_rn(h) * s), _rn(h) * s) for h, s in zip(exact_h, c))
+    prop = max(bf16_ulps(round_bf16(h * s), e) for h, s, e in zip(emul_h, c, exact_y))
+    loc = max(bf16_ulps(round_bf16(round_bf16(h) * s), round_bf16(h) * s)
+              for h, s in zip(exact_h, c))
     assert _row(rows, "scale", "forward", "out", "propagated")["max_ulp"] == \
         pytest.approx(prop, 1e-9)
     assert _row(rows, "scale", "forward", "out", "local")["max_ulp"] == pytest.approx(loc, 1e-9)
@@ -438,7 +418,7 @@ def _npz_declaring(path, shape, descr="<f8"):
 
 def test_bad_inputs_files_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _graph_chain().save("g.json")
+    chain_graph().save("g.json")
     (tmp_path / "empty.npz").write_bytes(b"")
     _npz_declaring(tmp_path / "huge.npz", (1 << 40,))                  # 8 TiB of float64
     np.savez(tmp_path / "objects.npz", x=np.array([{"a": 1}], dtype=object))
@@ -465,7 +445,7 @@ def test_bad_inputs_files_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch)
 
 def test_every_link_of_the_model_page_stays_in_the_report_folder(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    g = _graph_chain()
+    g = chain_graph()
     g.example_inputs = [np.linspace(0.5, 2, 6)] * 4
     g.save("g.json")
     status, _, err = run_cli(capsys, "model", "g.json", "--routes", "forward", "--samples", "1",
