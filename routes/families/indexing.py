@@ -26,7 +26,7 @@ from ..certs import convention, roundoff
 from ..errors import RouteError
 from ..ports import index, value
 from ..registry import define
-from .scan_order import axis_check, element_jvp, samplers
+from .scan_order import axis_check, element_jvp, nonempty_axis_check, samplers
 
 TESTS = "tests/routes/test_routes_indexing.py"
 _ELEMENT = A.choice("element", W.ELEMENTS, doc="the element sort of the data: the model's "
@@ -480,15 +480,6 @@ def _drop(shape, axis):
     return tuple(n for d, n in enumerate(shape) if d != axis)
 
 
-def _index_at_check(a):
-    bad = axis_check(a)
-    if bad:
-        return bad
-    if a.shape[a.axis] == 0:
-        return f"axis {a.axis} must have a positive extent (got shape {list(a.shape)})"
-    return None
-
-
 def _index_at(x, i, axis):
     return np.take(np.asarray(x), np.asarray(i).item(), axis=axis)
 
@@ -516,7 +507,7 @@ define(
     forward=lambda xp, a, x, i: _index_at(x, i, a.axis),
     jvp=lambda xp, a, xs, ys, ts: _index_at(ts[0], xs[1], a.axis),
     backward=_index_at_backward,
-    check=_index_at_check,
+    check=nonempty_axis_check,
     samples=samplers(),
     oracle=_index_at_oracle,
     examples={"": {}, "2x3-axis1": {"shape": (2, 3), "axis": 1}},

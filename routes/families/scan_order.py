@@ -81,6 +81,16 @@ def axis_check(a, name="axis"):
     return None
 
 
+def nonempty_axis_check(a):
+    """axis_check, and the axis must have an entry to pick (argmax, argmin, indexAt)."""
+    bad = axis_check(a)
+    if bad:
+        return bad
+    if a.shape[a.axis] == 0:
+        return f"axis {a.axis} must have a positive extent (got shape {list(a.shape)})"
+    return None
+
+
 def to_rows(x, axis):
     """An object/number array as a list of Python lists along ``axis`` (oracles)."""
     m = np.moveaxis(np.asarray(x, dtype=object), axis, -1)
@@ -500,15 +510,6 @@ def _reduced_shape(a):
         tuple(n for d, n in enumerate(a.shape) if d != a.axis)
 
 
-def _arg_check(a):
-    bad = axis_check(a)
-    if bad:
-        return bad
-    if a.shape[a.axis] == 0:
-        return f"axis {a.axis} must have a positive extent (got shape {list(a.shape)})"
-    return None
-
-
 def _arg(xp, a, x, descending):
     """The first index of the extremum along axis; NaN counts as the extremum (PyTorch)."""
     m = np.moveaxis(x, a.axis, -1)
@@ -545,7 +546,7 @@ for _name, _desc in (("argmax", True), ("argmin", False)):
         ports=lambda a: ({"x": frozen(a.shape)},
                          {"index": index((a.shape[a.axis],), _reduced_shape(a))}),
         forward=(lambda d: lambda xp, a, x: _arg(xp, a, x, d))(_desc),
-        check=_arg_check,
+        check=nonempty_axis_check,
         samples=samplers(),
         oracle=_arg_oracle(_desc),
         examples={"": {}, "2x3-axis1-keepdim": {"shape": (2, 3), "axis": 1, "keepdim": True}},
