@@ -238,12 +238,7 @@ def magnitude(points, fmt_name: str) -> str:
     def py(v):
         lv = math.log2(v) if v > 0 else y0
         return h - bottom - (h - bottom - top) * (lv - y0) / (y1 - y0)
-    out = []
-    for k in range(y0, y1 + 1, max(1, math.ceil((y1 - y0) / 5))):
-        y = py(2.0 ** k)
-        out.append(f'<line x1="{left}" x2="{w - 6}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
-                   f'<text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" class="tick">'
-                   f'{_pow2(k)}</text>')
+    out = _pow2_rules(y0, y1, py, left, w - 6)
     for b in range(b0, b1 + 1, max(1, math.ceil(span_x / 6))):
         out.append(f'<text x="{px(b):.1f}" y="{h - bottom + 14}" text-anchor="middle" '
                    f'class="tick">{b}</text>')
@@ -312,12 +307,7 @@ def by_input(data, fmt_name: str) -> str:
         a = abs(e)
         lv = y1 + 1 if math.isinf(a) else (max(math.log2(a), y0) if a > 0 else y0)
         return h - bottom - (h - bottom - top) * (lv - y0) / span_y
-    out = []
-    for k in range(y0, y1 + 1, max(1, math.ceil((y1 - y0) / 5))):
-        y = py(2.0 ** k)
-        out.append(f'<line x1="{left}" x2="{w - 6}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
-                   f'<text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" class="tick">'
-                   f'{_pow2(k)}</text>')
+    out = _pow2_rules(y0, y1, py, left, w - 6)
     out.append(_signed_log_ticks(lo, hi, u0, u1, px, h - bottom + 14))
     for (x, e, kind), v in zip(pts, us):
         tip = f"{name} = {x:.6g}: error {short(e)} ulp ({kind})"
@@ -337,6 +327,18 @@ def by_input(data, fmt_name: str) -> str:
                    f"on the bottom line, infinite errors on the top one).  Beyond "
                    f"{_points_max()} samples, the largest error of each run of consecutive "
                    f"inputs.", "byinput")
+
+
+def _pow2_rules(y0, y1, py, left, right) -> list:
+    """About five horizontal rules from left to right at the powers 2**y0 .. 2**y1 (``py``
+    places a value), each labelled at the left."""
+    out = []
+    for k in range(y0, y1 + 1, max(1, math.ceil((y1 - y0) / 5))):
+        y = py(2.0 ** k)
+        out.append(f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
+                   f'<text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" class="tick">'
+                   f'{_pow2(k)}</text>')
+    return out
 
 
 def _signed_log_ticks(lo, hi, u0, u1, px, y) -> str:
