@@ -139,6 +139,16 @@ def _bias(b, rank):
     return np.reshape(b, (1, -1) + (1,) * (rank - 2))
 
 
+def _biased(core):
+    """The forward and tangent rules of y = core(x, w) + b (conv, convTranspose): core is
+    bilinear in (x, w), b enters linearly."""
+    return dict(
+        forward=lambda xp, a, x, w, b: xp.add(core(xp, a, x, w), _bias(b, len(a.shape))),
+        jvp=lambda xp, a, xs, ys, ts: xp.add(
+            bilinear_tangent(core, xp, a, xs[0], xs[1], ts[0], ts[1]),
+            _bias(ts[2], len(a.shape))))
+
+
 # ----- attribute checks shared by convolution and pooling -------------------------------------
 def _axes_problem(a, spatial):
     """The pooled axes must be axes of the shape: a proof attribute (the spec's pooled axes
@@ -182,10 +192,12 @@ def _conv_geometry(a):
     return spatial, padded, out
 
 
-def _conv_check(a):
+def _channels_problem(a, windows):
+    """What conv and convTranspose both require: the rank, the ``windows`` attributes, one
+    kernel entry per spatial axis, groups dividing both channel counts; None when all hold."""
     if len(a.shape) < 3:
         return f"shape must be (batch, channels, spatial...) of rank >= 3 (got {list(a.shape)})"
-    problem = window_problem(a, len(a.shape) - 2, ("stride", "padding", "dilation"))
+    problem = window_problem(a, len(a.shape) - 2, windows)
     if problem:
         return problem
     if len(a.kernel) != len(a.shape) - 2:
@@ -194,6 +206,13 @@ def _conv_check(a):
     if a.groups == 0 or a.shape[1] % a.groups or a.out_channels % a.groups:
         return (f"groups must divide the input channels {a.shape[1]} and out_channels "
                 f"{a.out_channels} (got {a.groups})")
+    return None
+
+
+def _conv_check(a):
+    problem = _channels_problem(a, ("stride", "padding", "dilation"))
+    if problem:
+        return problem
     _, padded, _ = _conv_geometry(a)
     if any(n < d * (k - 1) + 1 for n, k, d in zip(padded, a.kernel, a.dilation)):
         return (f"the dilated kernel must fit the padded input (padded {list(padded)}, kernel "
@@ -286,11 +305,8 @@ define(
     "conv", "conv_pool",
     attributes=_CONV_ATTRS,
     ports=_conv_ports,
-    forward=lambda xp, a, x, w, b: xp.add(_conv_core(xp, a, x, w), _bias(b, len(a.shape))),
+    **_biased(_conv_core),
     backward=_conv_backward,
-    jvp=lambda xp, a, xs, ys, ts: xp.add(
-        bilinear_tangent(_conv_core, xp, a, xs[0], xs[1], ts[0], ts[1]),
-        _bias(ts[2], len(a.shape))),
     check=_conv_check,
     samples={"ordinary": uniform_sampler(-2, 2)},
     oracle=_conv_oracle,
@@ -335,18 +351,9 @@ def _ct_geometry(a):
 
 
 def _ct_check(a):
-    if len(a.shape) < 3:
-        return f"shape must be (batch, channels, spatial...) of rank >= 3 (got {list(a.shape)})"
-    problem = window_problem(a, len(a.shape) - 2,
-                              ("stride", "padding", "dilation", "output_padding"))
+    problem = _channels_problem(a, ("stride", "padding", "dilation", "output_padding"))
     if problem:
         return problem
-    if len(a.kernel) != len(a.shape) - 2:
-        return (f"kernel must have one entry per spatial axis ({len(a.shape) - 2}, got "
-                f"{list(a.kernel)})")
-    if a.groups == 0 or a.shape[1] % a.groups or a.out_channels % a.groups:
-        return (f"groups must divide the input channels {a.shape[1]} and out_channels "
-                f"{a.out_channels} (got {a.groups})")
     if any(q >= max(s, d) for q, s, d in zip(a.output_padding, a.stride, a.dilation)):
         return (f"output_padding must be smaller than stride or dilation (got "
                 f"{list(a.output_padding)})")
@@ -419,11 +426,8 @@ define(
                doc="extra extent at the high end of each spatial axis"),
         _CONV_ATTRS[6]),
     ports=_ct_ports,
-    forward=lambda xp, a, x, w, b: xp.add(_ct_core(xp, a, x, w), _bias(b, len(a.shape))),
+    **_biased(_ct_core),
     backward=_ct_backward,
-    jvp=lambda xp, a, xs, ys, ts: xp.add(
-        bilinear_tangent(_ct_core, xp, a, xs[0], xs[1], ts[0], ts[1]),
-        _bias(ts[2], len(a.shape))),
     check=_ct_check,
     samples={"ordinary": uniform_sampler(-2, 2)},
     oracle=_ct_oracle,
