@@ -118,11 +118,16 @@ def _axes_in_rank(a) -> str | None:
     return f"axes must be < rank {len(a.shape)} (got {list(a.axes)})" if bad else None
 
 
-# ----- reduce ----------------------------------------------------------------------------------
-def _reduce_check(a):
+def _named_axes_problem(a):
+    """reduce and mean take at least one axis, each an axis of the shape."""
     if not a.axes:
         return "axes must name at least one axis (got [])"
-    problem = axes_problem(a.axes, len(a.shape))
+    return axes_problem(a.axes, len(a.shape))
+
+
+# ----- reduce ----------------------------------------------------------------------------------
+def _reduce_check(a):
+    problem = _named_axes_problem(a)
     if problem:
         return problem
     if a.op in ("max", "min") and any(a.shape[ax] == 0 for ax in a.axes):
@@ -265,9 +270,7 @@ define(
 
 # ----- mean ------------------------------------------------------------------------------------
 def _mean_check(a):
-    if not a.axes:
-        return "axes must name at least one axis (got [])"
-    problem = axes_problem(a.axes, len(a.shape))
+    problem = _named_axes_problem(a)
     if problem:
         return problem
     if any(a.shape[ax] == 0 for ax in a.axes):
