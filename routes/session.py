@@ -122,12 +122,7 @@ class Session:
         if not isinstance(port, P.Port):
             raise RouteError(f"session: input {name}: port must be a routes.Port (got "
                              f"{type(port).__name__})")
-        bad = port.mismatch(a)
-        if bad:
-            raise RouteError(f"session: input {name} expects {port} ({bad})")
-        self._inputs.append((name, port, a))
-        value = self.backend.asarray(a) if port.scalar else a
-        return Value(self, Ref(INPUT, len(self._inputs) - 1), port, value)
+        return self._held(INPUT, self._inputs, (name, port, a), f"input {name}", port, a)
 
     def constant(self, array, port=None, name: str = "") -> Value:
         """A graph constant holding ``array`` (a frozen port for floats, Boolean for Booleans;
@@ -140,12 +135,17 @@ class Session:
             if a.dtype.kind not in "fb":
                 raise RouteError(f"session: {label}: a {a.dtype} array needs a port")
             port = P.boolean(a.shape) if a.dtype.kind == "b" else P.frozen(a.shape)
+        return self._held(CONSTANT, self._constants, (a, port, name), label, port, a)
+
+    def _held(self, kind, entries, entry, what, port, a) -> Value:
+        """``entry`` appended to ``entries`` (the inputs or the constants) once the array
+        ``a`` fits ``port``; the Value of the graph's ``kind`` reference to it."""
         bad = port.mismatch(a)
         if bad:
-            raise RouteError(f"session: {label} expects {port} ({bad})")
-        self._constants.append((a, port, name))
+            raise RouteError(f"session: {what} expects {port} ({bad})")
+        entries.append(entry)
         value = self.backend.asarray(a) if port.scalar else a
-        return Value(self, Ref(CONSTANT, len(self._constants) - 1), port, value)
+        return Value(self, Ref(kind, len(entries) - 1), port, value)
 
     # ----- operators --------------------------------------------------------------------------
     def apply(self, operator, *args, name: str = "", module: str = "", **attributes):
