@@ -177,12 +177,21 @@ def trunc_raw(r):
     return libmp.mpf_ceil(r) if neg_raw(r) else libmp.mpf_floor(r)
 
 
-def fmod_raw(x, y, prec=0, rnd=_RN):
-    """C fmod: x - trunc(x/y)*y, exact on the common binary grid of x and y, then rounded."""
+def _remainder_special(x, y):
+    """fmod's and remainder's result where no division is done: NaN for x NaN or infinite,
+    y NaN or zero; x itself for y infinite or x zero; None otherwise."""
     if special_raw(x) or _is_nan(y) or y == fzero:
         return fnan
     if _is_inf(y) or x == fzero:
         return x
+    return None
+
+
+def fmod_raw(x, y, prec=0, rnd=_RN):
+    """C fmod: x - trunc(x/y)*y, exact on the common binary grid of x and y, then rounded."""
+    special = _remainder_special(x, y)
+    if special is not None:
+        return special
     X, Y, e = _int_pair(x, y)
     r = abs(X) % abs(Y)
     return libmp.from_man_exp(-r if X < 0 else r, e, prec, rnd)
@@ -190,10 +199,9 @@ def fmod_raw(x, y, prec=0, rnd=_RN):
 
 def remainder_raw(x, y, prec=0, rnd=_RN):
     """IEEE remainder: x - n*y with n = x/y rounded to nearest, ties to even; exact."""
-    if special_raw(x) or _is_nan(y) or y == fzero:
-        return fnan
-    if _is_inf(y) or x == fzero:
-        return x
+    special = _remainder_special(x, y)
+    if special is not None:
+        return special
     X, Y, e = _int_pair(x, y)
     q, r = divmod(abs(X), abs(Y))
     if 2 * r > abs(Y) or (2 * r == abs(Y) and q % 2 == 1):
