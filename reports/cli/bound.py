@@ -13,8 +13,9 @@ from roundoff_coverage.routes.bounds import IBP_ARMS
 from roundoff_coverage.routes.bounds.domain import snap
 
 from ...engine import bound, results
-from .common import (EXIT_FAILED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError, empty_list,
-                     in_range, name_list, path_arg, text_table, user_formats, writable)
+from .common import (EXIT_FAILED, EXIT_OK, PROG, UsageError, add_modes_routes, add_seed_out,
+                     empty_list, in_range, modes_of, name_list, routes_of, seed_of, text_table,
+                     user_formats, writable)
 from .run import policy_names
 
 MAX_BUDGET, MAX_SAMPLES = 65536, 1_000_000
@@ -41,20 +42,15 @@ def add(sub, shared):
                         "when LO is negative)")
     p.add_argument("--format", metavar="LIST", dest="formats",
                    help="formats that fit binary64 (default: bfloat16)")
-    p.add_argument("--modes", metavar="LIST", help="rounding modes (default: nearest_even)")
+    add_modes_routes(p)
     p.add_argument("--policies", metavar="LIST",
                    help="accumulation policy presets (default: strict)")
-    p.add_argument("--routes", metavar="LIST",
-                   help="route kinds among forward,tangent,gradient (default: all three)")
     p.add_argument("--budget", metavar="N", type=int,
                    help="pieces the box may be bisected into, per route (default 64)")
     p.add_argument("--samples", metavar="N", type=int,
                    help="points drawn in the box to measure (default 256, plus its two "
                         "corners)")
-    p.add_argument("--seed", metavar="N", type=int, help="seed of every random stream "
-                                                         "(default 0)")
-    p.add_argument("--out", metavar="PATH", type=path_arg,
-                   help="results file (default results/bound.json)")
+    add_seed_out(p, "results/bound.json")
     p.set_defaults(handler=cmd_bound)
 
 
@@ -114,14 +110,10 @@ def selection(args, user):
         in_range("--budget", args.budget, 1, MAX_BUDGET)
     samples = bound.DEFAULT_SAMPLES if args.samples is None else \
         in_range("--samples", args.samples, 1, MAX_SAMPLES)
-    seed = 0 if args.seed is None else in_range("--seed", args.seed, 0, SEED_MAX, SEED_WHY)
     return bound.BoundSelection(
-        ops=_ops(args.ops), formats=_formats(args.formats, user),
-        modes=name_list(args.modes, "rounding mode", formats.MODES, ("nearest_even",),
-                        "--modes"),
-        policies=_element_policies(args.policies),
-        routes=name_list(args.routes, "route", bound.ROUTES, bound.ROUTES, "--routes"),
-        box=box, budget=budget, samples=samples, seed=seed)
+        ops=_ops(args.ops), formats=_formats(args.formats, user), modes=modes_of(args),
+        policies=_element_policies(args.policies), routes=routes_of(args, bound.ROUTES),
+        box=box, budget=budget, samples=samples, seed=seed_of(args))
 
 
 def _element_policies(text) -> tuple:

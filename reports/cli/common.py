@@ -54,6 +54,38 @@ def path_arg(text) -> str:
     return text
 
 
+# ----- options run, model and bound share --------------------------------------------------
+
+def add_modes_routes(p) -> None:
+    """--modes and --routes."""
+    p.add_argument("--modes", metavar="LIST", help="rounding modes (default: nearest_even)")
+    p.add_argument("--routes", metavar="LIST",
+                   help="route kinds among forward,tangent,gradient (default: all three)")
+
+
+def add_seed_out(p, out: str) -> None:
+    """--seed and --out (the results file, ``out`` by default)."""
+    p.add_argument("--seed", metavar="N", type=int, help="seed of every random stream "
+                                                         "(default 0)")
+    p.add_argument("--out", metavar="PATH", type=path_arg,
+                   help=f"results file (default {out})")
+
+
+def modes_of(args, known=formats.MODES) -> tuple:
+    """The rounding modes of --modes (nearest_even by default) among ``known``."""
+    return name_list(args.modes, "rounding mode", known, ("nearest_even",), "--modes")
+
+
+def routes_of(args, known) -> tuple:
+    """The route kinds of --routes among ``known`` (all of them by default)."""
+    return name_list(args.routes, "route", known, known, "--routes")
+
+
+def seed_of(args) -> int:
+    """The --seed (0 by default), within what every reader of the results file holds."""
+    return in_range("--seed", 0 if args.seed is None else args.seed, 0, SEED_MAX, SEED_WHY)
+
+
 def user_formats(args) -> dict:
     """The formats of ``--formats-file`` (empty without it), by name."""
     path = getattr(args, "formats_file", None)

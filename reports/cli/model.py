@@ -13,9 +13,9 @@ from ...engine import implementations, model_run
 from ...engine.model import Config, check
 from ...engine.samples import ModelError, sample_inputs
 from ...engine.model_run import ModelSelection
-from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
-                     check_jobs, empty_list, in_range, name_list, path_arg, text_table,
-                     user_formats, writable)
+from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError, add_modes_routes,
+                     add_seed_out, check_jobs, empty_list, modes_of, name_list, path_arg,
+                     routes_of, seed_of, text_table, user_formats, writable)
 from .gate import check_gate_baseline, gate_after_run
 from .report import check_report_dir, write_report
 from .run import policy_names
@@ -46,11 +46,9 @@ def add(sub, shared):
                    help="a graph artifact (.json, graph.save), or file.py:factory / "
                         "module:factory")
     p.add_argument("--formats", metavar="LIST", help="formats (default: bfloat16)")
-    p.add_argument("--modes", metavar="LIST", help="rounding modes (default: nearest_even)")
+    add_modes_routes(p)
     p.add_argument("--policies", metavar="LIST",
                    help="accumulation policies (default: fp32_accumulate)")
-    p.add_argument("--routes", metavar="LIST",
-                   help="route kinds among forward,tangent,gradient (default: all three)")
     p.add_argument("--implementations", metavar="LIST",
                    help="emulated (always measured) and torch (eager PyTorch: every node's "
                         "value, the outputs and gradients) and/or torch_compile "
@@ -61,12 +59,9 @@ def add(sub, shared):
     p.add_argument("--inputs", metavar="NPZ", type=path_arg,
                    help="input arrays by input name (.npz); a stack with one more leading "
                         "axis gives several samples")
-    p.add_argument("--seed", metavar="N", type=int, help="seed of every random stream "
-                                                         "(default 0)")
     p.add_argument("--jobs", metavar="N", type=int,
                    help="worker processes, one configuration each (default: all cores)")
-    p.add_argument("--out", metavar="PATH", type=path_arg,
-                   help="results file (default results/model.json)")
+    add_seed_out(p, "results/model.json")
     p.add_argument("--artifact", metavar="PATH", type=path_arg,
                    help="where a captured model's graph artifact is written (default "
                         "<out>.graph.json)")
@@ -81,18 +76,17 @@ def add(sub, shared):
 
 
 def _selection(args, user):
-    modes = name_list(args.modes, "rounding mode", MODES, ("nearest_even",), "--modes")
+    modes = modes_of(args, MODES)
     policies = policy_names(args.policies) if args.policies else ("fp32_accumulate",)
     fmts, schemes = _formats(args.formats, user, policies)
-    routes = name_list(args.routes, "route", ("forward", "tangent", "gradient"),
-                       ("forward", "tangent", "gradient"), "--routes")
+    routes = routes_of(args, ("forward", "tangent", "gradient"))
     impls = name_list(args.implementations, "implementation",
                       implementations.names(graphs=True), ("emulated",), "--implementations")
     impls = ("emulated",) + tuple(i for i in impls if i != "emulated")
     samples = 2 if args.samples is None else args.samples
     if samples < 1:
         raise UsageError(f"--samples must be >= 1 (got {samples})")
-    seed = 0 if args.seed is None else in_range("--seed", args.seed, 0, SEED_MAX, SEED_WHY)
+    seed = seed_of(args)
     return ModelSelection(target=args.target, artifact="", artifact_hash="", formats=fmts,
                           modes=modes, policies=policies, routes=routes, samples=samples,
                           seed=seed, inputs=args.inputs, implementations=impls,

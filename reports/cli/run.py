@@ -11,9 +11,10 @@ from roundoff_coverage.routes.registry import FAMILIES
 
 from ...engine import evaluate, implementations, runner
 from .. import summary, tomlfile
-from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
-                     add_executor, check_jobs, empty_list, executor_options, in_range,
-                     name_list, path_arg, user_formats, writable)
+from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError, add_executor,
+                     add_modes_routes, add_seed_out, check_jobs, empty_list, executor_options,
+                     modes_of, name_list, path_arg, routes_of, seed_of, user_formats,
+                     writable)
 from .gate import check_gate_baseline, gate_after_run
 from .report import check_report_dir, write_report
 
@@ -36,9 +37,7 @@ def add(sub, shared):
                    help="formats (default: bfloat16,binary16,float8_e4m3fn,float8_e5m2,binary32); "
                         "scaled formats (mxfp8_e4m3, nvfp4, fp8_e4m3_tensor...) are storage "
                         "formats: inputs and outputs quantized, binary32 compute")
-    p.add_argument("--modes", metavar="LIST", help="rounding modes (default: nearest_even)")
-    p.add_argument("--routes", metavar="LIST",
-                   help="route kinds among forward,tangent,gradient (default: all three)")
+    add_modes_routes(p)
     p.add_argument("--policies", metavar="LIST", help="accumulation policy presets (default: "
                    "strict); recipes on a scaled format: scaled_recipe (the products' operands "
                    "quantized, binary32 accumulation, bfloat16 storage), fp8_recipe (the same "
@@ -50,7 +49,6 @@ def add(sub, shared):
                         "extra); default: emulated")
     p.add_argument("--samples", metavar="N", type=int,
                    help="sampler draws per sample kind and task (default: 3)")
-    p.add_argument("--seed", metavar="N", type=int, help="seed of every random stream (default 0)")
     p.add_argument("--exhaustive", action="store_true", default=None,
                    help="every finite input for elementwise unary operators in formats of at "
                         "most 16 bits")
@@ -60,8 +58,7 @@ def add(sub, shared):
                         "and box)")
     p.add_argument("--jobs", metavar="N", type=int, help="worker processes (default: all cores)")
     add_executor(p)
-    p.add_argument("--out", metavar="PATH", type=path_arg,
-                   help="results file (default results/coverage.json)")
+    add_seed_out(p, "results/coverage.json")
     p.add_argument("--csv", metavar="PATH", type=path_arg, help="also write the rows as CSV")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from <out>.partial.jsonl")
@@ -157,11 +154,10 @@ def _selection(args, user):
     samples = runner.DEFAULT_DRAWS if args.samples is None else args.samples
     if samples < 1:
         raise UsageError(f"--samples must be >= 1 (got {samples})")
-    seed = in_range("--seed", 0 if args.seed is None else args.seed, 0, SEED_MAX, SEED_WHY)
+    seed = seed_of(args)
     return runner.Selection(
         ops=ops, formats=tuple(fmts),
-        modes=name_list(args.modes, "rounding mode", formats.MODES, ("nearest_even",), "--modes"),
-        routes=name_list(args.routes, "route", evaluate.ROUTES, evaluate.ROUTES, "--routes"),
+        modes=modes_of(args), routes=routes_of(args, evaluate.ROUTES),
         policies=policy_names(args.policies),
         implementations=name_list(args.implementations, "implementation",
                                   implementations.names(), ("emulated",),
