@@ -30,12 +30,21 @@ Rows are the results schema's (engine/rows.py) with ``node``, ``module``, ``node
 and ``attribution``; statistics over every element of every sample (measuring.measure_port);
 ``worst`` names the sample and the element.
 
-The summary (``summarize``): the nodes whose local error is largest per route, and the
-effect of keeping one node, or one module, in binary32: the emulated run again with those
-nodes evaluated by emulated binary32 (same mode and policy) and their results rounded once
-into the format as the next node reads them ("compute in binary32, store in the format"),
-the whole model's errors before and after (ulps against binary64 roundings of the exact
-values: a summary figure, not a measurement).
+Tensor measures (engine/tensor_measures.py): every row also measures its tensor as a whole
+-- ``norm_rel`` (||y_hat - y||_2 / ||y||_2), ``norm_rel_max``, ``bits``, ``sqnr_db``,
+``cosine``, ``scale_ulp`` (max |y_hat - y| in ulps at the tensor's scale max |y|) -- and
+its componentwise ulp statistics cover only the elements whose exact magnitude is at least
+2**-p of that scale: the others (exact zeros, cancellation) are counted in ``cancelled``,
+their largest absolute error in ``cancelled_error`` and the row's ``reason``.
+
+The summary (``summarize``): the nodes whose local error is largest per route, by
+``norm_rel``, and the effect of keeping one node, or one module, in binary32: the emulated
+run again with those nodes evaluated by emulated binary32 (same mode and policy) and their
+results rounded once into the format as the next node reads them ("compute in binary32,
+store in the format"), the whole model's errors before and after: per route the largest
+``norm_rel`` over its tensors (outputs, input gradients) with its bits, and the max and
+mean ulps of their elements that do not cancel (against binary64 roundings of the exact
+values: a summary figure, not a measurement); ranked by the change of that ``norm_rel``.
 
 Scaled formats (``mxfp8_e4m3``, ``nvfp4``, ``fp8_e4m3_tensor``...; class ``Scaled``): the
 scheme is the storage format of the tensors between the nodes, and the nodes compute in
@@ -100,6 +109,7 @@ from roundoff_coverage.routes.graph import GraphRule, Ref
 from . import implementations as registry
 from . import reference
 from . import rows as row_fields
+from . import tensor_measures
 from .executors import one_line
 from .measuring import measure_port
 from .model_recipe import RecipeRun
@@ -112,6 +122,9 @@ from .sites import LOCAL, PROPAGATED, ROUTES, rounder_of, sites, value_at
 # in ``reason``.
 KEEP_FORMAT = "binary32"           # the precision a user may keep one node in
 TOP = 10                           # nodes listed per route in the summary
+# What the summary lists of each of the nodes adding the most error (rows' fields).
+LOCAL_FIELDS = ("node", "module", "op", "port", "norm_rel", "bits", "sqnr_db", "scale_ulp",
+                "max_ulp", "mean_ulp", "cancelled", "cancelled_error")
 # The exceptional class of values NaN in both the exact and the computed run (_row).
 NAN_IN_BOTH = "nan_in_both"
 
@@ -279,7 +292,7 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
     reaches)."""
     node, module, op, attrs = _node_label(g, site.node)
     if node is None:
-        node = f"{'input' if site.where == 'cotangents' else 'output'}:{site.port}"
+        node = _whole_name(site)
     row = row_fields.empty(op=op, attrs=attrs, route=site.route, port=site.port,
                            format=config.format, mode=config.mode,
                            policy=policy or config.policy, implementation=implementation,
@@ -319,15 +332,23 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
                       "reason": f"every value is NaN in both the exact run and the "
                                 f"{attribution} run of {implementation}: nothing to measure"}
     keep = ~both
-    ulp = measure_port(row, comp[keep], ex[keep], fmt, None) if scaled is None else \
+    tensor, cancelled = tensor_measures.measures(comp[keep], ex[keep], fmt, scaled is None)
+    kept = keep.copy()
+    kept[keep] = ~cancelled
+    ulp = measure_port(row, comp[kept], ex[kept], fmt, None) if scaled is None else \
         scaled.measure(g, row, site, attribution, comp, ex,
                        [value_at(exact[s], site) for s in where], where, keep)
+    row.update(tensor)
     if both.any():
         _unmeasured_nan(row, int(both.sum()))
     if ulp is not None:
         full = np.full(comp.shape, np.nan)
-        full[keep] = ulp
+        full[kept] = ulp
         row["worst"] = _worst(full, comp, ex, [len(c) for c in comps], where)
+    if row.get("cancelled"):
+        row["reason"] = (f"{row['reason']}; " if row["reason"] else "") + \
+            tensor_measures.cancel_text(row["cancelled"], int(keep.sum()), fmt,
+                                        row["cancelled_error"])
     if moving:
         row["reason"] = (f"{row['reason']}; " if row["reason"] else "") + (
             f"the exact values of sample(s) {', '.join(map(str, moving))} still moved at "
@@ -405,11 +426,9 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
     top = {}
     for route in routes:
         local = [r for r in measured if r["attribution"] == LOCAL and r["route"] == route
-                 and r["status"] == "ok" and r["max_ulp"] is not None]
-        local.sort(key=lambda r: (-_finite(r["max_ulp"]), r["node_index"] or 0))
-        top[route] = [{"node": r["node"], "module": r["module"], "op": r["op"],
-                       "port": r["port"], "max_ulp": r["max_ulp"], "mean_ulp": r["mean_ulp"]}
-                      for r in local[:TOP]]
+                 and r["status"] == "ok" and r["samples"] + (r["cancelled"] or 0)]
+        local.sort(key=_local_rank)
+        top[route] = [{k: r[k] for k in LOCAL_FIELDS} for r in local[:TOP]]
     summary = {"largest_local": top}
     if scaled is not None:
         summary["scaled_inputs"] = scaled.input_fields(g)
@@ -430,6 +449,16 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
     return summary
 
 
+def _local_rank(r) -> tuple:
+    """Largest normwise local error first (tensor_measures: norm_rel); a node whose exact
+    value is 0 but whose computed one is not (no relative error) after every other, by its
+    absolute error; then by execution order."""
+    rel = r.get("norm_rel")
+    if rel is None:
+        return (1, -_finite(r.get("cancelled_error") or 0.0), r["node_index"] or 0)
+    return (0, -_finite(rel), r["node_index"] or 0)
+
+
 def _finite(v):
     return float("inf") if isinstance(v, str) else float(v)
 
@@ -439,28 +468,47 @@ def _whole(g, routes):
 
 
 def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
-    """{route: (max |ulp|, mean |ulp|)} of the whole model's values in ``traces`` against
-    binary64 roundings of the exact values (``scaled``: in ulps of its element format at
-    their block scale)."""
-    acc = {}
+    """{route: (largest norm_rel, its tensor, ulp errors)} of the whole model's values in
+    ``traces``
+    against binary64 roundings of the exact values: the largest normwise relative error
+    over the route's tensors (each output, each input gradient, joined over the samples:
+    tensor_measures; tensors with no relative error -- an exact 0 computed nonzero -- left
+    out, None where none is left) and the componentwise |ulp| errors of their elements that
+    are not cancelled (``scaled``: in ulps of its element format at their block scale)."""
+    acc, rel = {}, {}
     for site in whole:
+        comps, exacts = [], []
         for tr, ex in zip(traces, exact64):
             c, e = value_at(tr, site), ex.get(site)
             if c is None or e is None:
                 continue
             shape = np.shape(c)
             c = np.asarray(c, dtype=np.float64).reshape(-1)
+            both = np.isnan(c) & np.isnan(e)
             ulp = np.abs(c - e) / formats.ulp(e, fmt) if scaled is None else \
                 np.abs(scaled.ulps64(c, e, shape, site.route))
-            ulp = ulp[np.isfinite(ulp)]
-            acc.setdefault(site.route, []).append(ulp)
-    return {r: (float(np.max(np.concatenate(v))) if sum(map(len, v)) else 0.0,
-                float(np.mean(np.concatenate(v))) if sum(map(len, v)) else 0.0)
-            for r, v in acc.items()}
+            comps.append((c[~both], e[~both], ulp[~both]))
+        if not comps:
+            continue
+        c, e, ulp = (np.concatenate(parts) for parts in zip(*comps))
+        measured, cancelled = tensor_measures.measures(c, e, fmt, scaled is None)
+        ulp = ulp[~cancelled]
+        acc.setdefault(site.route, []).append(ulp[np.isfinite(ulp)])
+        if measured["norm_rel"] is not None and \
+                measured["norm_rel"] >= rel.get(site.route, (-1.0, None))[0]:
+            rel[site.route] = (measured["norm_rel"], _whole_name(site))
+    return {r: rel.get(r, (None, None)) + (np.concatenate(v),) for r, v in acc.items()}
+
+
+def _whole_name(site) -> str:
+    """A whole-model site's node label in the rows: output:<name> or input:<name>."""
+    return f"{'input' if site.where == 'cotangents' else 'output'}:{site.port}"
 
 
 def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None,
           recipe=None) -> list:
+    """The keep-in-binary32 entries (module docstring) of every node and module, per route,
+    the largest reduction of the route's normwise error first."""
     fmt = emu.fmt
     whole = _whole(g, routes)
     if not whole:
@@ -496,13 +544,37 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None,
         except Exception:                                   # noqa: BLE001
             continue
         after = _errors(g, fmt, traces, exact64, whole, scaled)
-        for route, (mx, mean) in after.items():
-            b = before.get(route, (0.0, 0.0))
-            out.append({"keep": label, "module": module, "nodes": len(ks), "route": route,
-                        "max_ulp_before": b[0], "max_ulp_after": mx,
-                        "mean_ulp_before": b[1], "mean_ulp_after": mean})
-    out.sort(key=lambda e: (e["route"], e["mean_ulp_after"] - e["mean_ulp_before"]))
+        for route, errors in after.items():
+            out.append({"keep": label, "module": module, "nodes": len(ks), "route": route}
+                       | _keep_fields(before.get(route, (None, None, np.zeros(0))), errors))
+    out.sort(key=lambda e: (e["route"], _gain(e), e["mean_ulp_after"] - e["mean_ulp_before"]))
     return out
+
+
+def _keep_fields(before, after) -> dict:
+    """One keep entry's numbers: the whole route's largest normwise relative error, the
+    tensor that has it and its bits of agreement, the max and mean |ulp| of its elements
+    that are not cancelled, before and after (tensor_measures)."""
+    out = {}
+    for when, (rel, name, ulp) in (("before", before), ("after", after)):
+        out[f"norm_rel_{when}"] = rel
+        out[f"tensor_{when}"] = name
+        out[f"bits_{when}"] = None if rel is None else \
+            (float("inf") if rel == 0 else -float(np.log2(rel)))
+        out[f"max_ulp_{when}"] = float(np.max(ulp)) if ulp.size else 0.0
+        out[f"mean_ulp_{when}"] = float(np.mean(ulp)) if ulp.size else 0.0
+    return out
+
+
+def _gain(e) -> float:
+    """How much keeping a node changes the route's normwise error: log2(after / before),
+    most negative for the largest reduction; 0 where either is not defined or both are 0."""
+    b, a = e["norm_rel_before"], e["norm_rel_after"]
+    if b is None or a is None or (a == 0 and b == 0):
+        return 0.0
+    if a == 0 or b == 0:
+        return float("-inf") if a == 0 else float("inf")
+    return float(np.log2(a / b))
 
 
 # ----- scaled formats ----------------------------------------------------------------------------

@@ -32,6 +32,7 @@ SCHEMA = "roundoff-coverage/1"
 ROW_FIELDS, FLOAT_FIELDS, NESTED_FIELDS = rows.ROW_FIELDS, rows.FLOAT_FIELDS, rows.NESTED_FIELDS
 KEY_FIELDS, STATUSES = rows.KEY_FIELDS, rows.STATUSES
 NONNEGATIVE_FIELDS, SIGNED_FIELDS = rows.NONNEGATIVE_FIELDS, rows.SIGNED_FIELDS
+AGREEMENT_FIELDS, COSINE_FIELDS = rows.AGREEMENT_FIELDS, rows.COSINE_FIELDS
 COUNT_FIELDS = rows.COUNT_FIELDS
 row_key, route_key = rows.sort_key, rows.key
 
@@ -254,6 +255,14 @@ def field_problems(row) -> list:
             out.append((name, f"{name} must be {what} (got {_shown(v)})"))
         else:
             values[name] = f
+    for name in AGREEMENT_FIELDS:
+        v = row.get(name)
+        if v is not None and (number(v) is None or math.isnan(number(v))):
+            out.append((name, f"{name} must be a number, inf, -inf or null (got {_shown(v)})"))
+    for name in COSINE_FIELDS:
+        v = row.get(name)
+        if v is not None and (number(v) is None or not -1.0 <= number(v) <= 1.0):
+            out.append((name, f"{name} must be a number in [-1, 1] or null (got {_shown(v)})"))
     for name in COUNT_FIELDS:
         v = row.get(name)
         if v is not None and not _count(v):
@@ -464,7 +473,7 @@ def frame(doc):
         df[f] = pd.to_numeric(df[f].map(_number), errors="coerce").astype("float64")
     for f in ("samples", "unmeasured"):
         df[f] = df[f].fillna(0).astype("int64")
-    for f in ("violations", "mismatches", "ref_prec"):
+    for f in ("violations", "mismatches", "ref_prec", "cancelled"):
         df[f] = df[f].astype("Int64")
     df["exhaustive"] = df["exhaustive"].astype(bool)
     df.attrs["meta"] = doc.get("meta", {})

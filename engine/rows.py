@@ -12,7 +12,10 @@ Kinds: ``key`` (text, part of the key), ``text``, ``bool``, ``count`` (a non-neg
 integer), ``ulp`` (a non-negative number of ulps or inf), ``signed`` (signed ulps),
 ``ratio`` (a non-negative ratio), ``rel`` (a non-negative relative error), ``bits`` (a
 positive precision), ``error_bits`` (bits of error: a number in [0, the format's width]),
-``nested`` (JSON data: an object or a list).
+``nested`` (JSON data: an object or a list), ``agreement`` (bits or decibels of agreement:
+a real number, inf where computed = exact, -inf where the error is not finite), ``cosine``
+(a cosine similarity in [-1, 1]), ``abs`` (a non-negative absolute error, in the values'
+own units).
 
 Bits of error (Herbie's measure, numerics.metrics.error_bits): log2(1 + |ord(computed) -
 ord(RN(exact))|), where ord numbers the format's values consecutively (both zeros are 0,
@@ -33,6 +36,7 @@ from mpmath import libmp
 KEY, TEXT, BOOL, COUNT, ULP, SIGNED, RATIO, REL, BITS, ERROR_BITS, NESTED = (
     "key", "text", "bool", "count", "ulp", "signed", "ratio", "rel", "bits", "error_bits",
     "nested")
+AGREEMENT, COSINE, ABS = "agreement", "cosine", "abs"
 
 # ``buckets``: counts of samples by |error| as hardware vendors' accuracy reports give them:
 # exactly 0, (0, 0.5], (0.5, 1], (1, 2], (2, 4], (4, 16], (16, 256], above 256 ulp, then
@@ -81,7 +85,8 @@ FIELDS = (
     Field("need", TEXT, doc="the missing capability of a no_rule row"),
     Field("exhaustive", BOOL, doc="whether the draws were every finite value of the format",
           default=False),
-    Field("samples", COUNT, doc="elements measured", default=0),
+    Field("samples", COUNT, doc="elements measured (a model row: in ulps; its "
+          "cancelled elements apart)", default=0),
     Field("max_ulp", ULP, "ulp", "the largest |error|"),
     Field("p99_ulp", ULP, "ulp", "the 99th percentile of |error|"),
     Field("mean_ulp", ULP, "ulp", "the mean |error|"),
@@ -132,6 +137,23 @@ FIELDS = (
     Field("node_index", COUNT, doc="the node's position in the graph's execution order"),
     Field("attribution", TEXT, doc="local (the error the node adds: the node alone on the "
           "exact inputs rounded into the format) or propagated (the full emulated run)"),
+    # A model row's tensor measures (engine/tensor_measures.py: definitions, the convention
+    # for an exact tensor of zeros, accuracy): the row's tensor is every element of every
+    # sample; y exact, y_hat computed, d = y_hat - y, s = max |y|, p the format's precision.
+    # Null in coverage rows.  A scaled format's rows get the normwise five only.
+    Field("norm_rel", REL, doc="normwise relative error ||d||_2 / ||y||_2 (null where the "
+          "exact tensor is 0 and the computed one is not)"),
+    Field("norm_rel_max", REL, doc="max-norm relative error max |d| / max |y|"),
+    Field("bits", AGREEMENT, "bits", "bits of agreement -log2(norm_rel): inf where computed "
+          "= exact"),
+    Field("sqnr_db", AGREEMENT, "dB", "signal to quantization noise ratio "
+          "10 log10(||y||^2 / ||d||^2): inf where computed = exact"),
+    Field("cosine", COSINE, doc="cosine similarity of the computed and exact tensors"),
+    Field("scale_ulp", ULP, "ulp", "max |d| in ulps of the format at the tensor's scale "
+          "max |y|"),
+    Field("cancelled", COUNT, doc="elements whose |exact| < 2**-p * max |y| (exact zeros "
+          "included): left out of the ulp statistics and of samples"),
+    Field("cancelled_error", ABS, doc="the largest |d| of the cancelled elements"),
     # measure --scheme (engine/quantizers.py): a quantizer against a scaled format's
     # definition; its max_ulp is in ulps of the element format at the block's scale.
     Field("elements_differ", COUNT, doc="elements unlike the definition's, in blocks whose "
@@ -177,9 +199,13 @@ SCALED_FIELDS = ("scheme", "scale_axis", "error_unit", "blocks", "clipped", "zer
                  "nan_blocks", "scale_exponents", "scaled_inputs")
 ROW_FIELDS = tuple(f.name for f in FIELDS)
 KEY_FIELDS = tuple(f.name for f in FIELDS if f.kind == KEY)
-NONNEGATIVE_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, RATIO, REL, ERROR_BITS))
+NONNEGATIVE_FIELDS = tuple(f.name for f in FIELDS
+                           if f.kind in (ULP, RATIO, REL, ERROR_BITS, ABS))
 SIGNED_FIELDS = tuple(f.name for f in FIELDS if f.kind == SIGNED)
-FLOAT_FIELDS = tuple(f.name for f in FIELDS if f.kind in (ULP, SIGNED, RATIO, REL, ERROR_BITS))
+AGREEMENT_FIELDS = tuple(f.name for f in FIELDS if f.kind == AGREEMENT)
+COSINE_FIELDS = tuple(f.name for f in FIELDS if f.kind == COSINE)
+FLOAT_FIELDS = tuple(f.name for f in FIELDS
+                     if f.kind in (ULP, SIGNED, RATIO, REL, ERROR_BITS, AGREEMENT, COSINE, ABS))
 COUNT_FIELDS = tuple(f.name for f in FIELDS if f.kind == COUNT)
 NESTED_FIELDS = ("attrs",) + tuple(f.name for f in FIELDS if f.kind == NESTED)
 # ``convention``: measured, where the implementation's convention differs from the rule's
