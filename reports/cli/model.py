@@ -208,14 +208,21 @@ def interrupted_line(sel, out, outcome) -> str:
 
 def summary_text(graph, outcome) -> str:
     """The whole model's errors, the nodes adding the most error, what keeping one node or
-    module in binary32 would buy."""
+    module in binary32 would buy: normwise (engine/tensor_measures.py: bits of agreement
+    -log2 ||y_hat - y|| / ||y||, the relative error), the ulps over the elements that do not
+    cancel beside."""
     parts = []
     whole = [r for r in outcome.rows if r.get("node_index") is None and r["status"] == "ok"]
     if whole:
-        parts.append("whole model (propagated):\n" + text_table(
-            ["config", "route", "value", "max ulp", "mean ulp"],
-            [[f"{r['format']} {r['mode']} {r['policy']}", r["route"], r["node"],
-              _num(r["max_ulp"]), _num(r["mean_ulp"])] for r in whole], numeric=(3, 4)))
+        parts.append("whole model (propagated; bits of agreement = -log2 of the relative "
+                     "error ||y_hat - y|| / ||y||):\n" + text_table(
+                         ["config", "route", "value", "bits", "rel error", "SQNR dB",
+                          "max ulp", "cancelled"],
+                         [[f"{r['format']} {r['mode']} {r['policy']}", r["route"], r["node"],
+                           _num(r.get("bits")), _num(r.get("norm_rel")),
+                           _num(r.get("sqnr_db")), _num(r["max_ulp"]),
+                           _num(r.get("cancelled"))] for r in whole],
+                         numeric=(3, 4, 5, 6, 7)))
     errors = [r for r in outcome.rows if r["status"] == "error"]
     if errors:
         parts.append(f"{len(errors)} error rows, e.g. {errors[0]['node']}: "
@@ -223,24 +230,42 @@ def summary_text(graph, outcome) -> str:
     for key, s in outcome.summaries.items():
         for route, top in (s.get("largest_local") or {}).items():
             if top:
-                parts.append(f"{key}: nodes adding the most error ({route}, local):\n"
-                             + text_table(["node", "module", "op", "port", "max ulp",
-                                           "mean ulp"],
+                parts.append(f"{key}: nodes adding the most error ({route}, local, by "
+                             f"relative error):\n"
+                             + text_table(["node", "module", "op", "port", "bits",
+                                           "rel error", "scale ulp", "max ulp"],
                                           [[t["node"], t["module"], t["op"], t["port"],
-                                            _num(t["max_ulp"]), _num(t["mean_ulp"])]
-                                           for t in top[:5]], numeric=(4, 5)))
+                                            _num(t.get("bits")), _num(t.get("norm_rel")),
+                                            _num(t.get("scale_ulp")), _num(t["max_ulp"])]
+                                           for t in top[:5]], numeric=(4, 5, 6, 7)))
         keep = s.get("keep_binary32")
         if keep:
-            best = sorted(keep, key=lambda e: e["mean_ulp_after"] - e["mean_ulp_before"])[:5]
-            note = f" ({s['keep_note']})" if s.get("keep_note") else ""   # scaled formats
-            parts.append(f"{key}: keeping one node or module in binary32{note} (mean ulp of "
-                         f"the whole model, before -> after):\n" + text_table(
-                             ["keep", "route", "before", "after"],
-                             [[e["keep"], e["route"], _num(e["mean_ulp_before"]),
-                               _num(e["mean_ulp_after"])] for e in best], numeric=(2, 3)))
+            parts.append(_keep_text(key, s, keep))
         elif s.get("keep_note"):
             parts.append(f"{key}: keep in binary32: {s['keep_note']}")
     return "\n\n".join(parts)
+
+
+def _keep_text(key, s, keep) -> str:
+    """The keep-in-binary32 lines: the five largest reductions of a route's relative error
+    (the summary's order), or a line saying that no node or module changes it."""
+    note = f" ({s['keep_note']})" if s.get("keep_note") else ""   # scaled formats
+    best = [e for e in keep if "norm_rel_after" in e and e["norm_rel_after"] is not None
+            and e["norm_rel_before"] is not None
+            and e["norm_rel_after"] < e["norm_rel_before"]]
+    if not best:
+        return (f"{key}: keeping one node or module in binary32{note}: none of the "
+                f"{len({e['keep'] for e in keep})} candidates reduces the whole model's "
+                f"relative error")
+    best.sort(key=lambda e: e["norm_rel_after"] / e["norm_rel_before"])
+    return (f"{key}: keeping one node or module in binary32{note} (the whole model's "
+            f"largest relative error of the route, in bits of agreement, before -> after):\n"
+            + text_table(["keep", "route", "bits before", "bits after", "rel error before",
+                          "rel error after", "worst tensor after"],
+                         [[e["keep"], e["route"], _num(e["bits_before"]),
+                           _num(e["bits_after"]), _num(e["norm_rel_before"]),
+                           _num(e["norm_rel_after"]), e.get("tensor_after") or "-"]
+                          for e in best[:5]], numeric=(2, 3, 4, 5)))
 
 
 def _num(v) -> str:
