@@ -10,6 +10,7 @@ by itself.
 - mpmath: ``mp_context``, ``CTX`` (300 bits, local), ``mp``, ``to_mp``, ``pairing``,
   ``central_difference``; MPFR: ``mpfr_context``;
 - the command line: ``ERROR``, ``run_cli``, ``one_error``;
+- a faulty backend: ``degrade_exp``;
 - a temporary operator: ``SCRATCH``, ``scratch_operator`` and the ``scratch`` fixture.
 """
 
@@ -191,6 +192,21 @@ def one_error(err: str, *words) -> str:
     for w in words:
         assert w in lines[0], err
     return lines[0]
+
+
+# ----- a faulty backend -------------------------------------------------------------------------
+def degrade_exp(monkeypatch):
+    """Make every numerics.emulated backend round exp to BinaryFormat(8, 4), three bits fewer
+    than bfloat16 has, for one test: exp's 0.5-ulp certificate is then violated on some inputs."""
+    coarse = formats.BinaryFormat(8, 4)
+    original = numerics.emulated
+
+    def degraded(fmt, mode="nearest_even", policy=None, seed=0):
+        be = original(fmt, mode, policy, seed)
+        exp = be.exp
+        be.exp = lambda x: be.asarray(formats.round_to(exp(x), coarse))
+        return be
+    monkeypatch.setattr(numerics, "emulated", degraded)
 
 
 # ----- a temporary operator ---------------------------------------------------------------------

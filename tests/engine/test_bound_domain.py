@@ -23,7 +23,7 @@ from roundoff_coverage.engine import bound as B
 from roundoff_coverage.engine import results
 from roundoff_coverage.routes.bounds import domain_bound
 from roundoff_coverage.routes.bounds.tracking import TrackingBackend
-from conftest import ERROR, run_cli
+from conftest import ERROR, degrade_exp, run_cli
 
 REFERENCE = numerics.reference(200)
 # The exact values at 200 bits are within 2**-190 relative of the real ones: far below this
@@ -259,22 +259,10 @@ def test_the_run_counts_violations_of_a_degraded_exp(monkeypatch):
     (good,) = B.evaluate(task, sel.box, sel.budget)
     assert good.row["status"] == "ok" and good.violations == 0
     assert good.row["max_ulp"] <= good.row["domain_bound"] <= 1.0 + 1e-6
-    _degrade_exp(monkeypatch)
+    degrade_exp(monkeypatch)
     (bad,) = B.evaluate(task, sel.box, sel.budget)
     assert bad.violations > 0 and bad.row["violations"] == bad.violations
     assert bad.row["max_ulp"] > bad.row["domain_bound"]
-
-
-def _degrade_exp(monkeypatch):
-    coarse = formats.BinaryFormat(8, 4)
-    original = numerics.emulated
-
-    def degraded(fmt, mode="nearest_even", policy=None, seed=0):
-        be = original(fmt, mode, policy, seed)
-        exp = be.exp
-        be.exp = lambda x: be.asarray(formats.round_to(exp(x), coarse))
-        return be
-    monkeypatch.setattr(numerics, "emulated", degraded)
 
 
 def test_bound_prints_rows_and_writes_a_results_file(capsys, tmp_path):
@@ -302,7 +290,7 @@ def test_bound_prints_rows_and_writes_a_results_file(capsys, tmp_path):
 
 
 def test_bound_exits_1_and_says_so_on_a_violation(capsys, tmp_path, monkeypatch):
-    _degrade_exp(monkeypatch)
+    degrade_exp(monkeypatch)
     status, _, err = run_cli(capsys, "bound", "--ops", "exp", "--box=-4,4", "--samples", "30",
                              "--budget", "8", "--routes", "forward",
                              "--out", str(tmp_path / "b.json"))

@@ -18,7 +18,7 @@ from roundoff_coverage import routes
 from roundoff_coverage.numerics.policy import preset
 from roundoff_coverage.engine import evaluate, runner
 from roundoff_coverage.routes import apriori
-from conftest import CTX, to_mp
+from conftest import CTX, degrade_exp, to_mp
 FORMATS = ("bfloat16", "binary16", "float8_e4m3fn")
 MODES = ("nearest_even", "toward_zero", "upward")
 POLICIES = ("strict", "fp32_accumulate", "fp32_accumulate_fma", "pairwise", "blocked32")
@@ -78,15 +78,7 @@ def test_the_run_counts_violations_of_a_degraded_exp(monkeypatch):
     real = [r for t in runner.plan(sel) for r in evaluate.evaluate(t)[0]
             if r["instance"] == "default"]
     assert real[0]["violations"] == 0 and real[0]["bound"] == 0.5
-    coarse = formats.BinaryFormat(8, 4)
-    original = numerics.emulated
-
-    def degraded(fmt, mode="nearest_even", policy=None, seed=0):
-        be = original(fmt, mode, policy, seed)
-        exp = be.exp
-        be.exp = lambda x: be.asarray(formats.round_to(exp(x), coarse))
-        return be
-    monkeypatch.setattr(numerics, "emulated", degraded)
+    degrade_exp(monkeypatch)
     bad = [r for t in runner.plan(sel) for r in evaluate.evaluate(t)[0]
            if r["instance"] == "default"]
     assert bad[0]["violations"] > 0 and bad[0]["bound_ratio"] > 1
