@@ -490,8 +490,9 @@ def interval(name: str, *boxes) -> tuple:
 # ----- comparisons: when is a decision certain for every pair of values -----------------------
 
 def _certain(name, alo, ahi, blo, bhi):
-    """(always, never): the comparison holds for every / for no pair a in [alo, ahi], b in
-    [blo, bhi]; both False on NaN."""
+    """(always, never) of the comparison ``name`` (less, less_equal, greater,
+    greater_equal, equal, not_equal) between every a in [alo, ahi] and b in [blo, bhi]:
+    it holds for every pair / for none; both False where an end is NaN."""
     if name == "less":
         return ahi < blo, alo >= bhi
     if name == "less_equal":
@@ -503,13 +504,6 @@ def _certain(name, alo, ahi, blo, bhi):
     same = (alo == ahi) & (blo == bhi) & (alo == blo)
     apart = (ahi < blo) | (alo > bhi)
     return (same, apart) if name == "equal" else (apart, same)
-
-
-def decided(name, alo, ahi, blo, bhi) -> tuple:
-    """(always, never) of the comparison ``name`` (less, less_equal, greater,
-    greater_equal, equal, not_equal) between every a in [alo, ahi] and b in [blo, bhi]:
-    it holds for every pair / for none; both False where an end is NaN."""
-    return _certain(name, alo, ahi, blo, bhi)
 
 
 class EnclosureFormats:
@@ -570,6 +564,27 @@ class EnclosureFormats:
         if a.dtype == self.DTYPE or b.dtype == self.DTYPE:
             a, b = self._as(a), self._as(b)
         return np.where(cond, a, b)
+
+    # ----- comparisons and predicates: each subclass's ``_mark(bad)`` records the elements
+    # whose decision the enclosures do not make certain ----------------------------------------
+    def _compare(self, name, a, b):
+        """The comparison at E's midpoint; undecided where, in C or E, some pair of values
+        of the two enclosures would decide otherwise."""
+        a, b = self._as(a), self._as(b)
+        decision = getattr(np, name)(self.to_float64(a), self.to_float64(b))
+        ok = np.ones(decision.shape, dtype=bool)
+        for lo, hi in (("clo", "chi"), ("elo", "ehi")):
+            always, never = _certain(name, a[lo], a[hi], b[lo], b[hi])
+            ok &= np.where(decision, always, never)
+        self._mark(~ok)
+        return decision
+
+    def _predicate(self, name, a):
+        """Every element of a known enclosure is finite; an unknown (NaN, poisoned) one
+        leaves the predicate undecided."""
+        a = self._as(a)
+        self._mark(np.isnan(a["elo"]))
+        return getattr(np, name)(self.to_float64(a))
 
 
 class BoundingBackend(EnclosureFormats, Backend):
@@ -741,24 +756,9 @@ class BoundingBackend(EnclosureFormats, Backend):
         return acc.pack(clo, chi, elo, ehi)
 
     # ----- comparisons and predicates --------------------------------------------------------
-    def _compare(self, name, a, b):
-        a, b = self._as(a), self._as(b)
-        decision = getattr(np, name)(self.to_float64(a), self.to_float64(b))
-        ok = np.ones(decision.shape, dtype=bool)
-        for lo, hi in (("clo", "chi"), ("elo", "ehi")):
-            always, never = _certain(name, a[lo], a[hi], b[lo], b[hi])
-            ok &= np.where(decision, always, never)
-        if not ok.all():
+    def _mark(self, bad) -> None:
+        if np.asarray(bad).any():
             self.undecided = True
-        return decision
-
-    def _predicate(self, name, a):
-        """Every element of an available enclosure is finite and not NaN; a poisoned one
-        leaves the predicate undecided."""
-        a = self._as(a)
-        if np.isnan(a["elo"]).any():
-            self.undecided = True
-        return getattr(np, name)(self.to_float64(a))
 
     # ----- primitives ------------------------------------------------------------------------
     def _apply(self, name, *arrays, with_flags=False):

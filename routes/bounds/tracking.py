@@ -88,7 +88,7 @@ import numpy as np
 from roundoff_coverage import formats
 from roundoff_coverage.numerics import Backend
 from roundoff_coverage.numerics.backend import EXACT_PRIMITIVES
-from roundoff_coverage.numerics.bounding import EnclosureFormats, decided, interval
+from roundoff_coverage.numerics.bounding import EnclosureFormats, interval
 
 DTYPE = np.dtype([(k, np.float64) for k in ("elo", "ehi", "clo", "chi", "dlo", "dhi", "rlo",
                                             "rhi")])
@@ -492,24 +492,6 @@ class TrackingBackend(EnclosureFormats, Backend):
         e, c, d, r = self.parts(self._as(a))
         w, err, rho = self._rounding(c, formats.get(fmt), mode)
         return self.pack(e, w, _meet(_add(d, err), _sub(w, e)), _compose(r, rho))
-
-    # ----- comparisons and predicates --------------------------------------------------------
-    def _compare(self, name, a, b):
-        a, b = self._as(a), self._as(b)
-        decision = getattr(np, name)(self.to_float64(a), self.to_float64(b))
-        ok = np.ones(decision.shape, dtype=bool)
-        for lo, hi in (("clo", "chi"), ("elo", "ehi")):
-            always, never = decided(name, a[lo], a[hi], b[lo], b[hi])
-            ok &= np.where(decision, always, never)
-        self._mark(~ok)
-        return decision
-
-    def _predicate(self, name, a):
-        """Every element of a known enclosure is finite; an unknown one leaves the
-        predicate undecided."""
-        a = self._as(a)
-        self._mark(np.isnan(a["elo"]))
-        return getattr(np, name)(self.to_float64(a))
 
     # ----- primitives ------------------------------------------------------------------------
     def _apply(self, name, *arrays, with_flags=False):
