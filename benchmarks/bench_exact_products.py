@@ -60,17 +60,22 @@ def row(label, t_np, t_exact, t_round):
           f"{t_exact / t_np:>9.1f}{t_round / t_np:>11.1f}")
 
 
+def timed(a, b, repeat):
+    """(the exact a @ b, checked against numpy; the best times of numpy's a @ b, of the exact
+    product and of the exact product rounded to binary64)."""
+    x = exact_matmul(a, b)
+    check(x, a @ b, a, b)
+    return x, (best_of(lambda: a @ b, repeat), best_of(lambda: exact_matmul(a, b), repeat),
+               best_of(lambda: to_float64(exact_matmul(a, b)), repeat))
+
+
 def bench_exact_matmul(rng, sizes, repeat):
     """Rows: exact matmul of bfloat16 and binary32 n x n matrices vs numpy float64."""
     for fmt in FORMATS:
         for n in sizes:
             a, b = draw(rng, (n, n), fmt), draw(rng, (n, n), fmt)
-            x = exact_matmul(a, b)
-            check(x, a @ b, a, b)
-            t_np = best_of(lambda: a @ b, repeat)
-            t_ex = best_of(lambda: exact_matmul(a, b), repeat)
-            t_rd = best_of(lambda: to_float64(exact_matmul(a, b)), repeat)
-            row(f"matmul {fmt} n={n} (limbs {x.limbs.shape[0]})", t_np, t_ex, t_rd)
+            x, times = timed(a, b, repeat)
+            row(f"matmul {fmt} n={n} (limbs {x.limbs.shape[0]})", *times)
 
 
 def bench_exact_conv2d(rng, repeat, batch=8, channels=64, size=32, kernel=3):
@@ -80,12 +85,8 @@ def bench_exact_conv2d(rng, repeat, batch=8, channels=64, size=32, kernel=3):
         w = draw(rng, (channels, channels * kernel * kernel), fmt, 0.05).T.copy()
         cols = im2col(x, kernel, kernel)
         t_cols = best_of(lambda: im2col(x, kernel, kernel), repeat)
-        ex = exact_matmul(cols, w)
-        check(ex, cols @ w, cols, w)
-        t_np = best_of(lambda: cols @ w, repeat)
-        t_ex = best_of(lambda: exact_matmul(cols, w), repeat)
-        t_rd = best_of(lambda: to_float64(exact_matmul(cols, w)), repeat)
-        row(f"conv2d {fmt} im2col (limbs {ex.limbs.shape[0]})", t_np, t_ex, t_rd)
+        ex, times = timed(cols, w, repeat)
+        row(f"conv2d {fmt} im2col (limbs {ex.limbs.shape[0]})", *times)
         print(f"{'':<34}(im2col gather {t_cols * 1e3:.2f} ms, both sides; "
               f"{cols.shape[0]}x{cols.shape[1]} @ {w.shape[0]}x{w.shape[1]})")
 
