@@ -6,10 +6,11 @@ by itself.
 - the registry: ``EXAMPLES`` and ``INSTANCES`` (every operator at each example of its
   entry), built once;
 - backends: ``BACKENDS`` (one of each kind) and ``rule``;
-- values: ``arr``, ``f64``, ``f64s``, ``fr``, ``near``, ``wrap``;
+- values: ``arr``, ``f64``, ``f64s``, ``fr``, ``near``, ``wrap``, ``round_bits``;
 - mpmath: ``mp_context``, ``CTX`` (300 bits, local), ``mp``, ``to_mp``, ``pairing``,
   ``central_difference``; MPFR: ``mpfr_context``;
-- the command line: ``ERROR``, ``run_cli``, ``one_error``;
+- the command line: ``ERROR``, ``run_cli``, ``one_error``, ``load_error``,
+  ``wait_for_checkpoint``;
 - a faulty backend: ``degrade_exp``;
 - a temporary operator: ``SCRATCH``, ``scratch_operator`` and the ``scratch`` fixture.
 """
@@ -17,6 +18,8 @@ by itself.
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from fractions import Fraction
 
 import gmpy2
@@ -88,6 +91,26 @@ def wrap(v, signed, w):
 
 
 # ----- mpmath and MPFR --------------------------------------------------------------------------
+def round_bits(q, p: int) -> Fraction:
+    """q rounded to nearest even at ``p`` significant bits, in exact rationals (normal range:
+    no exponent limits), independent of formats."""
+    q = Fraction(q)
+    if q == 0:
+        return q
+    e = math.floor(math.log2(abs(q)))
+    while Fraction(2) ** e > abs(q):
+        e -= 1
+    while Fraction(2) ** (e + 1) <= abs(q):
+        e += 1
+    unit = Fraction(2) ** (e - p + 1)
+    m = q / unit
+    n = math.floor(m)
+    rest = m - n
+    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n % 2):
+        n += 1
+    return n * unit
+
+
 def mp_context(prec: int) -> mpmath.MPContext:
     """A local mpmath context at ``prec`` bits (never the global mpmath.mp)."""
     ctx = mpmath.MPContext()
@@ -192,6 +215,28 @@ def one_error(err: str, *words) -> str:
     for w in words:
         assert w in lines[0], err
     return lines[0]
+
+
+def load_error(load, path, text, error) -> str:
+    """The message of the ``error`` that ``load(path)`` raises once ``path`` holds ``text``;
+    it must be one line."""
+    path.write_text(text)
+    with pytest.raises(error) as info:
+        load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def wait_for_checkpoint(proc, ckpt, seconds, poll):
+    """Wait (at most ``seconds``, looking every ``poll``) until the running command ``proc``
+    has written a task into its checkpoint file ``ckpt``; it must still be running then."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ckpt.exists() and ckpt.read_bytes().count(b'"task"') >= 1:
+            break
+        time.sleep(poll)
+    assert proc.poll() is None, proc.stderr.read()
 
 
 # ----- a faulty backend -------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from fractions import Fraction as F
 
 import numpy as np
@@ -22,7 +21,8 @@ from roundoff_coverage.engine import model as M
 from roundoff_coverage.engine.samples import sample_inputs
 from roundoff_coverage.routes.ports import value
 
-from conftest import bf16_ulps, chain_graph, one_error, round_bf16, run_cli
+from conftest import (bf16_ulps, chain_graph, one_error, round_bf16, run_cli,
+                      wait_for_checkpoint)
 
 BF16 = formats.get("bfloat16")
 
@@ -311,12 +311,7 @@ def test_an_interrupted_model_run_keeps_its_checkpoint_and_resumes_to_the_same_b
     proc = subprocess.Popen([sys.executable, "-m", "roundoff_coverage", "model", "g.json",
                              *SLOW], cwd=tmp_path, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        if ckpt.exists() and ckpt.read_bytes().count(b'"task"') >= 1:
-            break
-        time.sleep(0.02)
-    assert proc.poll() is None, proc.stderr.read()
+    wait_for_checkpoint(proc, ckpt, 300, 0.02)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=300)
     assert ckpt.exists(), (proc.returncode, err)          # the work done so far is kept

@@ -15,6 +15,7 @@ import pytest
 from roundoff_coverage import reports
 from roundoff_coverage.engine import results
 from roundoff_coverage.engine.runner import Selection
+from conftest import load_error
 
 
 def _row(op="exp", route="forward", port="y", fmt="bfloat16", max_ulp=0.25, **extra):
@@ -103,8 +104,5 @@ def test_csv_export_keeps_every_row_and_nested_fields_as_json(tmp_path):
     ('{"schema": "other/1", "rows": []}', "not a roundoff-coverage/1 results file"),
 ], ids=["syntax", "schema"])
 def test_load_of_a_bad_file_raises_one_line(tmp_path, content, fragment):
-    path = tmp_path / "bad.json"
-    path.write_text(content)
-    with pytest.raises(results.ResultsError) as err:
-        reports.load(path)
-    assert fragment in str(err.value) and "\n" not in str(err.value)
+    assert fragment in load_error(reports.load, tmp_path / "bad.json", content,
+                                  results.ResultsError)

@@ -19,7 +19,6 @@ port's scale).
 from __future__ import annotations
 
 import json
-import math
 from fractions import Fraction
 
 import numpy as np
@@ -35,7 +34,7 @@ from roundoff_coverage.engine import evaluate as E  # noqa: E402
 from roundoff_coverage.engine import rows as R  # noqa: E402
 from roundoff_coverage.engine.implementations import torch as torch_impl  # noqa: E402
 from roundoff_coverage.engine.draws import draw, run_routes  # noqa: E402
-from conftest import EXAMPLES, run_cli  # noqa: E402
+from conftest import EXAMPLES, round_bits, run_cli  # noqa: E402
 
 RTOL = 2.0 ** -30
 TABLE_EXAMPLES = [(n, label, attrs) for n, label, attrs in EXAMPLES if n in TC.TABLE]
@@ -123,30 +122,12 @@ def test_torch_float64_meets_the_exact_rule(name, label, attrs):
 
 # ----- known answers of torch's bfloat16 kernels (exact arithmetic) ----------------------------
 
-def _round(q: Fraction, p: int) -> Fraction:
-    """q rounded to nearest even at p significant bits (normal range: enough here)."""
-    if q == 0:
-        return q
-    e = math.floor(math.log2(abs(q)))
-    while Fraction(2) ** e > abs(q):
-        e -= 1
-    while Fraction(2) ** (e + 1) <= abs(q):
-        e += 1
-    unit = Fraction(2) ** (e - p + 1)
-    m = q / unit
-    n = math.floor(m)
-    rest = m - n
-    if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n % 2):
-        n += 1
-    return n * unit
-
-
 def bf16(q):
-    return _round(Fraction(q), 8)
+    return round_bits(q, 8)
 
 
 def f32(q):
-    return _round(Fraction(q), 24)
+    return round_bits(q, 24)
 
 
 def _call(name, attrs, *arrays):

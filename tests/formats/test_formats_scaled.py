@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats
-from conftest import run_cli as run
+from conftest import load_error, run_cli as run
 
 # ----- the oracle ---------------------------------------------------------------------------
 
@@ -656,11 +656,8 @@ def test_user_scaled_formats_from_the_toml_file(tmp_path):
     ('[scaled.x]\nbase = "nvfp4"\nrule = "up"\n', "rule must be one of"),
 ])
 def test_bad_scaled_tables_are_one_line_errors(tmp_path, text, fragment):
-    path = tmp_path / "f.toml"
-    path.write_text(text)
-    with pytest.raises(formats.FormatError) as info:
-        formats.load_formats_file(path)
-    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert fragment in load_error(formats.load_formats_file, tmp_path / "f.toml", text,
+                                  formats.FormatError)
 
 
 # ----- the command line ---------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from roundoff_coverage.engine.plan import Outcome
 from roundoff_coverage.reports.cli import common as cli_common, formats as cli_formats
 from roundoff_coverage.reports.cli import ops as cli_ops, run as cli_run
 from roundoff_coverage.reports.cli import main
-from conftest import ERROR, one_error, run_cli as run
+from conftest import ERROR, one_error, run_cli as run, wait_for_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = ["--ops", "exp", "--formats", "bfloat16", "--samples", "1", "--jobs", "1", "--quiet"]
@@ -455,12 +455,7 @@ def test_ctrl_c_during_measure_keeps_the_finished_chunks(tmp_path):
                              "--jobs", "1", "--quiet", "--out", str(out)],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if ckpt.exists() and ckpt.read_bytes().count(b'"task"') >= 1:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.stderr.read()
+    wait_for_checkpoint(proc, ckpt, 120, 0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     kept = ckpt.read_bytes().count(b'"task"')

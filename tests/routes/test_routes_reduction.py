@@ -14,6 +14,7 @@ import pytest
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes.errors import RouteError
+from conftest import round_bits
 
 
 def q(a):
@@ -83,19 +84,7 @@ def test_contract_is_tensordot():
 # ----- the accumulation order decides the rounding ---------------------------------------------
 def bf16(v: Fraction) -> Fraction:
     """v rounded to nearest even into bfloat16's 8-bit significand (normal range)."""
-    if v == 0:
-        return v
-    e = math.floor(math.log2(abs(v)))
-    while Fraction(2) ** e > abs(v):
-        e -= 1
-    while Fraction(2) ** (e + 1) <= abs(v):
-        e += 1
-    ulp = Fraction(2) ** (e - 7)
-    n = v / ulp
-    f = math.floor(n)
-    r = n - f
-    f += 1 if r > Fraction(1, 2) or (r == Fraction(1, 2) and f % 2) else 0
-    return f * ulp
+    return round_bits(v, 8)
 
 
 def sequential(xs):
