@@ -565,6 +565,14 @@ class EnclosureFormats:
             a, b = self._as(a), self._as(b)
         return np.where(cond, a, b)
 
+    def _exact_input(self, x) -> np.ndarray:
+        """``x`` as an array for ``asarray``, integers beyond 2**53 as Python ints (object
+        dtype): binary64 would round them."""
+        x = np.asarray(x)
+        if x.dtype.kind in "iu" and x.size and np.abs(x).max() > 2 ** 53:
+            x = x.astype(object)
+        return x
+
     # ----- comparisons and predicates: each subclass's ``_mark(bad)`` records the elements
     # whose decision the enclosures do not make certain ----------------------------------------
     def _compare(self, name, a, b):
@@ -657,11 +665,9 @@ class BoundingBackend(EnclosureFormats, Backend):
     def asarray(self, x):
         """Exact inputs: E the value itself (enclosed in binary64 when not a binary64 value),
         C the value rounded once into the format, as numerics.emulated reads it."""
-        x = np.asarray(x)
+        x = self._exact_input(x)
         if x.dtype == DTYPE:
             return x
-        if x.dtype.kind in "iu" and x.size and np.abs(x).max() > 2 ** 53:
-            x = x.astype(object)
         if x.dtype == object:
             parts = [np.empty(x.shape) for _ in FIELDS]
             for idx, v in np.ndenumerate(x):

@@ -457,11 +457,9 @@ class TrackingBackend(EnclosureFormats, Backend):
     def asarray(self, x):
         """Exact inputs as numerics.emulated reads them: E the value (enclosed in binary64
         when it is not a binary64 value), C its rounding into the format, D = C - E."""
-        x = np.asarray(x)
+        x = self._exact_input(x)
         if x.dtype == DTYPE:
             return x
-        if x.dtype.kind in "iu" and x.size and np.abs(x).max() > 2 ** 53:
-            x = x.astype(object)
         if x.dtype == object:
             e = [np.empty(x.shape) for _ in range(2)]
             c = [np.empty(x.shape) for _ in range(2)]
