@@ -7,6 +7,7 @@ by itself.
   entry), built once;
 - backends: ``BACKENDS`` (one of each kind) and ``rule``;
 - values: ``arr``, ``f64``, ``f64s``, ``fr``, ``near``, ``wrap``, ``round_bits``;
+- accumulation: ``fixed_point_dot``;
 - mpmath: ``mp_context``, ``CTX`` (300 bits, local), ``mp``, ``to_mp``, ``pairing``,
   ``central_difference``; MPFR: ``mpfr_context``;
 - the command line: ``ERROR``, ``run_cli``, ``one_error``, ``load_error``,
@@ -109,6 +110,30 @@ def round_bits(q, p: int) -> Fraction:
     if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and n % 2):
         n += 1
     return n * unit
+
+
+# ----- accumulation ----------------------------------------------------------------------------
+def fixed_point_dot(x, y, bits, block, acc="binary32", mode="nearest_even") -> Fraction | None:
+    """The fixed_point policy's dot product written out in rationals: blocks of ``block``
+    exact products with the running sum, aligned to the largest exponent among them (a
+    quantum no finer than binary64's 2**-1074), truncated toward zero to ``bits`` fraction
+    bits below it, summed exactly and rounded into ``acc`` (Fasi, Higham, Mikaitis, Pranesh
+    2021); None once a running sum overflows ``acc``."""
+    prods = [Fraction(float(a)) * Fraction(float(b)) for a, b in zip(x, y)]
+    s = Fraction(0)
+    for i in range(0, len(prods), block):
+        terms = [s] + prods[i:i + block]
+        top = max(abs(t) for t in terms)
+        if top == 0:
+            continue
+        e = top.numerator.bit_length() - top.denominator.bit_length()
+        e -= Fraction(2) ** e > top                                  # floor(log2(top))
+        q = Fraction(2) ** max(e - bits, -1074)
+        s = formats.round_exact(sum((abs(t) // q) * q * (1 if t >= 0 else -1) for t in terms),
+                                acc, mode).to_fraction()
+        if s is None:
+            return None
+    return s
 
 
 def mp_context(prec: int) -> mpmath.MPContext:

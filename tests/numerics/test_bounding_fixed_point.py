@@ -2,12 +2,12 @@
 per-sample enclosures of matmul, linear and dot hold, and a worse accumulation leaves them.
 
 Oracles independent of the module: the exact value as a sum of exact rationals; the model's
-value written out here with rationals (blocks of products with the running sum, aligned to
-the largest exponent, truncated toward zero, summed exactly, rounded into binary32, then
-into storage: Fasi, Higham, Mikaitis, Pranesh 2021; the DeepSeek-V3 report, 2024) and
-numerics.emulated's value.  On every element with a bound: both computed values lie in C,
-the exact value in E.  Deliberately worse implementations (three fraction bits fewer; the
-strict policy's storage-format running sums) land outside the bound.
+value written out with rationals (conftest.fixed_point_dot: blocks of products with the
+running sum, aligned to the largest exponent, truncated toward zero, summed exactly, rounded
+into binary32, then into storage: Fasi, Higham, Mikaitis, Pranesh 2021; the DeepSeek-V3
+report, 2024) and numerics.emulated's value.  On every element with a bound: both computed
+values lie in C, the exact value in E.  Deliberately worse implementations (three fraction
+bits fewer; the strict policy's storage-format running sums) land outside the bound.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pytest
 
 from roundoff_coverage import formats, numerics, routes
 from roundoff_coverage.engine import evaluate, runner
+from conftest import fixed_point_dot
 
 POLICIES = ["fixed_point:14", "fixed_point:10:32", "fixed_point:23"]
 FORMATS = ["bfloat16", "float8_e4m3fn"]
@@ -33,28 +34,6 @@ def _fr(v) -> Fraction:
 def _rnd(v: Fraction, fmt, mode) -> Fraction | None:
     """v rounded once into fmt; None where the format gives inf or NaN."""
     return formats.round_exact(v, fmt, mode).to_fraction()
-
-
-def _floor_log2(v: Fraction) -> int:
-    e = v.numerator.bit_length() - v.denominator.bit_length()
-    return e - 1 if Fraction(2) ** e > v else e
-
-
-def model_dot(x, y, bits, block, mode):
-    """The fixed_point model in rationals, into binary32 (None on overflow)."""
-    prods = [_fr(a) * _fr(b) for a, b in zip(x, y)]
-    s = Fraction(0)
-    for i in range(0, len(prods), block):
-        terms = [s] + prods[i:i + block]
-        top = max(abs(t) for t in terms)
-        if top == 0:
-            continue
-        q = Fraction(2) ** max(_floor_log2(top) - bits, -1074)
-        s = _rnd(sum((abs(t) // q) * q * (1 if t >= 0 else -1) for t in terms),
-                 "binary32", mode)
-        if s is None:
-            return None
-    return s
 
 
 def _policy(name):
@@ -126,7 +105,7 @@ def _model(op, x, y, b, fmt, policy, mode):
     out = np.empty((M, N), dtype=object)
     for r in range(M):
         for c in range(N):
-            s = model_dot(x[r], y[:, c], bits, block, mode)
+            s = fixed_point_dot(x[r], y[:, c], bits, block, mode=mode)
             s = None if s is None else _rnd(s, fmt, mode)
             if s is not None and op == "linear":
                 s = _rnd(s + _fr(b[c]), fmt, mode)
@@ -200,7 +179,7 @@ def test_every_point_of_interval_operands_lands_in_the_enclosure(policy):
         mid = np.clip(mid, lo, hi)
         x = np.where(pick == 0, lo, np.where(pick == 1, hi, mid))
         for r in range(shape[0]):
-            s = _rnd(model_dot(x[r], b[r], bits, block, "nearest_even"), fmt, "nearest_even")
+            s = _rnd(fixed_point_dot(x[r], b[r], bits, block), fmt, "nearest_even")
             assert _fr(clo[r]) <= s <= _fr(chi[r]), (trial, r, clo[r], s, chi[r])
 
 
@@ -219,11 +198,11 @@ def test_an_uncertain_block_exponent_bounds_each_end_with_the_right_quantum(sign
     clo, chi, _, _ = bk.split(bk.dot(pack(lo, hi, lo, hi), pack(*[np.ones(8)] * 4)))
     for big in (1 - 2.0 ** -9, 1.0):
         x = sign * np.array([big] + [1.5 * 2.0 ** -7] * 7)
-        s = _rnd(model_dot(x, np.ones(8), 6, 8, "nearest_even"), "bfloat16", "nearest_even")
+        s = _rnd(fixed_point_dot(x, np.ones(8), 6, 8), "bfloat16", "nearest_even")
         assert _fr(clo) <= s <= _fr(chi), (big, clo, s, chi)
     assert {float(sign * v) for v in (1.0, 1 + 6 * 2.0 ** -7)} == \
-        {float(_rnd(model_dot(sign * np.array([b] + [1.5 * 2.0 ** -7] * 7), np.ones(8), 6, 8,
-                              "nearest_even"), "binary32", "nearest_even"))
+        {float(_rnd(fixed_point_dot(sign * np.array([b] + [1.5 * 2.0 ** -7] * 7), np.ones(8),
+                                    6, 8), "binary32", "nearest_even"))
          for b in (1.0, 1 - 2.0 ** -9)}
 
 
@@ -243,7 +222,7 @@ def test_exact_enclosure_holds_for_full_binary64_operands(scale, n):
     for r in range(4):
         exact = sum(_fr(u) * _fr(v) for u, v in zip(x[r], y[r]))
         assert _fr(elo[r]) <= exact <= _fr(ehi[r]) and elo[r] < ehi[r], r
-        s = _rnd(model_dot(cx[r], cy[r], 14, 32, "nearest_even"), "bfloat16", "nearest_even")
+        s = _rnd(fixed_point_dot(cx[r], cy[r], 14, 32), "bfloat16", "nearest_even")
         assert _fr(clo[r]) <= s <= _fr(chi[r]), r
 
 

@@ -13,6 +13,7 @@ import pytest
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.policy import preset
 from roundoff_coverage.engine import evaluate, runner
+from conftest import fixed_point_dot
 
 
 def _rnd(v: Fraction, fmt, mode="nearest_even") -> Fraction:
@@ -34,39 +35,6 @@ def _same(got, want: Fraction, fmt, mode) -> bool:
 
 def _f(x) -> Fraction:
     return Fraction(float(x))
-
-
-def _trunc_to(v: Fraction, q: Fraction) -> Fraction:
-    """v truncated toward zero to a multiple of q."""
-    n = abs(v) // q
-    return n * q if v >= 0 else -n * q
-
-
-def _floor_log2(v: Fraction) -> int:
-    v = abs(v)
-    e = v.numerator.bit_length() - v.denominator.bit_length()
-    while Fraction(2) ** e > v:
-        e -= 1
-    while Fraction(2) ** (e + 1) <= v:
-        e += 1
-    return e
-
-
-def oracle_fixed_point(x, y, bits, block, acc="binary32", mode="nearest_even"):
-    """Blocks of ``block`` exact products with the running sum, aligned to the largest
-    exponent among them, truncated to ``bits`` fraction bits below it, summed exactly and
-    rounded into ``acc``."""
-    prods = [_f(a) * _f(b) for a, b in zip(x, y)]
-    s = Fraction(0)
-    for i in range(0, len(prods), block):
-        terms = [s] + prods[i:i + block]
-        top = max(abs(t) for t in terms)
-        if top == 0:
-            s = Fraction(0)
-            continue
-        q = Fraction(2) ** (_floor_log2(top) - bits)
-        s = _rnd(sum(_trunc_to(t, q) for t in terms), acc, mode)
-    return s
 
 
 def oracle_promote(x, y, k, inner, acc="binary32", mode="nearest_even"):
@@ -118,7 +86,7 @@ def test_fixed_point_matches_its_rational_oracle(fmt, n, bits, block, mode):
     x, y = _draw(rng, fmt, n), _draw(rng, fmt, n)
     pol = numerics.Policy(fmt, accumulate="binary32", fixed_point=bits, block=block)
     got = numerics.emulated(fmt, mode, pol).dot(x, y)
-    assert _same(got, oracle_fixed_point(x, y, bits, block, "binary32", mode), fmt, mode)
+    assert _same(got, fixed_point_dot(x, y, bits, block, "binary32", mode), fmt, mode)
 
 
 @pytest.mark.parametrize("mode", ["nearest_even", "toward_zero"])
