@@ -58,19 +58,12 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from . import registrar
+
 TABLE: dict[str, Callable] = {}
 BOUNDS: dict[str, Callable] = {}
 MASKS: dict[str, Callable] = {}
-
-
-def _entry(*names):
-    def register(fn):
-        for name in names:
-            if name in TABLE:
-                raise ValueError(f"aten table: {name} is already translated")
-            TABLE[name] = fn
-        return fn
-    return register
+_entry = registrar(TABLE, "aten table")
 
 
 def _axis(d, rank):

@@ -49,6 +49,7 @@ from typing import Callable
 import numpy as np
 
 from ..graph import Ref
+from . import registrar
 
 TABLE: dict[str, Callable] = {}
 
@@ -77,15 +78,7 @@ class Int:
     example: object = None
 
 
-def _entry(*names, integers=False, lazy=False):
-    def register(fn):
-        fn.integers, fn.lazy = integers, lazy
-        for name in names:
-            if name in TABLE:
-                raise ValueError(f"jaxpr table: {name} is already translated")
-            TABLE[name] = fn
-        return fn
-    return register
+_entry = registrar(TABLE, "jaxpr table", integers=False, lazy=False)
 
 
 def _is_float(dtype) -> bool:
