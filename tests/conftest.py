@@ -206,6 +206,18 @@ def chain_graph(n=6):
     return g
 
 
+def softmax_shift_graph(n=8):
+    """sum(softmax(x + b)) over rows of n: its gradient in b is exactly 0 (softmax ignores
+    a shift of a row), so the reference leaves only a cancellation residue there."""
+    g = routes.Graph(x=P.value((2, n)), b=P.value((2, n)))
+    h = g.apply(routes.op("add", shape=(2, n)), g.input("x"), g.input("b"), name="shift")
+    p = g.apply(routes.op("softmax", shape=(2, n), axis=1), h, name="softmax")
+    g.output(g.apply(routes.op("reduce", shape=(2, n), axes=(0, 1)), p, name="total"))
+    g.example_inputs = [np.random.default_rng(2).standard_normal((2, n)),
+                        np.full((2, n), 0.25)]
+    return g
+
+
 def round_bf16(q: Fraction) -> Fraction:
     """q rounded to nearest even into bfloat16 (formats.round_exact), as a Fraction."""
     return Fraction(formats.round_exact(q, formats.get("bfloat16"), "nearest_even").to_float())

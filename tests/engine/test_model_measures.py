@@ -26,6 +26,8 @@ from roundoff_coverage.engine.sites import sites, value_at
 from roundoff_coverage.routes.graph import GraphRule
 from roundoff_coverage.routes.ports import value
 
+from conftest import softmax_shift_graph
+
 BF16 = formats.get("bfloat16")
 P = BF16.precision                                      # 8
 CONFIG = M.Config("bfloat16", "nearest_even", "strict")
@@ -235,12 +237,7 @@ def test_an_exact_zero_gradient_gets_finite_meaningful_numbers():
     # element of input:b's gradient cancels, its error is the computed residue itself, and
     # no relative measure or ulp statistic is made of it.
     n = 8
-    g = routes.Graph(x=value((2, n)), b=value((2, n)))
-    h = g.apply(routes.op("add", shape=(2, n)), g.input("x"), g.input("b"), name="shift")
-    p = g.apply(routes.op("softmax", shape=(2, n), axis=1), h, name="softmax")
-    g.output(g.apply(routes.op("reduce", shape=(2, n), axes=(0, 1)), p, name="total"))
-    g.example_inputs = [np.random.default_rng(2).standard_normal((2, n)),
-                        np.full((2, n), 0.25)]
+    g = softmax_shift_graph(n)
     rows, summary, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "strict"),
                                  sample_inputs(g, 2, 0), 0, ("forward", "gradient"))
     r = _row(rows, "input:b", "gradient", "b")

@@ -21,7 +21,7 @@ from roundoff_coverage.engine import model as M
 from roundoff_coverage.engine.samples import sample_inputs
 from roundoff_coverage.routes.ports import value
 
-from conftest import (bf16_ulps, chain_graph, one_error, round_bf16, run_cli,
+from conftest import (bf16_ulps, chain_graph, one_error, round_bf16, run_cli, softmax_shift_graph,
                       wait_for_checkpoint)
 
 BF16 = formats.get("bfloat16")
@@ -99,13 +99,7 @@ def test_an_exact_zero_gradient_is_measured_as_zero():
     # d/db of sum(softmax(x + b)) = 0 exactly (softmax ignores a constant shift): the
     # reference's cancellation residue shrinks with precision and is clamped, so the
     # emulated gradient's error is measured against 0.
-    n = 8
-    g = routes.Graph(x=value((2, n)), b=value((2, n)))
-    h = g.apply(routes.op("add", shape=(2, n)), g.input("x"), g.input("b"), name="shift")
-    p = g.apply(routes.op("softmax", shape=(2, n), axis=1), h, name="softmax")
-    g.output(g.apply(routes.op("reduce", shape=(2, n), axes=(0, 1)), p, name="total"))
-    g.example_inputs = [np.random.default_rng(2).standard_normal((2, n)),
-                        np.full((2, n), 0.25)]
+    g = softmax_shift_graph()
     rows, _, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "fp32_accumulate"),
                            sample_inputs(g, 1, 0), 0, ("forward", "gradient"))
     r = _row(rows, "input:b", "gradient", "b", "propagated")
