@@ -223,7 +223,7 @@ def _domain_bounds(task, d, fmt, rows) -> None:
     by entry the least and the largest drawn value (for an elementwise operator, whose
     draws are batched into one instance, the least and largest of every element), the other
     inputs fixed where every ordinary draw holds the same array.  The rows' ordinary errors
-    lie inside this box, so their max_ulp there cannot exceed the bound (reports/evaluate's
+    lie inside this box, so their max_ulp there cannot exceed the bound (the evaluate
     test).  Nothing is added where there is no ordinary draw, a non-value input varies, or
     the bound cannot be computed (the row's other fields stand)."""
     if task.implementation != "emulated" or task.scheme is not None:
