@@ -72,9 +72,9 @@ def build(results_path, out_dir, baseline=None) -> Built:
         files[f"ops/{slug(op)}.html"] = page(
             f"{op}: roundoff coverage", _guard(lambda: operator_page.page_body(report, op, rows),
                                               None, op), root="../")
-    if isinstance(doc.get("model"), dict):
+    if report.model is not None:
         files["model.html"] = page("Model: roundoff coverage", _guard(
-            lambda: model_page.page_body(doc, doc["rows"]), None, "model", root=""))
+            lambda: model_page.page_body(report, _section), None, "model", root=""))
     if baseline is not None:
         files["compare.html"] = page("Comparison with the baseline",
                                      compare.page_body(cmp, summary, baseline))

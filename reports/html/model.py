@@ -25,6 +25,9 @@ TEXT_FIELDS = tuple(f for f in rows.KEY_FIELDS if f not in ("attrs", "port"))
 FLOAT_FIELDS = rows.FLOAT_FIELDS
 INT_FIELDS = rows.COUNT_FIELDS + tuple(f.name for f in rows.FIELDS if f.kind == rows.BITS)
 ROUTE_ORDER = tuple(sorted(rows.ROUTE_ORDER, key=rows.ROUTE_ORDER.get))
+# The family of a model run's whole-model rows (operator ``model``: its outputs and input
+# gradients), which no operator family holds.
+MODEL_FAMILY = "whole model"
 
 
 def number(v):
@@ -81,6 +84,14 @@ class Row:
     scaled: dict | None = None                        # rows.SCALED_FIELDS of a scaled task
     family: str = "unknown"
     problems: list = field(default_factory=list)
+    # A model run's row (engine/rows.py): its graph node (None in coverage rows), module,
+    # attribution (local, propagated, share) and, for a share, the output it reaches and
+    # for the outputs' propagated rows the closure of the shares (both optional).
+    node: str | None = None
+    module: str = ""
+    attribution: str | None = None
+    output: str | None = None
+    closure: float | None = None
 
     def __getattr__(self, name):                     # row.max_ulp, row.violations, ...
         if name in FLOAT_FIELDS or name in INT_FIELDS:
@@ -125,9 +136,16 @@ def normalize(index: int, raw, families: dict) -> Row:
             setattr(row, name, v)
         else:
             problems.append(f"{name} missing or not text")
-    for name in ("device", "instance"):
+    for name in ("device", "instance", "module"):
         if isinstance(raw.get(name), str):
             setattr(row, name, raw[name])
+    for name in ("node", "attribution", "output"):
+        if raw.get(name) is not None:
+            setattr(row, name, str(raw[name]))
+    try:
+        row.closure = number(raw.get("closure"))
+    except ValueError as exc:
+        problems.append(f"closure is not a number ({exc})")
     row.port = str(raw.get("port", "?"))
     if isinstance(raw.get("attrs"), dict):
         row.attrs = raw["attrs"]
@@ -186,7 +204,8 @@ def normalize(index: int, raw, families: dict) -> Row:
     # A scaled task's fields (checked by results.field_problems; the figure checks again).
     row.scaled = {k: raw.get(k) for k in rows.SCALED_FIELDS} \
         if isinstance(raw.get("scheme"), str) else None
-    row.family = families.get(row.op, "unknown")
+    row.family = families.get(row.op) or (MODEL_FAMILY if row.node is not None
+                                          else "unknown")
     if problems:
         row.problems = problems
         row.by_kind = row.buckets = None
@@ -195,6 +214,87 @@ def normalize(index: int, raw, families: dict) -> Row:
         status = "error"
     row.status = status
     return row
+
+
+# The numbers of a model summary's entries (engine/model.py: largest_local, keep_binary32):
+# the names that start so are read as numbers, the others as text.
+_SUMMARY_NUMBERS = ("norm_rel", "bits", "sqnr_db", "cosine", "scale_ulp", "cancelled",
+                    "max_ulp", "mean_ulp", "max_rel", "nodes")
+
+
+@dataclass
+class Entry:
+    """One entry of a model summary: ``text`` fields (node, module, op, port, keep, route,
+    tensor_before...) and ``numbers`` (floats or None; a malformed number is None)."""
+
+    text: dict
+    numbers: dict
+
+    def __getattr__(self, name):                     # entry.node, entry.bits_before, ...
+        if name in ("text", "numbers"):
+            raise AttributeError(name)
+        if name.startswith(_SUMMARY_NUMBERS):
+            return self.numbers.get(name)
+        return self.text.get(name)
+
+
+def entry(raw) -> Entry:
+    text, nums = {}, {}
+    for k, v in (raw.items() if isinstance(raw, dict) else ()):
+        if str(k).startswith(_SUMMARY_NUMBERS):
+            try:
+                nums[str(k)] = number(v)
+            except ValueError:
+                nums[str(k)] = None
+        elif v is not None:
+            text[str(k)] = str(v)
+    return Entry(text, nums)
+
+
+@dataclass
+class Summary:
+    """A configuration's model summary: ``key`` (format|mode|policy), the nodes adding the
+    most error per route, the keep-in-binary32 entries and the note said instead of them."""
+
+    key: str
+    largest: dict
+    keep: list
+    keep_note: str | None
+
+
+@dataclass
+class ModelInfo:
+    """The results file's ``model`` object, typed: target, artifact, its sha256, summaries.
+    ``problem``: why the summaries could not be read (None when they could)."""
+
+    target: str
+    artifact: str
+    sha256: str
+    summaries: list
+    problem: str | None = None
+
+
+def model_info(raw) -> ModelInfo | None:
+    """The ModelInfo of a results file's ``model`` object; None for a coverage run."""
+    if not isinstance(raw, dict):
+        return None
+    info = ModelInfo(*(str(raw.get(k, "?")) for k in ("target", "artifact", "sha256")), [])
+    got = raw.get("summary")
+    if got is not None and not isinstance(got, dict):
+        info.problem = f"the summary is not an object ({type(got).__name__})"
+        return info
+    for key, s in (got or {}).items():
+        if not isinstance(s, dict):
+            info.problem = f"the summary of {key} is not an object"
+            continue
+        top = s.get("largest_local") if isinstance(s.get("largest_local"), dict) else {}
+        keep = s.get("keep_binary32") if isinstance(s.get("keep_binary32"), list) else []
+        note = s.get("keep_note")
+        info.summaries.append(Summary(
+            str(key), {str(r): [entry(e) for e in es] for r, es in top.items()
+                       if isinstance(es, list)},
+            [entry(e) for e in keep], None if note is None else str(note)))
+    return info
 
 
 def _families(table, ops) -> dict:
@@ -208,6 +308,7 @@ class Report:
     def __init__(self, doc: dict, path: str):
         self.path = os.path.abspath(path)
         self.doc = doc
+        self.model = model_info(doc.get("model"))
         meta = doc.get("meta")
         self.meta = meta if isinstance(meta, dict) else {}
         raw = doc.get("rows") if isinstance(doc.get("rows"), list) else []

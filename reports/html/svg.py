@@ -432,3 +432,81 @@ def scale_spread(points, what: str) -> str:
     return _figure(svg, f"Spread of the block scales of {esc(what)}: {total} "
                    f"block{'' if total == 1 else 's'} with a finite scale over "
                    f"{span} binade{'' if span == 1 else 's'} (2^{e0} to 2^{e1}).")
+
+
+# ----- a model's error along its graph ---------------------------------------------------------
+ROUTE_COLOURS = {"forward": "#3b528b", "tangent": "#5ec962", "gradient": "#e08214"}
+BAND_FILLS = ("#eef1f6", "#ffffff")
+
+
+def _band_label(text: str, width: float) -> str:
+    """``text`` cut to what fits in ``width`` px at the tick font (about 6 px a letter)."""
+    room = int(width // 6)
+    if room < 2:
+        return ""
+    return text if len(text) <= room else text[:room - 1] + "…"
+
+
+def along_graph(nodes, series, bands) -> str:
+    """Bits of agreement (-log2 of the normwise relative error) of each node along the graph.
+
+    ``nodes``: node names in execution order (the x axis); ``series``: [(route, {node:
+    (bits or None, title)})], bits inf where computed = exact, None where no relative error
+    is defined (an exact tensor of zeros with a residue); ``bands``: [(module, first, last)]
+    node positions.  One point (``circle.pt``, data-route, data-node) per node and route."""
+    step = 9 if len(nodes) > 60 else 16
+    left, right, top, bottom, strip = 52, 20, 34, 34, 18
+    w = left + right + step * max(len(nodes), 1)
+    w, h = max(w, 360), 260
+    finite = [b for _, pts in series for b, _ in pts.values()
+              if b is not None and math.isfinite(b)]
+    hi = min(64, max(8, math.ceil(max(finite, default=8) + 1)))
+    y0, y1 = h - bottom, top + 14                    # bits 0 and bits hi; exact above y1
+    def y_of(b):
+        if b is None:
+            return y0 + 10
+        if math.isinf(b):
+            return top + 2 if b > 0 else y0
+        return y0 - (y0 - y1) * min(hi, max(0.0, b)) / hi
+    def x_of(i):
+        return left + step * (i + 0.5)
+    out = []
+    for k, (module, a, b) in enumerate(bands):
+        x, bw = left + step * a, step * (b - a + 1)
+        out.append(f'<g class="band"><title>module {esc(module or "(top level)")}</title>'
+                   f'<rect x="{x}" y="{top - strip}" width="{bw}" height="{y0 - top + strip}" '
+                   f'fill="{BAND_FILLS[k % 2]}" stroke="#ccd" stroke-width="0.5"/>'
+                   f'<text x="{x + 2}" y="{top - 6}" class="tick">'
+                   f'{esc(_band_label(module or "(top level)", bw - 4))}</text></g>')
+    for t in range(0, hi + 1, max(1, hi // 8)):
+        y = y_of(t)
+        out.append(f'<line x1="{left}" x2="{w - right}" y1="{y:.1f}" y2="{y:.1f}" '
+                   f'stroke="#ddd"/><text x="{left - 3}" y="{y + 3:.1f}" text-anchor="end" '
+                   f'class="tick">{t}</text>')
+    out.append(f'<text x="{left - 3}" y="{top + 5}" text-anchor="end" class="tick">exact'
+               f'</text><text x="{left - 3}" y="{y0 + 13}" text-anchor="end" class="tick">'
+               f'n/a</text>')
+    out.append(_axes(w, h, left, bottom, top, "nodes in execution order (modules as bands)",
+                     "bits of agreement"))
+    pos = {n: i for i, n in enumerate(nodes)}
+    for route, pts in series:
+        colour = ROUTE_COLOURS.get(route, "#555")
+        placed = sorted((pos[n], n, b, t) for n, (b, t) in pts.items() if n in pos)
+        line = " ".join(f"{x_of(i):.1f},{y_of(b):.1f}" for i, _, b, _ in placed
+                        if b is not None and math.isfinite(b))
+        if line:
+            out.append(f'<polyline points="{line}" fill="none" stroke="{colour}" '
+                       f'stroke-width="1" stroke-opacity="0.6"/>')
+        for i, n, b, t in placed:
+            hollow = b is None or math.isinf(b)
+            out.append(f'<circle class="pt" data-route="{esc(route)}" data-node="{esc(n)}" '
+                       f'cx="{x_of(i):.1f}" cy="{y_of(b):.1f}" r="3" '
+                       f'fill="{"#fff" if hollow else colour}" stroke="{colour}">'
+                       f'<title>{esc(t)}</title></circle>')
+    for k, (route, _) in enumerate(series):
+        x = w - right - 90 * (len(series) - k)
+        out.append(f'<circle cx="{x}" cy="6" r="3" fill="'
+                   f'{ROUTE_COLOURS.get(route, "#555")}"/><text x="{x + 6}" y="9" '
+                   f'class="tick">{esc(route)}</text>')
+    title = "Bits of agreement of each node's propagated error, in execution order"
+    return _svg(w, h, title, "".join(out), "along-graph")
