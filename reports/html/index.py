@@ -137,13 +137,19 @@ def view_bar(report: model.Report) -> str:
         f"</label> " for v in views.VIEWS)
     said = "".join(f'<span class="only-{v}">{esc(views.DESCRIPTIONS[v])}.</span>'
                    for v in views.VIEWS)
-    note = "" if report.has_kinds else (
+    note = "" if report.has_kinds or report.model is not None else (
         ' <span class="note" id="view-note">This results file has no statistics per sample '
         "kind (it was written before rows had <code>by_kind</code>): only the whole range "
         "can be shown.</span>")
-    if report.has_kinds and report.default_view == views.WHOLE:
+    if report.model is not None and not report.has_kinds:
+        note = (' <span class="note" id="view-note">A model run measures every element of '
+                "the model's tensors on its samples: there are no sample kinds, only the "
+                "whole range.</span>")
+    elif report.has_kinds and report.default_view == views.WHOLE:
         note = (' <span class="note" id="view-note">No row of this file has ordinary draws '
                 "(its inputs were enumerated): it opens on the whole range.</span>")
+    if report.model is not None and not report.has_kinds:
+        said = '<span class="only-whole">every element of every sample.</span>'
     return ('<div id="view-bar" class="viewbar" role="group" aria-label="errors shown">'
             f'<b>Errors shown:</b> {choices}<span id="view-said">Showing {said}</span>'
             f"{note}</div>")
@@ -166,17 +172,24 @@ def overview(report: model.Report, comparison_line) -> str:
     except OSError:
         written = "–"
     samples = sel.get("samples")
-    items = [
-        ("command", f"<code>{esc(meta.get('command', '–'))}</code>"),
+    about = [("model", esc(report.model.target)),
+             ("graph artifact", f"<code>{esc(report.model.artifact)}</code>")] \
+        if report.model is not None else []
+    items = [("command", f"<code>{esc(meta.get('command', '–'))}</code>")] + about + [
         ("formats", esc(_list(sel.get("formats")))),
         ("rounding modes", esc(_list(sel.get("modes")))),
         ("accumulation policies", esc(_list(sel.get("policies")))),
         ("implementations", esc(_list(sel.get("implementations")))),
         ("routes", esc(_list(sel.get("routes")))),
-        ("operators", esc(count(len(report.by_op), "operator"))),
-        ("draws", esc(count(samples, "draw") + " per sample kind and task"
-                      if isinstance(samples, int) else "–")),
-        ("exhaustive", "yes" if sel.get("exhaustive") else "no"),
+        ("operators", esc(count(len(report.by_op), "operator")))]
+    if report.model is None:
+        items += [("draws", esc(count(samples, "draw") + " per sample kind and task"
+                                if isinstance(samples, int) else "–")),
+                  ("exhaustive", "yes" if sel.get("exhaustive") else "no")]
+    else:
+        items.append(("samples", esc(count(samples, "sample") + " of the model's inputs"
+                                     if isinstance(samples, int) else "–")))
+    items += [
         ("seed", esc(meta.get("seed", "–"))),
         ("tool", esc(f"{meta.get('tool', 'roundoff-coverage')} {meta.get('version', '?')}")),
         ("versions", esc(", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "–")),
@@ -187,9 +200,10 @@ def overview(report: model.Report, comparison_line) -> str:
     counts = report.status_counts()
     items.append(("rows", esc(f"{len(report.rows)} route ports: " + ", ".join(
         f"{n} {s}" for s, n in counts.items()))))
-    if isinstance(report.doc.get("model"), dict):
-        items.append(("model", '<a href="model.html">the model page: every node\'s local '
-                               'and propagated errors</a>'))
+    if report.model is not None:
+        items.append(("model page", '<a href="model.html">every node\'s local and '
+                                    'propagated errors, along the graph, and where to keep '
+                                    'precision</a>'))
     if comparison_line is not None:
         items.append(("baseline", f'<a href="compare.html">{esc(comparison_line)}</a>'))
     dl = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in items)

@@ -67,12 +67,14 @@ def heatmap(rows, columns, cells, scale: LogScale, shown: str = "whole") -> str:
     no_ordinary.  A cell is filled as in view ``shown``; with two views its rect also
     carries both fills (``data-ordinary``, ``data-whole``) for the page's switch, and a dot
     that only one view has is of class ``only-VIEW``.  Every cell links to its detail."""
-    cw, ch, left, top = 18, 13, 150, 118
+    ch, left, top = 13, 150, 118
     groups = []
     for j, (route, fmt) in enumerate(columns):
         if not groups or groups[-1][0] != route:
             groups.append([route, j, j])
         groups[-1][2] = j
+    # Wide enough columns that each route's label (about 7 px a letter) fits over its band.
+    cw = max([18] + [math.ceil((7 * len(str(r)) + 6) / (b - a + 1)) for r, a, b in groups])
     # 70 px on the right: the last format's label is rotated over it.
     width, height = left + cw * len(columns) + 70, top + ch * len(rows) + 10
     out = [_DEFS]
