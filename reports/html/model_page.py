@@ -143,17 +143,18 @@ def _whole_section(whole) -> str:
 
 def _node_points(part):
     """{node: (bits, title)} of a route's propagated emulated rows: each node's worst port
-    (fewest bits; None, no relative error defined, counts as worst)."""
+    (fewest bits; None, no relative error defined or a failed row, counts as worst)."""
     out = {}
     for r in part:
-        if r.attribution != "propagated" or r.implementation != "emulated" or _failed(r):
+        if r.attribution != "propagated" or r.implementation != "emulated":
             continue
-        b = r.bits
+        b = None if _failed(r) else r.bits
         key = -math.inf if b is None else (math.inf if math.isnan(b) else b)
+        said = f"{r.status}: {r.reason}" if _failed(r) else \
+            f"{_bits(b)}, norm_rel {short(r.norm_rel)}"
         have = out.get(r.node)
         if have is None or key < have[0]:
-            out[r.node] = (key, b, f"{r.node} ({r.op}) {r.route} port {r.port}: "
-                                   f"{_bits(b)}, norm_rel {short(r.norm_rel)}")
+            out[r.node] = (key, b, f"{r.node} ({r.op}) {r.route} port {r.port}: {said}")
     return {n: (b, t) for n, (_, b, t) in out.items()}
 
 
