@@ -56,8 +56,8 @@ coverage run does (engine/draws.py, engine/evaluate.py):
   2**-24 relative for binary32 scales, as a kernel that dequantizes into FP32 reads it);
   its blocks run along its natural axis: the contraction axis (draws.scale_axis, from the
   operator's declaration: routes' Op.product_operands) of the first product (matmul,
-  linear, conv, contract, attention...) that reads it, else its last axis; rank-0 numeric constants (an epsilon) stay binary32, indices and Booleans as they
-  are.  Tangents are quantized like their input, the cotangents of the outputs (1 for a
+  linear, conv, contract, attention...) that reads it, else its last axis; rank-0 numeric
+  constants (an epsilon) stay binary32, indices and Booleans as they are.  Tangents are quantized like their input, the cotangents of the outputs (1 for a
   scalar loss too) like an output, along the last axis;
 - the emulated run is numerics.emulated(binary32, mode, policy) whose node outputs, output
   tangents and pullback outputs (each node's contribution to its arguments' gradients)
@@ -469,15 +469,14 @@ def _whole(g, routes):
 
 def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
     """{route: (largest norm_rel, its tensor, ulp errors)} of the whole model's values in
-    ``traces``
-    against binary64 roundings of the exact values: the largest normwise relative error
-    over the route's tensors (each output, each input gradient, joined over the samples:
+    ``traces`` against binary64 roundings of the exact values: the largest normwise relative
+    error over the route's tensors (each output, each input gradient, joined over the samples:
     tensor_measures; tensors with no relative error -- an exact 0 computed nonzero -- left
     out, None where none is left) and the componentwise |ulp| errors of their elements that
     are not cancelled (``scaled``: in ulps of its element format at their block scale)."""
     acc, rel = {}, {}
     for site in whole:
-        comps, exacts = [], []
+        comps = []
         for tr, ex in zip(traces, exact64):
             c, e = value_at(tr, site), ex.get(site)
             if c is None or e is None:
