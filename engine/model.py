@@ -57,8 +57,9 @@ coverage run does (engine/draws.py, engine/evaluate.py):
   its blocks run along its natural axis: the contraction axis (draws.scale_axis, from the
   operator's declaration: routes' Op.product_operands) of the first product (matmul,
   linear, conv, contract, attention...) that reads it, else its last axis; rank-0 numeric
-  constants (an epsilon) stay binary32, indices and Booleans as they are.  Tangents are quantized like their input, the cotangents of the outputs (1 for a
-  scalar loss too) like an output, along the last axis;
+  constants (an epsilon) stay binary32, indices and Booleans as they are.  Tangents are
+  quantized like their input, the cotangents of the outputs (1 for a scalar loss too) like
+  an output, along the last axis;
 - the emulated run is numerics.emulated(binary32, mode, policy) whose node outputs, output
   tangents and pullback outputs (each node's contribution to its arguments' gradients)
   pass through the quantizer along their last axis before any later node reads them
