@@ -107,6 +107,7 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.resolve import agree
 from roundoff_coverage.routes.graph import GraphRule, Ref
 
+from . import attribution as shares_of
 from . import implementations as registry
 from . import reference
 from . import rows as row_fields
@@ -142,12 +143,14 @@ class Config:
 # ----- one configuration -------------------------------------------------------------------------
 
 def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
-            others=(), target=None, scheme=None) -> tuple[list, dict, dict]:
+            others=(), target=None, scheme=None, attribution="auto") -> tuple[list, dict, dict]:
     """(rows, summary, phase seconds) of ``graph`` under one configuration on ``samples``
     (sample_inputs' lists); ``others``: implementations beside emulated that run the model
     from ``target`` (its factory) on the same samples (engine/implementations/: those whose
     ``graphs`` is set);
-    ``scheme``: the ScaledFormat ``config.format`` labels, for a user-defined one."""
+    ``scheme``: the ScaledFormat ``config.format`` labels, for a user-defined one;
+    ``attribution``: whether the forward route adds each node's share of each output's error
+    and the outputs' closure (engine/attribution.py: ``auto``, ``share`` or ``none``)."""
     fmt = formats.get(config.format) if scheme is None else scheme
     scaled = recipe = None
     if isinstance(fmt, formats.ScaledFormat) and numerics.policy.recipe(config.policy):
@@ -198,11 +201,49 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     if others:
         out += _others(g, config, fmt, routes, exact, max(precs), xs, dirs, others, target)
     phases["measurement"] = time.perf_counter() - t0
+    ranked = None
+    if shares_of.wanted(attribution, g, routes, scaled is not None or recipe is not None):
+        t0 = time.perf_counter()
+        ranked = _attribute(g, config, out, exact, emulated, local, local_exact, max(precs))
+        phases["attribution"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled,
                         recipe)
+    if ranked is not None:
+        summary["largest_share"] = ranked
     phases["summary"] = time.perf_counter() - t0
     return out, summary, phases
+
+
+def _attribute(g, config, out, exact, emulated, local, local_exact, prec) -> dict:
+    """Add the share rows to ``out`` and the closure to its forward rows of the whole
+    model's outputs (engine/attribution.py); the summary's ranking of the shares."""
+    per_sample = shares_of.shares(g, exact, shares_of.local_errors(g, local, local_exact, prec),
+                                  prec)
+
+    def label(k):
+        node, module, op, attrs = _node_label(g, k)
+        ports = ",".join(n for n, p in zip(g.nodes[k].op.output_names, g.nodes[k].op.outputs)
+                         if p.kind == "value")
+        return {"op": op, "attrs": attrs, "route": "forward", "port": ports,
+                "format": config.format, "mode": config.mode, "policy": config.policy,
+                "implementation": "emulated", "status": "ok", "node": node,
+                "module": module, "node_index": k, "attribution": shares_of.SHARE}
+    share_rows = shares_of.share_rows(g, label, exact, per_sample, prec)
+    for o, (r, p) in enumerate(zip(g.output_refs, g.outputs)):
+        name = f"output:{g.output_names[o]}"
+        row = next((x for x in out if x["node"] == name and x["route"] == "forward" and
+                    x["attribution"] == PROPAGATED and x["implementation"] == "emulated"),
+                   None)
+        if row is None or row["status"] != "ok":
+            continue
+        fields = shares_of.closure(g, exact, emulated, per_sample, prec, o)
+        why = fields.pop("reason", None)
+        row.update(fields)
+        if why:
+            row["reason"] = (f"{row['reason']}; " if row["reason"] else "") + why
+    out += share_rows
+    return shares_of.ranking(share_rows)
 
 
 def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan):

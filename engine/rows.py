@@ -136,7 +136,21 @@ FIELDS = (
     Field("module", TEXT, doc="the node's module path in the model"),
     Field("node_index", COUNT, doc="the node's position in the graph's execution order"),
     Field("attribution", TEXT, doc="local (the error the node adds: the node alone on the "
-          "exact inputs rounded into the format) or propagated (the full emulated run)"),
+          "exact inputs rounded into the format), propagated (the full emulated run) or "
+          "share (the node's first-order share of one whole-model output's error: its local "
+          "error carried there by the exact forward-mode map, engine/attribution.py)"),
+    # Attribution that adds up (engine/attribution.py): share rows name the output whose
+    # error they explain; propagated rows of whole-model outputs carry the closure.
+    Field("output", TEXT, doc="a share row's whole-model output (output:<name>): its "
+          "norm_rel is ||share||_2 / ||y_output||_2 over the samples"),
+    Field("closure", RATIO, doc="a whole-model output's ||sum of the nodes' first-order "
+          "shares||_2 / ||measured propagated error||_2 over the samples (1: first order "
+          "explains the error's size)"),
+    Field("closure_misfit", RATIO, doc="||sum of the shares - measured error||_2 / "
+          "||measured error||_2 over the samples (0: first order predicts the error element "
+          "by element)"),
+    Field("closure_by_sample", NESTED, doc="closure per sample (null where the measured "
+          "error is 0)"),
     # A model row's tensor measures (engine/tensor_measures.py: definitions, the convention
     # for an exact tensor of zeros, accuracy): the row's tensor is every element of every
     # sample; y exact, y_hat computed, d = y_hat - y, s = max |y|, p the format's precision.
@@ -228,12 +242,17 @@ def empty(**values) -> dict:
 
 def key(row) -> tuple:
     """A row's route key: the KEY_FIELDS, attributes as canonical JSON text; a model run's
-    row (one with a ``node``) adds its node and attribution."""
+    row (one with a ``node``) adds its node and attribution, and a share row its output."""
     base = (row["op"], json.dumps(row["attrs"], sort_keys=True, separators=(",", ":")),
             row["route"], str(row["port"]), row["format"], row["mode"], row["policy"],
             row["implementation"])
     node = row.get("node")
-    return base if node is None else base + (str(node), str(row.get("attribution")))
+    if node is None:
+        return base
+    # A share row names the output whose error it explains: one row per (node, output).
+    output = row.get("output")
+    return base + (str(node), str(row.get("attribution"))) + \
+        (() if output is None else (str(output),))
 
 
 def sort_key(row) -> tuple:
