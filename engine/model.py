@@ -204,7 +204,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     ranked = None
     if shares_of.wanted(attribution, g, routes, scaled is not None or recipe is not None):
         t0 = time.perf_counter()
-        ranked = _attribute(g, config, out, exact, emulated, local, local_exact, max(precs))
+        ranked = _attribute(g, config, out, exact, emulated, max(precs))
         phases["attribution"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled,
@@ -215,10 +215,10 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     return out, summary, phases
 
 
-def _attribute(g, config, out, exact, emulated, local, local_exact, prec) -> dict:
+def _attribute(g, config, out, exact, emulated, prec) -> dict:
     """Add the share rows to ``out`` and the closure to its forward rows of the whole
     model's outputs (engine/attribution.py); the summary's ranking of the shares."""
-    per_sample = shares_of.shares(g, exact, shares_of.local_errors(g, local, local_exact, prec),
+    per_sample = shares_of.shares(g, exact, shares_of.local_errors(g, emulated, prec),
                                   prec)
 
     def label(k):
