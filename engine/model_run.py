@@ -59,6 +59,9 @@ class ModelSelection:
     # (label, ScaledFormat) of the --formats-file schemes among ``formats``: they travel with
     # the units (the catalog's are found by name).
     schemes: tuple = ()
+    # Shares of the outputs' errors and their closure (engine/attribution.py: auto, share,
+    # none).
+    attribution: str = "auto"
 
     def configs(self) -> list:
         return [Config(f, m, p) for f in self.formats for m in self.modes for p in self.policies]
@@ -72,7 +75,8 @@ class ModelSelection:
                 "artifact_sha256": self.artifact_hash, "formats": list(self.formats),
                 "modes": list(self.modes), "policies": list(self.policies),
                 "routes": list(self.routes), "samples": self.samples,
-                "inputs": self.inputs, "implementations": list(self.implementations)}
+                "inputs": self.inputs, "implementations": list(self.implementations),
+                "attribution": self.attribution}
 
     def fingerprint(self) -> str:
         # A user scheme's definition decides its rows too.
@@ -214,7 +218,7 @@ def graph_of(artifact):
 
 
 def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
-         target=None, scheme=None) -> dict:
+         target=None, scheme=None, attribution="auto") -> dict:
     """One configuration measured: {"rows", "summary", "phases"} (JSON data); ``others``:
     the implementations run beside emulated, ``scheme`` the ScaledFormat of a user-defined
     format label ``fmt`` (model.measure)."""
@@ -224,7 +228,8 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
     xs = sample_inputs(graph, samples, seed, given)
     try:
         got, summary, phases = model.measure(graph, Config(fmt, mode, policy), xs, seed,
-                                             tuple(routes_), tuple(others), target, scheme)
+                                             tuple(routes_), tuple(others), target, scheme,
+                                             attribution)
     except Exception as exc:                                  # noqa: BLE001 (data)
         return {"rows": [empty(op="model", route="forward", port="*", format=fmt, mode=mode,
                                policy=policy, implementation="emulated", status="error",
@@ -248,7 +253,7 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
     units = [(_key(c), (sel.artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
                         sel.routes, sel.inputs,
                         others if first[(c.format, c.mode)] == c else (), sel.target,
-                        dict(sel.schemes).get(c.format)))
+                        dict(sel.schemes).get(c.format), sel.attribution))
              for c in todo]
     ck = orchestrate.Checkpoint(orchestrate.checkpoint_path(out), sel, {},
                                 append=bool(keep))

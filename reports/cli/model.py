@@ -10,6 +10,7 @@ import sys
 from roundoff_coverage import formats, routes
 
 from ...engine import implementations, model_run
+from ...engine.attribution import CHOICES as ATTRIBUTION, POLICY_NODES
 from ...engine.model import Config, check
 from ...engine.samples import ModelError, sample_inputs
 from ...engine.model_run import ModelSelection
@@ -24,7 +25,7 @@ from .run import policy_names
 # --resume do not): the command its results file records, so a resumed run writes the bytes
 # an uninterrupted one does, and the base of the resume command an interrupted run prints.
 RESULT_OPTIONS = ("formats_file", "formats", "modes", "policies", "routes", "implementations",
-                  "samples", "inputs", "seed", "out", "artifact")
+                  "samples", "inputs", "seed", "out", "artifact", "attribution")
 MODES = ("nearest_even", "nearest_away", "toward_zero", "upward", "downward", "odd",
          "stochastic")
 
@@ -54,6 +55,10 @@ def add(sub, shared):
                         "value, the outputs and gradients) and/or torch_compile "
                         "(torch.compile: the outputs and gradients); torch runs the model's "
                         "own code in the format's dtype (file.py:factory targets)")
+    p.add_argument("--attribution", choices=ATTRIBUTION,
+                   help="each node's first-order share of each output's error and the "
+                        "outputs' closure (forward route): share, none, or auto (default: "
+                        f"share on graphs of at most {POLICY_NODES} nodes)")
     p.add_argument("--samples", metavar="N", type=int,
                    help="samples: the example inputs and draws around them (default: 2)")
     p.add_argument("--inputs", metavar="NPZ", type=path_arg,
@@ -90,7 +95,8 @@ def _selection(args, user):
     return ModelSelection(target=args.target, artifact="", artifact_hash="", formats=fmts,
                           modes=modes, policies=policies, routes=routes, samples=samples,
                           seed=seed, inputs=args.inputs, implementations=impls,
-                          argv=_argv(args), schemes=schemes)
+                          argv=_argv(args), schemes=schemes,
+                          attribution=args.attribution or "auto")
 
 
 def _argv(args) -> list:
@@ -217,12 +223,12 @@ def summary_text(graph, outcome) -> str:
         parts.append("whole model (propagated; bits of agreement = -log2 of the relative "
                      "error ||y_hat - y|| / ||y||):\n" + text_table(
                          ["config", "route", "value", "bits", "rel error", "SQNR dB",
-                          "max ulp", "cancelled"],
+                          "max ulp", "cancelled", "closure"],
                          [[f"{r['format']} {r['mode']} {r['policy']}", r["route"], r["node"],
                            _num(r.get("bits")), _num(r.get("norm_rel")),
                            _num(r.get("sqnr_db")), _num(r["max_ulp"]),
-                           _num(r.get("cancelled"))] for r in whole],
-                         numeric=(3, 4, 5, 6, 7)))
+                           _num(r.get("cancelled")), _num(r.get("closure"))] for r in whole],
+                         numeric=(3, 4, 5, 6, 7, 8)))
     errors = [r for r in outcome.rows if r["status"] == "error"]
     if errors:
         parts.append(f"{len(errors)} error rows, e.g. {errors[0]['node']}: "
@@ -238,6 +244,15 @@ def summary_text(graph, outcome) -> str:
                                             _num(t.get("bits")), _num(t.get("norm_rel")),
                                             _num(t.get("scale_ulp")), _num(t["max_ulp"])]
                                            for t in top[:5]], numeric=(4, 5, 6, 7)))
+        for output, top in (s.get("largest_share") or {}).items():
+            if top:
+                parts.append(f"{key}: nodes' shares of the error of {output} (first order, "
+                             f"by relative size):\n"
+                             + text_table(["node", "module", "op", "port", "bits",
+                                           "rel share"],
+                                          [[t["node"], t["module"], t["op"], t["port"],
+                                            _num(t.get("bits")), _num(t.get("norm_rel"))]
+                                           for t in top[:5]], numeric=(4, 5)))
         keep = s.get("keep_binary32")
         if keep:
             parts.append(_keep_text(key, s, keep))
