@@ -60,7 +60,6 @@ from roundoff_coverage.routes.graph import GraphRule, Ref
 from roundoff_coverage.routes.invoke import checked_rule
 
 from . import rows as row_fields
-from .sites import value_at
 
 SHARE = "share"
 # ``attribution`` option of a model run: ``share`` always, ``none`` never, ``auto`` on the
