@@ -157,7 +157,12 @@ def test_model_command_writes_rows_per_node_and_the_artifact(captured):
     assert nodes == set(g.node_names) - {n for n, node in zip(g.node_names, g.nodes)
                                          if not any(p.kind == "value"
                                                     for p in node.op.outputs)}
-    assert {r["attribution"] for r in doc["rows"]} == {"local", "propagated"}
+    # A small graph is attributed by default (--attribution auto): each node's share of
+    # each output's forward error, named by the output it reaches.
+    assert {r["attribution"] for r in doc["rows"]} == {"local", "propagated", "share"}
+    outputs = {r["node"] for r in doc["rows"] if r["node_index"] is None
+               and r["route"] == "forward"}
+    assert {r["output"] for r in doc["rows"] if r["attribution"] == "share"} == outputs
     assert {r["module"] for r in doc["rows"]} >= {"l1", "l2"}
     grads = {r["node"] for r in doc["rows"] if r["route"] == "gradient"
              and r["node_index"] is None}
@@ -461,3 +466,19 @@ def test_every_link_of_the_model_page_stays_in_the_report_folder(tmp_path, capsy
             target = (root / h.split("#")[0]).resolve()
             assert target.is_relative_to(root) and target.exists(), (folder, h)
     assert "could not be drawn" in (tmp_path / "bad" / "model.html").read_text()
+
+
+def test_attribution_none_writes_no_shares_and_a_bad_choice_is_one_line(captured, capsys,
+                                                                        monkeypatch):
+    d, _ = captured
+    monkeypatch.chdir(d)
+    status, out, _ = run_cli(capsys, "model", "r.json.graph.json", "--out", "none.json",
+                             "--samples", "1", "--jobs", "1", "--routes", "forward",
+                             "--attribution", "none")
+    assert status == 0
+    rows = json.loads((d / "none.json").read_text())["rows"]
+    assert {r["attribution"] for r in rows} == {"local", "propagated"}
+    assert all(r["closure"] is None for r in rows) and "shares of the error" not in out
+    status, _, err = run_cli(capsys, "model", "r.json.graph.json", "--attribution", "some")
+    assert status == 2
+    one_error(err, "--attribution", "some")
