@@ -460,7 +460,7 @@ _PTX = textwrap.dedent("""
     # Compile for sm_90 without a GPU: device functions ask the current device for its
     # compute capability.
     D.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
-    sys.path.insert(0, "tests")
+    sys.path[:0] = ["tests", "tests/kernels"]     # the shared helpers, then this file
     from test_kernels_custom import mixture, words, stencil
     f8, u8, i8 = numba.float64, numba.uint64, numba.int64
     for program in (mixture(), words(3, 5), stencil(8)):
