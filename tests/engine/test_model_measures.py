@@ -268,7 +268,8 @@ def test_the_block_ranks_real_errors_not_the_key_bias_zero_gradient(tmp_path):
         [sys.executable, "-m", "roundoff_coverage", "model",
          os.path.join(REPO, "benchmarks", "bench_model.py") + ":block", "--formats",
          "bfloat16", "--policies", "fp32_accumulate", "--routes", "forward,gradient",
-         "--samples", "1", "--jobs", "1", "--quiet", "--out", str(out)],
+         "--samples", "1", "--jobs", "1", "--quiet", "--attribution", "none", "--out",
+         str(out)],
         capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     doc = results.read(str(out))
