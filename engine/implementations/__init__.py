@@ -32,6 +32,11 @@ NOT_IMPLEMENTATIONS = ("base",)
 _OWN_PATH = tuple(__path__)
 
 
+class ImplementationError(ValueError):
+    """An implementation module that cannot be registered (one-line message): it fails to
+    import, or defines a name another module defines."""
+
+
 def registry() -> dict:
     """{name: implementation class} in listing order (``order``, then name)."""
     extra = tuple(p for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p)
@@ -48,11 +53,19 @@ def _discover(path: tuple) -> dict:
     for info in pkgutil.iter_modules(list(path)):
         if info.name in NOT_IMPLEMENTATIONS or info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+        try:
+            module = importlib.import_module(f"{__name__}.{info.name}")
+        except Exception as exc:                      # noqa: BLE001 (a plugin's own code)
+            where = os.path.join(info.module_finder.path, info.name + ".py")
+            raise ImplementationError(
+                f"implementation module {where} failed to import: {type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:200]} (fix it, or remove its folder from "
+                f"${PATH_VARIABLE})") from None
         for cls in getattr(module, "IMPLEMENTATIONS", ()):
             if cls.name in found and found[cls.name] is not cls:
-                raise ImportError(f"implementation {cls.name!r} is defined twice (in "
-                                  f"{found[cls.name].__module__} and {cls.__module__})")
+                raise ImplementationError(
+                    f"implementation {cls.name!r} is defined twice (in "
+                    f"{found[cls.name].__module__} and {cls.__module__})")
             found[cls.name] = cls
     return dict(sorted(found.items(), key=lambda kv: (kv[1].order, kv[0])))
 

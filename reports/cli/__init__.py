@@ -21,6 +21,7 @@ import argparse
 import importlib
 import sys
 
+from roundoff_coverage.engine.implementations import ImplementationError
 from roundoff_coverage.formats import FormatError
 
 from ..tomlfile import TomlError
@@ -48,7 +49,7 @@ def main(argv=None) -> int:
         status = args.handler(args)
         sys.stdout.flush()                             # a closed pipe shows here, not at exit
         return status
-    except (UsageError, FormatError, TomlError) as exc:
+    except (UsageError, FormatError, TomlError, ImplementationError) as exc:
         message = " ".join(str(exc).split())           # one line, whatever the source
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return EXIT_USAGE

@@ -170,6 +170,18 @@ def test_a_cuda_like_refusal_names_the_implementation_on_one_line(stand_in, tmp_
     one_error(err, f"--implementations {stand_in}: no such device here")
 
 
+def test_a_plugin_that_fails_to_import_is_one_line(tmp_path, capsys, monkeypatch):
+    plugins = tmp_path / "broken"
+    plugins.mkdir()
+    (plugins / "broken_impl.py").write_text("raise RuntimeError('half written')\n")
+    monkeypatch.setenv(implementations.PATH_VARIABLE, str(plugins))
+    status, _, err = run_cli(capsys, "run", "--ops", "exp", "--out", tmp_path / "r.json",
+                             "--quiet")
+    assert status == 2
+    one_error(err, "broken_impl.py failed to import: RuntimeError: half written",
+              implementations.PATH_VARIABLE)
+
+
 def test_the_stand_in_runs_a_graph_in_the_model_run_as_rationals_say(stand_in):
     g = chain_graph()
     rng = np.random.default_rng(5)
