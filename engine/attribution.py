@@ -14,7 +14,7 @@ where J_{o,k} is the Jacobian of output o with respect to node k's outputs, the 
 k taken exactly (the graph's forward-mode map at the exact values).  ``share_{o,k}`` =
 J_{o,k} delta_k is node k's share of output o's error: one tangent sweep of the graph under
 the reference backend at the exact trace's values, starting at node k with delta_k as the
-tangent of its outputs (GraphRule's forward-mode rules, node by node).  The sweep visits
+tangent of its outputs (routes.graph's GraphRule.sweep_from).  The sweep visits
 only the nodes after k that read a tangent (the cone of k); the others carry no tangent.
 
 Why not the ``local`` rows' error (the node alone on the exact reads rounded into the
@@ -57,7 +57,6 @@ import numpy as np
 
 from roundoff_coverage import numerics
 from roundoff_coverage.routes.graph import GraphRule, Ref
-from roundoff_coverage.routes.invoke import checked_rule
 
 from . import rows as row_fields
 
@@ -105,31 +104,10 @@ def local_errors(g, emulated, prec) -> list:
     return out
 
 
-def sweep_from(g, xp, values, k, tangents) -> dict:
-    """{Ref: tangent} of the forward-mode sweep under ``xp`` at ``values`` (a trace's
-    values) that starts at node ``k`` with ``tangents`` ({Ref: tangent} of k's outputs):
-    the nodes after k that read a tangent are linearized, no other."""
-    tans = dict(tangents)
-    for i in range(k + 1, len(g.nodes)):
-        node = g.nodes[i]
-        ts = [tans.get(r) if p.differentiable else None
-              for r, p in zip(node.args, node.op.inputs)]
-        if all(t is None for t in ts):
-            continue
-        args = [values[r] for r in node.args]
-        ts = [xp.zeros_like(a) if t is None and p.differentiable else t
-              for a, t, p in zip(args, ts, node.op.inputs)]
-        _, touts = checked_rule(node.op, args, xp).linearize(args, ts)
-        for j, t in enumerate(touts):
-            if t is not None:
-                tans[Ref(i, j)] = t
-    return tans
-
-
 def shares(g, exact, deltas, prec) -> list:
     """Per sample {(node k, output index o): share_{o,k} as binary64} of every node with a
     local error and every value output the node reaches (module docstring)."""
-    ref = numerics.reference(prec)
+    rule = GraphRule(g, numerics.reference(prec))
     outs = [(o, r) for o, (r, p) in enumerate(zip(g.output_refs, g.outputs))
             if p.kind == "value"]
     result = []
@@ -139,10 +117,10 @@ def shares(g, exact, deltas, prec) -> list:
             start = {r: d for r, d in delta.items() if r.node == k}
             if not start:
                 continue
-            tans = sweep_from(g, ref, tr.values, k, start)
+            tans = rule.sweep_from(tr.values, k, start)
             for o, r in outs:
                 if r in tans:
-                    per[(k, o)] = ref.to_float64(tans[r])
+                    per[(k, o)] = rule.xp.to_float64(tans[r])
         result.append(per)
     return result
 

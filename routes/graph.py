@@ -439,6 +439,28 @@ class GraphRule:
                             post("tangent", k, j, t)
         return out
 
+    def sweep_from(self, values, k, tangents) -> dict:
+        """{Ref: tangent} of the forward-mode sweep at ``values`` (a trace's values) that
+        starts at node ``k`` with ``tangents`` ({Ref: tangent} of k's outputs): only the nodes
+        after k that read a tangent are linearized (a node's first-order effect on what
+        follows it)."""
+        g, xp = self.graph, self.xp
+        tans = dict(tangents)
+        for i in range(k + 1, len(g.nodes)):
+            node = g.nodes[i]
+            ts = [tans.get(r) if p.differentiable else None
+                  for r, p in zip(node.args, node.op.inputs)]
+            if all(t is None for t in ts):
+                continue
+            args = [values[r] for r in node.args]
+            ts = [xp.zeros_like(a) if t is None and p.differentiable else t
+                  for a, t, p in zip(args, ts, node.op.inputs)]
+            _, touts = checked_rule(node.op, args, xp).linearize(args, ts)
+            for j, t in enumerate(touts):
+                if t is not None:
+                    tans[Ref(i, j)] = t
+        return tans
+
     def backward(self, inputs, cotangents) -> tuple:
         """The gradient at every value input (None elsewhere)."""
         _, pullback = self.prepare(inputs, tuple(p.differentiable for p in self.graph.inputs))
