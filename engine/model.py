@@ -202,9 +202,11 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
         out += _others(g, config, fmt, routes, exact, max(precs), xs, dirs, others, target)
     phases["measurement"] = time.perf_counter() - t0
     ranked = None
-    if shares_of.wanted(attribution, g, routes, scaled is not None or recipe is not None):
+    attributed = shares_of.wanted(attribution, g, routes,
+                                  scaled is not None or recipe is not None)
+    if attributed:
         t0 = time.perf_counter()
-        ranked = _attribute(g, config, out, exact, emulated, max(precs))
+        ranked = _attribute(g, config, out, xs, dirs, exact, emulated, max(precs), attributed)
         phases["attribution"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled,
@@ -215,29 +217,33 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     return out, summary, phases
 
 
-def _attribute(g, config, out, exact, emulated, prec) -> dict:
-    """Add the share rows to ``out`` and the closure to its forward rows of the whole
-    model's outputs (engine/attribution.py); the summary's ranking of the shares."""
-    per_sample = shares_of.shares(g, exact, shares_of.local_errors(g, emulated, prec),
-                                  prec)
+def _attribute(g, config, out, xs, dirs, exact, emulated, prec, attributed) -> dict:
+    """Add the share rows of the ``attributed`` routes to ``out`` and the closure to its
+    propagated rows of the whole model's outputs and input gradients
+    (engine/attribution.py); the summary's ranking of the shares."""
+    wanted = shares_of.targets(g, attributed)
+    seeds = [c for c, _ in dirs] if "gradient" in attributed else None
+    local = shares_of.local_errors(g, emulated, prec, seeds)
+    per_sample = [f | b for f, b in zip(
+        shares_of.shares(g, exact, local, prec, wanted),
+        shares_of.gradient_shares(g, xs, seeds, local, prec, wanted))]
 
-    def label(k):
+    def label(k, target):
         node, module, op, attrs = _node_label(g, k)
         ports = ",".join(n for n, p in zip(g.nodes[k].op.output_names, g.nodes[k].op.outputs)
                          if p.kind == "value")
-        return {"op": op, "attrs": attrs, "route": "forward", "port": ports,
+        return {"op": op, "attrs": attrs, "route": target.route, "port": ports,
                 "format": config.format, "mode": config.mode, "policy": config.policy,
                 "implementation": "emulated", "status": "ok", "node": node,
                 "module": module, "node_index": k, "attribution": shares_of.SHARE}
-    share_rows = shares_of.share_rows(g, label, exact, per_sample, prec)
-    for o, (r, p) in enumerate(zip(g.output_refs, g.outputs)):
-        name = f"output:{g.output_names[o]}"
-        row = next((x for x in out if x["node"] == name and x["route"] == "forward" and
-                    x["attribution"] == PROPAGATED and x["implementation"] == "emulated"),
-                   None)
+    share_rows = shares_of.share_rows(g, label, exact, per_sample, prec, wanted)
+    for target in wanted:
+        row = next((x for x in out if x["node"] == target.label and
+                    x["route"] == target.route and x["attribution"] == PROPAGATED and
+                    x["implementation"] == "emulated"), None)
         if row is None or row["status"] != "ok":
             continue
-        fields = shares_of.closure(g, exact, emulated, per_sample, prec, o)
+        fields = shares_of.closure(exact, emulated, per_sample, prec, target)
         why = fields.pop("reason", None)
         row.update(fields)
         if why:

@@ -246,11 +246,11 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
     configs = sel.configs()
     keep = orchestrate.resumed(out, sel.fingerprint(), resume)
     done = dict(keep)
-    todo = [c for c in configs if _key(c) not in done]
+    todo = [c for c in configs if config_key(c) not in done]
     others = tuple(i for i in sel.implementations if i != "emulated")
     # torch ignores the policy: its rows come with the first policy's unit of a format/mode
     first = {(c.format, c.mode): c for c in reversed(configs)}
-    units = [(_key(c), (sel.artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
+    units = [(config_key(c), (sel.artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
                         sel.routes, sel.inputs,
                         others if first[(c.format, c.mode)] == c else (), sel.target,
                         dict(sel.schemes).get(c.format), sel.attribution))
@@ -266,14 +266,14 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
                             checkpoint=ck, bar=bar, outcome=outcome)
     rows, summaries, phases = outcome.rows, outcome.summaries, outcome.phases
     for c in configs:
-        got = done.get(_key(c))
+        got = done.get(config_key(c))
         if got is None:
             continue
         rows += got["rows"]
-        summaries[_key(c)] = got["summary"]
+        summaries[config_key(c)] = got["summary"]
         for k, v in got.get("phases", {}).items():
             phases[k] = phases.get(k, 0.0) + v
-    outcome.missing = tuple(_key(c) for c in configs if _key(c) not in done)
+    outcome.missing = tuple(config_key(c) for c in configs if config_key(c) not in done)
     # An interrupt that came after the last unit finished stopped nothing: the run is whole.
     outcome.interrupted = outcome.interrupted and bool(outcome.missing)
     outcome.wall = time.perf_counter() - t0
@@ -285,5 +285,6 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
     return outcome
 
 
-def _key(c: Config) -> str:
+def config_key(c: Config) -> str:
+    """The key of a configuration in an outcome's summaries and missing list."""
     return f"{c.format}|{c.mode}|{c.policy}"

@@ -232,6 +232,17 @@ class Trace:
     tangents: dict = field(default_factory=dict)
 
 
+@dataclass
+class Tape:
+    """A forward sweep kept for later reverse sweeps (GraphRule.taped): ``values`` {Ref:
+    value}, ``active`` {Ref: whether a gradient reaches it}, ``entries`` per node (gradient
+    flags of its arguments, its pullback, its rule)."""
+
+    values: dict
+    active: dict
+    entries: list
+
+
 class GraphRule:
     """A graph under one backend, with the interface of routes.Rule."""
 
@@ -339,7 +350,13 @@ class GraphRule:
         for ref, c, p in zip(g._outputs, tuple(cotangents), g.outputs):
             if c is not None and p.differentiable and active[ref]:
                 cots[ref] = self.alias(cots.get(ref), xp.asarray(c))
-        for k in reversed(range(len(g.nodes))):
+        return self._pull_through(tape, cots, len(g.nodes) - 1, contributions)
+
+    def _pull_through(self, tape, cots, last, contributions=None) -> dict:
+        """``cots`` ({Ref: cotangent}) carried back through nodes ``last``, ..., 0 of
+        ``tape``: each node's pullback, its contributions joined by the rule's alias."""
+        g = self.graph
+        for k in range(last, -1, -1):
             flags, pull, rule = tape[k]
             outs = [cots.get(Ref(k, j)) for j in range(len(g.nodes[k].op.outputs))]
             if not any(flags) or all(c is None for c in outs):
@@ -351,6 +368,49 @@ class GraphRule:
                         contributions[(k, i)] = grads[i]
                     cots[args[i]] = rule.alias(cots.get(args[i]), grads[i])
         return cots
+
+    def taped(self, inputs) -> "Tape":
+        """The forward sweep with every value input carrying a gradient, kept for the
+        sweeps that start inside the graph (``reverse_from``, ``perturbed``)."""
+        needs = tuple(p.differentiable for p in self.graph.inputs)
+        return Tape(*self._sweep(inputs, needs))
+
+    def reverse(self, tape, cotangents) -> dict:
+        """{Ref: cotangent} of the reverse sweep of ``tape`` (``taped``) from ``cotangents``
+        (one per output or None)."""
+        return self._reverse(tape.active, tape.entries, cotangents)
+
+    def reverse_from(self, tape, k, seeds) -> dict:
+        """{Ref: cotangent} of the reverse sweep through nodes k, k-1, ..., 0 of ``tape``
+        (``taped``) from ``seeds`` ({Ref: cotangent} of node k's outputs and of values made
+        before node k; one seed per Ref): what a cotangent entering the graph's reverse
+        sweep at node k becomes, the pullbacks taken at the tape's values."""
+        cots = {r: c for r, c in seeds.items() if tape.active.get(r)}
+        return self._pull_through(tape.entries, cots, k)
+
+    def perturbed(self, tape, k, moved, cotangents) -> dict:
+        """{Ref: cotangent} of the reverse sweep from ``cotangents`` (one per output) when
+        node k's outputs are ``moved`` ({Ref: value}): the nodes after k that read a moved
+        value are evaluated again (and their pullbacks prepared again) on the moved
+        values, the others keep the tape's."""
+        g = self.graph
+        vals, entries, changed = dict(tape.values), list(tape.entries), set(moved)
+        vals.update(moved)
+        for i in range(k + 1, len(g.nodes)):
+            node = g.nodes[i]
+            if not any(r in changed for r in node.args):
+                continue
+            flags, _, rule = entries[i]
+            try:
+                outs, pull = invoke_prepared(node.op, [vals[r] for r in node.args], self.xp,
+                                             flags)
+            except RouteError as exc:
+                raise self._node_error(i, exc) from None
+            for j, y in enumerate(outs):
+                vals[Ref(i, j)] = y
+                changed.add(Ref(i, j))
+            entries[i] = (flags, pull, rule)
+        return self._reverse(tape.active, entries, cotangents)
 
     def _read_back(self, ports, values) -> tuple:
         """Values of another backend read into this one (scalar ports through asarray)."""

@@ -10,7 +10,7 @@ import sys
 from roundoff_coverage import formats, routes
 
 from ...engine import implementations, model_run
-from ...engine.attribution import CHOICES as ATTRIBUTION, POLICY_NODES
+from ...engine.attribution import CHOICES as ATTRIBUTION, GRADIENT_POLICY_NODES, POLICY_NODES
 from ...engine.model import Config, check
 from ...engine.samples import ModelError, sample_inputs
 from ...engine.model_run import ModelSelection
@@ -56,9 +56,11 @@ def add(sub, shared):
                         "(torch.compile: the outputs and gradients); torch runs the model's "
                         "own code in the format's dtype (file.py:factory targets)")
     p.add_argument("--attribution", choices=ATTRIBUTION,
-                   help="each node's first-order share of each output's error and the "
-                        "outputs' closure (forward route): share, none, or auto (default: "
-                        f"share on graphs of at most {POLICY_NODES} nodes)")
+                   help="each node's first-order share of the error of each output "
+                        "(forward route) and input gradient (gradient route), and their "
+                        "closure: share, none, or auto (default: the forward route on graphs "
+                        f"of at most {POLICY_NODES} nodes, the gradient route on graphs of "
+                        f"at most {GRADIENT_POLICY_NODES})")
     p.add_argument("--samples", metavar="N", type=int,
                    help="samples: the example inputs and draws around them (default: 2)")
     p.add_argument("--inputs", metavar="NPZ", type=path_arg,
@@ -244,7 +246,8 @@ def summary_text(graph, outcome) -> str:
                                             _num(t.get("bits")), _num(t.get("norm_rel")),
                                             _num(t.get("scale_ulp")), _num(t["max_ulp"])]
                                            for t in top[:5]], numeric=(4, 5, 6, 7)))
-        for output, top in (s.get("largest_share") or {}).items():
+        shown = _shown_shares(whole, key, s.get("largest_share") or {})
+        for output, top in shown.items():
             if top:
                 parts.append(f"{key}: nodes' shares of the error of {output} (first order, "
                              f"by relative size):\n"
@@ -259,6 +262,17 @@ def summary_text(graph, outcome) -> str:
         elif s.get("keep_note"):
             parts.append(f"{key}: keep in binary32: {s['keep_note']}")
     return "\n\n".join(parts)
+
+
+def _shown_shares(whole, key, shares) -> dict:
+    """The shares printed for one configuration: every output's, and of the input gradients
+    only the one with the largest relative error (the others are rows of the results file,
+    ``output`` = ``input:<name>``)."""
+    rel = {r["node"]: r.get("norm_rel") or 0.0 for r in whole if r["route"] == "gradient"
+           and model_run.config_key(Config(r["format"], r["mode"], r["policy"])) == key}
+    grads = [o for o in shares if o.startswith("input:")]
+    worst = max(grads, key=lambda o: rel.get(o, 0.0), default=None)
+    return {o: top for o, top in shares.items() if not o.startswith("input:") or o == worst}
 
 
 def _keep_text(key, s, keep) -> str:

@@ -158,11 +158,11 @@ def test_model_command_writes_rows_per_node_and_the_artifact(captured):
                                          if not any(p.kind == "value"
                                                     for p in node.op.outputs)}
     # A small graph is attributed by default (--attribution auto): each node's share of
-    # each output's forward error, named by the output it reaches.
+    # each output's forward error and of each input gradient's error, named by the output
+    # or input it reaches.
     assert {r["attribution"] for r in doc["rows"]} == {"local", "propagated", "share"}
-    outputs = {r["node"] for r in doc["rows"] if r["node_index"] is None
-               and r["route"] == "forward"}
-    assert {r["output"] for r in doc["rows"] if r["attribution"] == "share"} == outputs
+    whole = {r["node"] for r in doc["rows"] if r["node_index"] is None}
+    assert {r["output"] for r in doc["rows"] if r["attribution"] == "share"} == whole
     assert {r["module"] for r in doc["rows"]} >= {"l1", "l2"}
     grads = {r["node"] for r in doc["rows"] if r["route"] == "gradient"
              and r["node_index"] is None}
