@@ -54,7 +54,8 @@ node's share of a gradient's error is one number per element, like its share of 
 On a chain that is linear in each rounding the shares add up to the measured error exactly
 (tests/engine/test_attribution.py, against exact rationals).
 
-Sizes (engine/rows.py): a ``share`` row has ``norm_rel`` = ||share_{o,k}||_2 / ||y_o||_2,
+Sizes (engine/rows.py): a share smaller than 2**-prec of its target (the trace's
+precision: what the finite difference leaves of an exact 0) is 0; a ``share`` row has ``norm_rel`` = ||share_{o,k}||_2 / ||y_o||_2,
 ``norm_rel_max`` = max |share| / max |y_o| and ``bits`` = -log2(norm_rel), the tensor being
 every element of every sample (as every model row's).
 
@@ -339,6 +340,8 @@ def share_rows(g, site_label, exact, per_sample, prec, wanted_targets) -> list:
             d = np.concatenate([np.zeros(y_.size) if part is None else part.reshape(-1)
                                 for part, y_ in zip(parts, ys)])
             rel = _ratio(_norm(d), ny)
+            if rel is not None and rel < 2.0 ** -prec:
+                d, rel = np.zeros_like(d), 0.0   # below the reference's resolution: none
             row = site_label(k, t) | {
                 "output": t.label, "samples": int(d.size), "ref_prec": prec, "norm_rel": rel,
                 "norm_rel_max": _ratio(float(np.max(np.abs(d))) if d.size else 0.0, my),

@@ -255,7 +255,8 @@ def summary_text(graph, outcome) -> str:
                                            "rel share"],
                                           [[t["node"], t["module"], t["op"], t["port"],
                                             _num(t.get("bits")), _num(t.get("norm_rel"))]
-                                           for t in top[:5]], numeric=(4, 5)))
+                                           for t in [t for t in top if t["norm_rel"]][:5]],
+                                          numeric=(4, 5)))
         keep = s.get("keep_binary32")
         if keep:
             parts.append(_keep_text(key, s, keep))

@@ -92,6 +92,7 @@ class Row:
     attribution: str | None = None
     output: str | None = None
     closure: float | None = None
+    closure_misfit: float | None = None
 
     def __getattr__(self, name):                     # row.max_ulp, row.violations, ...
         if name in FLOAT_FIELDS or name in INT_FIELDS:
@@ -142,10 +143,11 @@ def normalize(index: int, raw, families: dict) -> Row:
     for name in ("node", "attribution", "output"):
         if raw.get(name) is not None:
             setattr(row, name, str(raw[name]))
-    try:
-        row.closure = number(raw.get("closure"))
-    except ValueError as exc:
-        problems.append(f"closure is not a number ({exc})")
+    for name in ("closure", "closure_misfit"):
+        try:
+            setattr(row, name, number(raw.get(name)))
+        except ValueError as exc:
+            problems.append(f"{name} is not a number ({exc})")
     row.port = str(raw.get("port", "?"))
     if isinstance(raw.get("attrs"), dict):
         row.attrs = raw["attrs"]

@@ -58,7 +58,9 @@ def page_body(report, guard) -> str:
                                    f"{route}: {config}"))
     shares = [r for r in rows if r.attribution == "share"]
     if shares:
-        parts.append(guard(lambda: _share_section(shares), "Shares of the outputs' errors"))
+        wholes = [r for r in rows if r.node_index is None and r.attribution == "propagated"]
+        parts.append(guard(lambda: _share_section(shares, wholes),
+                           "Shares of the outputs' errors"))
     for summary in info.summaries if info else ():
         parts.append(guard(lambda: _keep_section(summary), "Where to keep precision"))
     if info and info.problem:
@@ -254,18 +256,41 @@ def _route_section(config, route, part) -> str:
             f'{head}</tr></thead><tbody>' + "".join(body) + "</tbody></table></div></section>")
 
 
-def _share_section(shares) -> str:
-    rows = [[esc(_config(r)), esc(r.route), f'<a href="#{esc(node_id(r.route, r.node, r.port))}">'
-             f'{esc(r.node)}</a>', esc(r.port), esc(r.output or "–"),
-             _failed(r) or esc(short(r.norm_rel)), esc(short(r.closure))]
-            for r in sorted(shares, key=lambda r: (_config(r), r.route, r.node_index or 0,
-                                                   r.node, r.output or ""))]
-    return ('<section id="shares"><h2>Shares of the outputs\' errors</h2><p>Each node\'s '
-            'first-order share of an output\'s or parameter gradient\'s error (its local error '
-            'carried there by the graph\'s tangent map), as a normwise relative error of that '
-            'output; closure: the shares\' sum over the measured error.</p>' + table(
-                ["configuration", "route", "node", "port", "output", "norm_rel", "closure"],
-                rows, "num") + "</section>")
+def _share_section(shares, wholes) -> str:
+    """One table per configuration and output (or input gradient): the nodes' shares,
+    largest first, under the output's measured error and closure."""
+    measured = {(_config(r), r.node): r for r in wholes if r.implementation == "emulated"}
+    groups = {}
+    for r in shares:
+        groups.setdefault((_config(r), r.output or "–"), []).append(r)
+    parts = ['<section id="shares"><h2>Shares of the outputs\' errors</h2><p>Each node\'s '
+             'first-order share of the error of a whole-model output (forward) or input '
+             'gradient (gradient): its local error in the emulated run carried there through '
+             'the rest of the model, as a normwise relative error of that output '
+             '(norm_rel = ||share|| / ||exact output||), largest first.  Closure: the '
+             'shares\' sum over the measured error (1: first order explains it; misfit: how '
+             'far the sum is from the measured error itself).</p>']
+    for (config, output), part in sorted(groups.items()):
+        whole = measured.get((config, output))
+        head = f"{config}: {output}"
+        if whole is not None:
+            head += (f" (measured norm_rel {short(whole.norm_rel)}, closure "
+                     f"{short(whole.closure)}, misfit {short(whole.closure_misfit)})")
+        part.sort(key=lambda r: (-(r.norm_rel if r.norm_rel is not None and
+                                   not math.isnan(r.norm_rel) else -1.0),
+                                 r.node_index or 0))
+        none = [r for r in part if r.status == "ok" and r.norm_rel == 0]
+        part = [r for r in part if r not in none]
+        body = [[f'<a href="#{esc(node_id("forward", r.node, r.port))}">{esc(r.node)}</a>',
+                 esc(r.module or "–"), esc(r.op), esc(r.port),
+                 _failed(r) or esc(short(r.norm_rel)), esc(short(r.bits))] for r in part]
+        parts.append(f"<h3>{esc(head)}</h3>" + (
+            f'<p class="bad">{esc(whole.reason)}</p>' if whole is not None and whole.reason
+            and "not linear in its rounding" in whole.reason else "") + table(
+                ["node", "module", "op", "port", "norm_rel", "bits"], body, "num") + (
+                    f"<p>{len(none)} more nodes have no share of it (no local error, or "
+                    f"none that reaches it).</p>" if none else ""))
+    return "".join(parts) + "</section>"
 
 
 def _helps(e) -> bool:

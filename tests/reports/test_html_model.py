@@ -144,6 +144,17 @@ def test_the_model_page_in_chromium(browser, report, tmp_path):
                              ".map(a => a.getAttribute('href').slice(1))")
     assert links and all(browser.evaluate(f"document.getElementById({json.dumps(h)}) !== null")
                          for h in links)
+    # The shares: one table per output and input gradient, under its closure, each link
+    # resolving to a node's row.
+    targets = {r["output"] for r in doc["rows"] if r["attribution"] == "share"}
+    assert any(t.startswith("input:") for t in targets)
+    titles = _texts(browser, "#shares h3")
+    assert len(titles) == len(targets)
+    assert all(any(f": {t} (" in h or h.endswith(f": {t}") for h in titles) for t in targets)
+    shared = browser.evaluate("[...document.querySelectorAll('#shares a')]"
+                              ".map(a => a.getAttribute('href').slice(1))")
+    assert all(browser.evaluate(f"document.getElementById({json.dumps(h)}) !== null")
+               for h in shared)
     # The keep-in-binary32 table, and its note: no candidate improves an exact model.
     assert browser.evaluate("document.querySelectorAll('table.keep tbody tr').length") == \
         len(next(iter(doc["model"]["summary"].values()))["keep_binary32"])
