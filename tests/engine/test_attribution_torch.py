@@ -1,7 +1,8 @@
-"""Closure of the attribution (engine/attribution.py) on the transformer block and the CNN of the tests
-(tests/torch_models.py) in bfloat16: the forward output closes; the gradients close once the
-branches that a rounding can flip (relu's kink, which element a max pool picks) are replaced
-by smooth operators (tanh, average pool), and where they do not close the row says why."""
+"""Closure of the attribution (engine/attribution.py) on the transformer block and the CNN of
+the tests (tests/torch_models.py) in bfloat16: the block closes its output and every gradient;
+the CNN its output, and its gradients once the branches that a rounding can flip (relu's
+kink, which element a max pool picks) are replaced by smooth operators (tanh, average pool);
+where they do not close the row says why."""
 
 from __future__ import annotations
 
