@@ -380,9 +380,14 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
                       "reason": f"every value is NaN in both the exact run and the "
                                 f"{attribution} run of {implementation}: nothing to measure"}
     keep = ~both
-    tensor, cancelled = tensor_measures.measures(comp[keep], ex[keep], fmt, scaled is None)
+    # The same infinity in both runs (an attention mask's -inf) is exact, but has no place in
+    # a norm: the normwise measures are over the other elements, the ulps over all.
+    matched = keep & np.isinf(comp) & np.asarray(ex == comp, dtype=bool)
+    normed = keep & ~matched
+    tensor, cancelled = tensor_measures.measures(comp[normed], ex[normed], fmt,
+                                                 scaled is None)
     kept = keep.copy()
-    kept[keep] = ~cancelled
+    kept[normed] = ~cancelled
     ulp = measure_port(row, comp[kept], ex[kept], fmt, None) if scaled is None else \
         scaled.measure(g, row, site, attribution, comp, ex,
                        [value_at(exact[s], site) for s in where], where, keep)
@@ -393,6 +398,10 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
         full = np.full(comp.shape, np.nan)
         full[kept] = ulp
         row["worst"] = _worst(full, comp, ex, [len(c) for c in comps], where)
+    if matched.any():
+        row["reason"] = (f"{row['reason']}; " if row["reason"] else "") + (
+            f"{int(matched.sum())} of {int(keep.sum())} elements are the same infinity in "
+            f"both runs: exact (0 ulp), left out of the normwise measures")
     if row.get("cancelled"):
         row["reason"] = (f"{row['reason']}; " if row["reason"] else "") + \
             tensor_measures.cancel_text(row["cancelled"], int(keep.sum()), fmt,

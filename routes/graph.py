@@ -510,7 +510,8 @@ class GraphRule:
             node = g.nodes[i]
             ts = [tans.get(r) if p.differentiable else None
                   for r, p in zip(node.args, node.op.inputs)]
-            if all(t is None for t in ts):
+            if all(t is None for t in ts) or not any(p.differentiable
+                                                      for p in node.op.outputs):
                 continue
             args = [values[r] for r in node.args]
             ts = [xp.zeros_like(a) if t is None and p.differentiable else t
@@ -552,8 +553,11 @@ class GraphRule:
                 ts = list(_posted(pre, "argument_tangent", k, ts))
             bk = (override or {}).get(k, xp)
             try:
-                rule = checked_rule(node.op, args, bk)
-                outs, touts = rule.linearize(args, ts)
+                if any(p.differentiable for p in node.op.outputs):
+                    outs, touts = checked_rule(node.op, args, bk).linearize(args, ts)
+                else:       # a comparison, an index: no tangent, and no forward-mode rule
+                    outs = invoke_prepared(node.op, args, bk, (False,) * len(args))[0]
+                    touts = (None,) * len(outs)
             except RouteError as exc:
                 raise self._node_error(k, exc) from None
             if bk is not xp:

@@ -26,7 +26,7 @@ from roundoff_coverage.engine.sites import sites, value_at
 from roundoff_coverage.routes.graph import GraphRule
 from roundoff_coverage.routes.ports import value
 
-from conftest import softmax_shift_graph
+from conftest import round_bf16, softmax_shift_graph
 
 BF16 = formats.get("bfloat16")
 P = BF16.precision                                      # 8
@@ -287,3 +287,25 @@ def test_the_block_ranks_real_errors_not_the_key_bias_zero_gradient(tmp_path):
     assert top["norm_rel_after"] < top["norm_rel_before"] < 0.1
     for e in summary["largest_local"]["gradient"]:
         assert e["norm_rel"] < 1 and e["max_ulp"] < 1e6, e
+
+
+def test_the_same_infinity_in_both_runs_is_exact_and_left_out_of_the_norms():
+    # y = x * a where x > 0, else -inf (an attention mask's fill): the masked elements are
+    # -inf in both runs; the norms are over the others, by hand with exact rationals.
+    n = 8
+    g = routes.Graph(x=value((n,)), a=value((n,)))
+    mask = g.apply(routes.op("gt", shape=(n,)), g.input("x"), g.constant(np.zeros(n)))
+    prod = g.apply(routes.op("mul", shape=(n,)), g.input("x"), g.input("a"), name="prod")
+    g.output(g.apply(routes.op("select", shape=(n,)), mask, prod,
+                     g.constant(np.full(n, -np.inf)), name="fill"))
+    rng = np.random.default_rng(11)
+    x = formats.round_to(rng.uniform(0.5, 2.0, n) * np.array([1, -1] * (n // 2)), BF16)
+    a = formats.round_to(rng.uniform(0.5, 2.0, n), BF16)
+    rows, _, _ = M.measure(g, CONFIG, [[x, a]], 0, ("forward",), attribution="none")
+    row = _row(rows, "fill", "forward", "out")
+    exact = [F(float(p)) * F(float(q)) for p, q in zip(x, a) if p > 0]
+    err = [round_bf16(e) - e for e in exact]
+    want = math.sqrt(float(sum(e * e for e in err))) / math.sqrt(float(sum(e * e for e in exact)))
+    assert row["status"] == "ok" and row["norm_rel"] == pytest.approx(want, rel=1e-12)
+    assert math.isfinite(row["sqnr_db"]) and row["cosine"] is not None
+    assert f"{n // 2} of {n} elements are the same infinity in both runs" in row["reason"]

@@ -161,3 +161,42 @@ def test_the_model_page_in_chromium(browser, report, tmp_path):
     assert browser.evaluate("document.getElementById('keep-none') !== null")
     assert browser.screenshot(tmp_path / "model.png") > 10_000
     assert browser.errors == []
+
+
+# Model runs of every kind the tests make: captured torch models (attention, convolutions and
+# pooling, embeddings with integer inputs and a scalar loss, transposed convolutions), every
+# route, a plain format, a scaled format and a recipe on products.
+RUNS = (("mlp", ("bfloat16",), "strict"),
+        ("cnn", ("bfloat16", "mxfp8_e4m3"), "strict"),
+        ("transformer-causal", ("binary16",), "fp32_accumulate"),
+        ("embedding-cross-entropy", ("bfloat16",), "strict"),
+        ("conv-transpose", ("mxfp8_e4m3",), "scaled_recipe"))
+
+
+@pytest.mark.parametrize("key, formats, policy", RUNS, ids=[r[0] for r in RUNS])
+def test_the_page_of_every_kind_of_model_run_draws(browser, tmp_path, key, formats, policy):
+    torch = pytest.importorskip("torch")
+    import torch_models
+    from roundoff_coverage import routes
+    model, args = torch_models.models()[key]
+    with torch.no_grad():
+        routes.from_torch(model.eval(), args).save(str(tmp_path / "g.json"))
+    status = main(["model", str(tmp_path / "g.json"), "--formats", ",".join(formats),
+                   "--policies", policy, "--routes", "forward,gradient,tangent",
+                   "--samples", "2", "--jobs", "1", "--quiet", "--out",
+                   str(tmp_path / "r.json"), "--html", str(tmp_path / "html")])
+    assert status == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    browser.navigate(cdp.file_url(tmp_path / "html" / "model.html"))
+    text = browser.evaluate("document.body.textContent")
+    assert "could not be drawn" not in text and "malformed row" not in text
+    points = browser.evaluate("document.querySelectorAll('svg.along-graph circle.pt').length")
+    assert points > 0, browser.evaluate("document.body.innerHTML").count("along-graph")
+    nodes = {r["node"] for r in doc["rows"] if r["node_index"] is not None}
+    drawn = set(browser.evaluate("[...document.querySelectorAll('table.model td span[id]')]"
+                                 ".map(a => a.textContent)"))
+    assert nodes <= drawn | {r["node"] for r in doc["rows"] if r["status"] != "ok"}
+    browser.navigate(cdp.file_url(tmp_path / "html" / "index.html"))
+    index = browser.evaluate("document.body.textContent")
+    assert "unknown" not in index and "written before rows had by_kind" not in index
+    assert browser.errors == []

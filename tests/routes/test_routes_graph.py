@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from roundoff_coverage import numerics
+from roundoff_coverage import formats, numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes import ports as P
 from conftest import CTX, SCRATCH, central_difference, mp, pairing, scratch_operator
@@ -169,3 +169,20 @@ def test_a_constant_is_read_but_never_an_input_nor_a_gradient_target():
     assert tan.tolist() == [2.0, 0.0, 0.0]
     with pytest.raises(routes.RouteError, match="needs an index or word port"):
         g.constant(np.array([1, 2]))
+
+
+def test_the_forward_mode_sweep_passes_a_comparison_that_has_no_tangent():
+    # y = x * a where x > 0, else x: the comparison's Boolean output carries no tangent and
+    # has no forward-mode rule; the sweep evaluates it and goes on.  By hand: dy = a dx +
+    # x da where x > 0, else dx.
+    n = 4
+    g = routes.Graph(x=P.value((n,)), a=P.value((n,)))
+    mask = g.apply(routes.op("gt", shape=(n,)), g.input("x"), g.constant(np.zeros(n)))
+    prod = g.apply(routes.op("mul", shape=(n,)), g.input("x"), g.input("a"))
+    g.output(g.apply(routes.op("select", shape=(n,)), mask, prod, g.input("x")))
+    x, a = np.array([-1.0, 2.0, 0.5, -3.0]), np.array([3.0, 5.0, -2.0, 7.0])
+    dx, da = np.array([1.0, 1.0, 2.0, 0.5]), np.array([0.25, 1.0, 1.0, 1.0])
+    for backend in (numerics.reference(80), numerics.emulated(formats.get("binary64"))):
+        ys, ts = g.rule(backend).linearize([x, a], [dx, da])
+        assert [float(v) for v in np.asarray(ys[0]).reshape(-1)] == [-1.0, 10.0, -1.0, -3.0]
+        assert [float(v) for v in np.asarray(ts[0]).reshape(-1)] == [1.0, 7.0, -3.5, 0.5]
