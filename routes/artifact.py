@@ -12,7 +12,9 @@ The document (schema ``roundoff-coverage-graph/1``) is an object with exactly th
 - ``nodes``: ``[{"op": RECORD, "args": [REF, ...], "name": "", "module": ""}, ...]`` where
   RECORD is the operator's wire record (``routes.encode``);
 - ``outputs``: ``[REF, ...]``;
-- ``example_inputs``: ``null`` or ``[ARRAY, ...]``, one per input.
+- ``example_inputs``: ``null`` or ``[ARRAY, ...]``, one per input;
+- ``output_names`` (only when the outputs are named otherwise than ``out0``, ``out1``...:
+  from_torch names them by the model's fields): ``["logits", ...]``, one per output.
 
 PORT is ``{"kind": "index", "shape": [3], "bounds": [10]}`` (``bounds`` for index ports,
 ``signed`` and ``width`` for integer ports, as routes.ports.Port holds them).  REF is
@@ -44,6 +46,7 @@ from .ports import Port
 SCHEMA, VERSION = "roundoff-coverage-graph", 1
 SCHEMA_ID = f"{SCHEMA}/{VERSION}"
 KEYS = ("schema", "source", "inputs", "constants", "nodes", "outputs", "example_inputs")
+OPTIONAL_KEYS = ("output_names",)
 
 # numpy's IEEE dtypes by their IEEE names; ml_dtypes floats keep theirs (the catalog's).
 IEEE = {"float16": "binary16", "float32": "binary32", "float64": "binary64"}
@@ -93,7 +96,7 @@ def to_document(graph) -> dict:
     """The graph as the JSON document of the module docstring."""
     names = graph.constant_names
     examples = graph.example_inputs
-    return {
+    document = {
         "schema": SCHEMA_ID,
         "source": dict(getattr(graph, "source", None) or {}),
         "inputs": [{"name": n, "port": port_record(p)}
@@ -108,6 +111,10 @@ def to_document(graph) -> dict:
         "example_inputs": None if examples is None else
         [array_record(x, f"example input {i}") for i, x in enumerate(examples)],
     }
+    defaults = tuple(f"out{i}" for i in range(len(graph.output_refs)))
+    if tuple(graph.output_names) != defaults:
+        document["output_names"] = list(graph.output_names)
+    return document
 
 
 def canonical(document) -> str:

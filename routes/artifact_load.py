@@ -17,7 +17,8 @@ import numpy as np
 
 from roundoff_coverage import formats
 
-from .artifact import IEEE, KEYS, SCHEMA, SCHEMA_ID, VERSION, canonical, format_of, to_document
+from .artifact import (IEEE, KEYS, OPTIONAL_KEYS, SCHEMA, SCHEMA_ID, VERSION, canonical,
+                       format_of, to_document)
 from .codec import decode
 from .errors import RouteError
 from .graph import CONSTANT, INPUT, Graph, Ref
@@ -219,7 +220,7 @@ def from_document(document) -> Graph:
     """The Graph a document (module docstring) describes; RouteError (one line naming the
     place) for anything malformed, a reference to a later node or a port mismatch."""
     _schema(document)
-    _wrap(_object, document, "the document", KEYS)
+    _wrap(_object, document, "the document", KEYS, OPTIONAL_KEYS)
     source = document["source"]
     if not isinstance(source, dict):
         raise RouteError(f"load_graph: source must be an object (got {type(source).__name__})")
@@ -237,8 +238,12 @@ def from_document(document) -> Graph:
     for k, rec in enumerate(_wrap(_list, document["nodes"], "nodes")):
         _node(graph, k, rec)
     outs = _wrap(_list, document["outputs"], "outputs")
+    names = document.get("output_names")
+    if names is not None:
+        names = [_wrap(_str, n, f"output name {i}") for i, n in
+                 enumerate(_wrap(_list, names, "output_names"))]
     graph.output(*(_wrap(_ref, r, graph, len(graph.nodes), f"output {i}", "the graph's nodes")
-                   for i, r in enumerate(outs)))
+                   for i, r in enumerate(outs)), names=names)
     graph.example_inputs = _examples(graph, document["example_inputs"])
     return graph
 

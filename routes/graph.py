@@ -103,6 +103,7 @@ class Graph:
         self.inputs = tuple(inputs.values())
         self.nodes: list[Node] = []
         self._outputs: tuple = ()
+        self._output_names: tuple | None = None   # None: out0, out1, ...
         self.constants: list = []              # arrays, by Ref(CONSTANT, k)
         self.constant_ports: list[Port] = []
         self.constant_names: list[str] = []
@@ -182,13 +183,23 @@ class Graph:
         refs = tuple(Ref(k, j) for j in range(len(op.outputs)))
         return refs[0] if len(refs) == 1 else refs
 
-    def output(self, *refs: Ref) -> "Graph":
-        """Set the graph's outputs; returns the graph."""
+    def output(self, *refs: Ref, names=None) -> "Graph":
+        """Set the graph's outputs (``names``: one distinct non-empty name each, by default
+        ``out0``, ``out1``...); returns the graph."""
         for ref in refs:
             if not self._names(ref, len(self.nodes)):
                 raise RouteError(f"graph: an output must name a graph input, a constant or "
                                  f"a node (got {ref!r})")
+        if names is not None:
+            names = tuple(names)
+            if len(names) != len(refs) or len(set(names)) != len(names) or \
+                    not all(isinstance(n, str) and n for n in names):
+                raise RouteError(f"graph: output names must be {len(refs)} distinct non-empty "
+                                 f"strings (got {list(names)})")
+            if names == tuple(f"out{i}" for i in range(len(refs))):
+                names = None
         self._outputs = tuple(refs)
+        self._output_names = names
         return self
 
     @property
@@ -202,6 +213,10 @@ class Graph:
 
     @property
     def output_names(self) -> tuple:
+        """Each output's name: those given to ``output`` (a frontend names them by the
+        model's fields: ``logits``, ``out1.0``), else ``out0``, ``out1``..."""
+        if self._output_names is not None:
+            return self._output_names
         return tuple(f"out{i}" for i in range(len(self._outputs)))
 
     def save(self, path) -> None:

@@ -200,7 +200,7 @@ REFUSALS = {
     "missing-key": (_set(["outputs"], DELETE), "the document misses key 'outputs'"),
     "unknown-key": (_set(["extra"], 1),
                     "the document has unknown key 'extra' (keys: schema, source, "
-                    "inputs, constants, nodes, outputs, example_inputs)"),
+                    "inputs, constants, nodes, outputs, example_inputs, output_names)"),
     "malformed-node": (_set(["nodes", 1, "args"], DELETE),
                        "node 1: the record misses key 'args'"),
     "unknown-operator": (_set(["nodes", 0, "op", "tag"], "mull"),
