@@ -32,21 +32,24 @@ Translations beyond one operator each:
   ``is_causal`` it is scaledMatmul(q, k^T, scale), maskedSoftmax over the keys, matmul with
   v.  A Boolean mask keeps its True entries; is_causal keeps the lower triangle (key <=
   query); a float mask is added to the scores and its -inf entries are masked, so a query
-  whose every key is masked gives 0, as PyTorch's _safe_softmax does;
+  whose every key is masked gives 0, as PyTorch's _safe_softmax does; with ``enable_gqa``
+  each key and value head is repeated for its group of query heads first (reshape,
+  broadcast, reshape: exact);
+- ``embedding`` with a ``padding_idx`` reads select(row is padding_idx, detach(weight),
+  weight): the same rows, and no gradient into the padding row (as torch);
 - ``convolution`` with ``transposed`` is ``convTranspose`` (output_padding included);
 - batch norm in training mode: ``batchNorm``, and the running statistics' update from mean,
   sub, square, reduce, div, scale and add nodes (routes.frontends.torch returns them);
 - ``native_dropout`` / ``dropout`` in training mode: ``dropout`` with the mask input.
 
-Refused here (one line each): conversions that round (``_to_copy`` to another dtype, a
-softmax into another dtype, half_to_float); arithmetic on integer tensors; copy with
-broadcasting; an empty slice; addmm with beta or alpha other than 1; linear with a weight
+Refused here (one line each; aten_tensors lists its own): a softmax into another dtype,
+half_to_float; arithmetic on integer tensors; addmm with beta or alpha other than 1; linear with a weight
 that is not a matrix; layer norm over more than the last axis; convolution padding given as
 a string, output_padding of a convolution that is not transposed; divisor_override; batch
 norm without running statistics in eval mode, with momentum=None, or with one value per
-channel in training mode; attention dropout (dropout_p > 0), grouped-query attention,
-attn_mask together with is_causal, batch axes that differ between q, k and v; embedding
-with a padding_idx; cross entropy with class weights, label smoothing or an ignore_index
+channel in training mode; attention dropout (dropout_p > 0), attn_mask together with
+is_causal, batch axes that differ between q, k and v, grouped-query attention whose query
+heads are not a multiple of its key heads; cross entropy with class weights, label smoothing or an ignore_index
 that names a class; dropout with p >= 1.
 
 Known difference: a NaN entry of a float attention mask is masked here (``gt(mask, -inf)`` is
@@ -58,30 +61,14 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from . import registrar
+from . import aten_tensors, registrar
+from .aten_tensors import axes_of, axis_of, per_axis
 
-TABLE: dict[str, Callable] = {}
+# The tensor entries (shape, movement, conversions, comparisons: aten_tensors), then these.
+TABLE: dict[str, Callable] = dict(aten_tensors.TABLE)
 BOUNDS: dict[str, Callable] = {}
 MASKS: dict[str, Callable] = {}
 _entry = registrar(TABLE, "aten table")
-
-
-def _axis(d, rank):
-    """A PyTorch dimension (negative counts from the end) as an axis in [0, rank)."""
-    return d + rank if d < 0 else d
-
-
-def _axes(dims, rank):
-    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-        return tuple(range(rank))
-    dims = [dims] if isinstance(dims, int) else dims
-    return tuple(sorted(_axis(d, rank) for d in dims))
-
-
-def _per_axis(v, n):
-    """A PyTorch ``int[n]`` argument (one int, or one per axis) as n ints."""
-    v = [v] if isinstance(v, int) else list(v)
-    return tuple(v * n if len(v) == 1 else v)
 
 
 # ----- elementwise -------------------------------------------------------------------------------
@@ -153,33 +140,7 @@ def _where(cx, a):
                     shape=s)
 
 
-# ----- pass-through and movement -----------------------------------------------------------------
-@_entry("aten.clone.default", "aten.contiguous.default", "aten.alias.default",
-        "aten.lift_fresh_copy.default", "aten.lift_fresh.default")
-def _same(cx, a):
-    return a.self
-
-
-@_entry("aten.copy.default")
-def _copy(cx, a):
-    if cx.shape(a.src) != cx.shape(a.self):
-        cx.refuse("copy with broadcasting is not translated")
-    return a.src
-
-
-@_entry("aten._to_copy.default", "aten.to.dtype")
-def _to_copy(cx, a):
-    if not cx.same_dtype(a.self):
-        cx.refuse(f"a conversion to {cx.out_dtype} is not translated (it rounds)")
-    return a.self
-
-
-# A tensor of the operand's shape, filled: a constant (only the operand's shape is read).
-_entry("aten.full_like.default")(lambda cx, a: cx.full(a.fill_value))
-_entry("aten.zeros_like.default")(lambda cx, a: cx.full(0))
-_entry("aten.ones_like.default")(lambda cx, a: cx.full(1))
-
-
+# ----- detach and dropout -------------------------------------------------------------------
 @_entry("aten.detach.default")
 def _detach(cx, a):
     return cx.apply("detach", a.self, shape=cx.out_shape)
@@ -219,80 +180,12 @@ def _native_dropout(cx, a):
     return (_dropped(cx, a) if train and a.p > 0 else a.input), missing
 
 
-@_entry("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
-        "aten.flatten.using_ints", "aten.unflatten.int", "aten.unsqueeze.default",
-        "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default")
-def _reshape(cx, a):
-    x = a.self
-    if cx.shape(x) == cx.out_shape:
-        return x
-    return cx.apply("reshape", x, shape=cx.shape(x), to=cx.out_shape, element=cx.element(x))
-
-
-def _permuted(cx, x, perm):
-    if tuple(perm) == tuple(range(len(perm))):
-        return x
-    return cx.apply("permute", x, shape=cx.shape(x), perm=perm, element=cx.element(x))
-
-
-@_entry("aten.permute.default")
-def _permute(cx, a):
-    rank = len(cx.shape(a.self))
-    return _permuted(cx, a.self, [_axis(d, rank) for d in a.dims])
-
-
-@_entry("aten.transpose.int")
-def _transpose(cx, a):
-    rank = len(cx.shape(a.self))
-    perm = list(range(rank))
-    i, j = _axis(a.dim0, rank), _axis(a.dim1, rank)
-    perm[i], perm[j] = perm[j], perm[i]
-    return _permuted(cx, a.self, perm)
-
-
-@_entry("aten.t.default")
-def _t(cx, a):
-    return _permuted(cx, a.self, [1, 0]) if len(cx.shape(a.self)) == 2 else a.self
-
-
-@_entry("aten.expand.default")
-def _expand(cx, a):
-    return cx.like(a.self, cx.out_shape)
-
-
-@_entry("aten.slice.Tensor")
-def _slice(cx, a):
-    shape = cx.shape(a.self)
-    axis = _axis(a.dim, len(shape))
-    n = shape[axis]
-    start = 0 if a.start is None else a.start
-    stop = n if a.end is None else a.end
-    start, stop = (min(max(_axis(v, n) if v < 0 else v, 0), n) for v in (start, stop))
-    if (start, stop, a.step) == (0, n, 1):
-        return a.self
-    if stop <= start:
-        cx.refuse("an empty slice is not translated")
-    return cx.apply("slice", a.self, shape=shape, axis=axis, start=start, stop=stop,
-                    step=a.step, element=cx.element(a.self))
-
-
-@_entry("aten.select.int")
-def _select(cx, a):
-    shape = cx.shape(a.self)
-    axis = _axis(a.dim, len(shape))
-    i = _axis(a.index, shape[axis])
-    part = cx.apply("slice", a.self, shape=shape, axis=axis, start=i, stop=i + 1, step=1,
-                    element=cx.element(a.self))
-    return cx.apply("reshape", part, shape=cx.shape(part), to=cx.out_shape,
-                    element=cx.element(a.self))
-
-
 # ----- reductions and products -------------------------------------------------------------------
 @_entry("aten.mean.dim", "aten.mean.default")
 def _mean(cx, a):
     cx.scalar_result()
     shape = cx.shape(a.self)
-    return cx.apply("mean", a.self, shape=shape, axes=_axes(a.get("dim"), len(shape)),
+    return cx.apply("mean", a.self, shape=shape, axes=axes_of(a.get("dim"), len(shape)),
                     keepdim=bool(a.get("keepdim", False)))
 
 
@@ -301,7 +194,7 @@ def _sum(cx, a):
     cx.scalar_result()
     shape = cx.shape(a.self)
     return cx.apply("reduce", a.self, shape=shape, op="sum",
-                    axes=_axes(a.get("dim"), len(shape)), keepdim=bool(a.get("keepdim", False)))
+                    axes=axes_of(a.get("dim"), len(shape)), keepdim=bool(a.get("keepdim", False)))
 
 
 def _matmul(cx, x, y):
@@ -359,11 +252,11 @@ def _conv(cx, a, transposed=False):
     out_channels = ws[1] * a.groups if transposed else ws[0]
     bias = cx.zeros((out_channels,)) if a.bias is None else a.bias
     window = dict(shape=xs, out_channels=out_channels, kernel=ws[2:],
-                  stride=_per_axis(a.stride, n), padding=_per_axis(a.padding, n),
-                  dilation=_per_axis(a.dilation, n), groups=a.groups)
+                  stride=per_axis(a.stride, n), padding=per_axis(a.padding, n),
+                  dilation=per_axis(a.dilation, n), groups=a.groups)
     if transposed:
         return cx.apply("convTranspose", a.input, a.weight, bias,
-                        output_padding=_per_axis(a.output_padding, n), **window)
+                        output_padding=per_axis(a.output_padding, n), **window)
     return cx.apply("conv", a.input, a.weight, bias, **window)
 
 
@@ -372,19 +265,19 @@ _entry("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default")(_con
 
 @_entry("aten.convolution.default")
 def _convolution(cx, a):
-    if not a.transposed and any(_per_axis(a.output_padding, 1)):
+    if not a.transposed and any(per_axis(a.output_padding, 1)):
         cx.refuse("output_padding of a convolution that is not transposed is not translated")
     return _conv(cx, a, transposed=a.transposed)
 
 
 def _max_pool(cx, a, n):
     if not a.stride:
-        stride = _per_axis(a.kernel_size, n)
+        stride = per_axis(a.kernel_size, n)
     else:
-        stride = _per_axis(a.stride, n)
+        stride = per_axis(a.stride, n)
     return cx.apply("pool", a.self, shape=cx.shape(a.self), mode="max",
-                    kernel=_per_axis(a.kernel_size, n), stride=stride,
-                    padding=_per_axis(a.padding, n), dilation=_per_axis(a.dilation, n),
+                    kernel=per_axis(a.kernel_size, n), stride=stride,
+                    padding=per_axis(a.padding, n), dilation=per_axis(a.dilation, n),
                     ceil_mode=bool(a.ceil_mode))
 
 
@@ -398,10 +291,10 @@ for _n in (1, 2, 3):
 def _avg_pool(cx, a, n):
     if a.get("divisor_override") is not None:
         cx.refuse("divisor_override is not translated")
-    stride = _per_axis(a.stride, n) if a.stride else _per_axis(a.kernel_size, n)
+    stride = per_axis(a.stride, n) if a.stride else per_axis(a.kernel_size, n)
     return cx.apply("pool", a.self, shape=cx.shape(a.self), mode="average",
-                    kernel=_per_axis(a.kernel_size, n), stride=stride,
-                    padding=_per_axis(a.padding, n), dilation=(1,) * n,
+                    kernel=per_axis(a.kernel_size, n), stride=stride,
+                    padding=per_axis(a.padding, n), dilation=(1,) * n,
                     ceil_mode=bool(a.ceil_mode), count_include_pad=bool(a.count_include_pad))
 
 
@@ -522,7 +415,7 @@ def _softmax(op_name):
         if a.get("half_to_float"):
             cx.refuse("half_to_float is not translated (it rounds)")
         shape = cx.shape(a.self)
-        return cx.apply(op_name, a.self, shape=shape, axis=_axis(a.dim, len(shape)))
+        return cx.apply(op_name, a.self, shape=shape, axis=axis_of(a.dim, len(shape)))
     return translate
 
 
@@ -534,12 +427,14 @@ _entry("aten.log_softmax.int", "aten._log_softmax.default")(_softmax("logSoftmax
 def _sdpa(cx, a):
     if a.dropout_p:
         cx.refuse(f"attention dropout (dropout_p={a.dropout_p}) draws a random mask")
-    if a.get("enable_gqa"):
-        cx.refuse("grouped-query attention (enable_gqa) is not translated")
     if a.attn_mask is not None and a.is_causal:
         cx.refuse("attn_mask and is_causal=True together are not translated (torch refuses "
                   "them too)")
     qs, ks, vs = cx.shape(a.query), cx.shape(a.key), cx.shape(a.value)
+    if a.get("enable_gqa"):
+        a = dict(a, key=_grouped(cx, a.key, qs), value=_grouped(cx, a.value, qs))
+        a = _Bound(a)
+        ks, vs = cx.shape(a.key), cx.shape(a.value)
     if len(qs) < 2 or not qs[:-2] == ks[:-2] == vs[:-2]:
         cx.refuse(f"query, key and value must share their batch axes (got {list(qs)}, "
                   f"{list(ks)}, {list(vs)})")
@@ -549,6 +444,36 @@ def _sdpa(cx, a):
         return cx.apply("attention", a.query, a.key, a.value, scale, batch=qs[:-2],
                         queries=qs[-2], key_count=ks[-2], dim=qs[-1], value_dim=vs[-1])
     return _masked_attention(cx, a, qs, ks, vs, scale)
+
+
+class _Bound(dict):
+    """Arguments by name (``a.key``), as the capture binds them."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+
+def _grouped(cx, x, qs):
+    """Grouped-query attention's keys or values (..., H_kv, S, E) for queries (..., H, S, E):
+    each of the H_kv heads repeated H / H_kv times in a row (query head h reads head
+    h // (H / H_kv), as torch's enable_gqa does) by reshape, broadcast and reshape, which
+    move entries exactly; the gradient sums the copies of each head."""
+    xs = cx.shape(x)
+    if len(xs) < 3 or len(qs) != len(xs) or qs[-3] % xs[-3]:
+        cx.refuse(f"grouped-query attention needs query heads a multiple of key heads (got "
+                  f"{list(qs)} and {list(xs)})")
+    groups = qs[-3] // xs[-3]
+    if groups == 1:
+        return x
+    lead, heads, tail = xs[:-3], xs[-3], xs[-2:]
+    one = cx.apply("reshape", x, shape=xs, to=lead + (heads, 1) + tail)
+    wide = cx.apply("broadcast", one, shape=lead + (heads, 1) + tail,
+                    to=lead + (heads, groups) + tail)
+    return cx.apply("reshape", wide, shape=lead + (heads, groups) + tail,
+                    to=lead + (heads * groups,) + tail)
 
 
 def _masked_attention(cx, a, qs, ks, vs, scale):
@@ -576,12 +501,17 @@ def _masked_attention(cx, a, qs, ks, vs, scale):
 
 @_entry("aten.embedding.default")
 def _embedding(cx, a):
-    if a.padding_idx is not None and a.padding_idx >= 0:
-        cx.refuse(f"padding_idx={a.padding_idx} is not translated (torch gives the padding "
-                  f"row no gradient)")
+    """embedding; with a padding_idx the rows are select(row is padding_idx, detach(weight),
+    weight): the same values (a selection is exact), and no gradient reaches the padding
+    row, as torch's embedding_backward gives it none."""
     num, dim = cx.shape(a.weight)
+    weight = a.weight
+    if a.padding_idx is not None and 0 <= a.padding_idx < num and cx.is_ref(weight):
+        rows = cx.padding_rows(num, dim, a.padding_idx)
+        frozen = cx.apply("detach", weight, shape=(num, dim))
+        weight = cx.apply("select", rows, frozen, weight, shape=(num, dim))
     ids = cx.indices(a.indices, num)
-    return cx.apply("embedding", a.weight, ids, num=num, dim=dim, shape=cx.shape(a.indices))
+    return cx.apply("embedding", weight, ids, num=num, dim=dim, shape=cx.shape(a.indices))
 
 
 BOUNDS["aten.embedding.default"] = lambda node, arg: (

@@ -8,11 +8,18 @@ first).  Then each node of the exported program becomes registered operators:
 
 - graph inputs: the model's tensor arguments (named as torch.export names them: the
   parameter names of ``forward``), then its parameters, named by their ``state_dict`` keys,
-  then one mask per dropout that draws one (below); a floating tensor is a value port, an
-  integer tensor an index port whose bound is read from its use (an embedding's row count,
-  cross entropy's class count), a Boolean tensor a Boolean port;
+  then one mask per dropout that draws one (below); tied parameters (one tensor under
+  several names) are one input, named by the first; a floating tensor is a value port, an
+  integer tensor an index port when every use reads it as indices (an embedding's row
+  count, cross entropy's class count bound it; uses are followed through shape-only
+  movement), else a frozen port holding its integers as numbers (a mask compared, cast or
+  multiplied; positions), a Boolean tensor a Boolean port; the no-op checks torch.export
+  inserts (``_assert_tensor_metadata``...: aten_tensors.NOOPS) are skipped;
 - graph outputs: the model's outputs, then the running statistics a batch norm in training
-  mode updates (below);
+  mode updates (below); named by the model's fields (``logits``, ``last_hidden_state``,
+  ``cache.layers.0.keys``; ``out0``, ``out1.0`` for tuples: torch_export), the
+  updates by their buffers (``bn.running_mean``); output objects torch's pytree does not
+  know (a transformers cache) are registered as pytree nodes first (torch_export);
 - ``graph.source``: ``{"frontend": "torch", "module": ..., "class": ..., "torch": ...}``, the
   model's class (its module and qualified name) and torch's version; ``"updates"``: the
   buffers the trailing outputs update, in order, when there are any;
@@ -51,7 +58,7 @@ lgamma, model.py:12) has no translation onto the operator table``.  So are progr
 update an input or a buffer in place (other than a batch norm's running statistics) and
 models torch.export cannot capture (data-dependent control flow), with torch's first line.
 Refused translations (routes.frontends.aten lists the rest): attention dropout
-(``dropout_p > 0``), grouped-query attention, a batch norm with momentum=None in training
+(``dropout_p > 0``), a batch norm with momentum=None in training
 mode, a batch norm without running statistics in eval mode.
 
 torch is the optional extra ``[torch]``, imported when ``from_torch`` runs.
@@ -63,7 +70,6 @@ import dataclasses
 import operator
 import os
 import re
-import warnings
 
 import numpy as np
 
@@ -72,6 +78,8 @@ from ..errors import RouteError
 from ..graph import Graph, Ref
 from ..registry import op as make_op
 from .aten import BOUNDS, MASKS, TABLE
+from .aten_tensors import NOOPS
+from .torch_export import ExportError, exported as _export, output_names
 
 
 def ref_element(graph, ref, refuse) -> str:
@@ -106,6 +114,10 @@ class Missing:
     read."""
 
     reason: str
+
+
+# (listing refusals) the value of a refused node, and of every node computed from it.
+_UNKNOWN = object()
 
 
 class _Refusal(Exception):
@@ -143,28 +155,33 @@ def from_torch(model, args, kwargs=None, *, dropout_seed: int = 0) -> Graph:
     return graph
 
 
+def unsupported(model, args, kwargs=None) -> list:
+    """Every refusal of capturing ``model(*args, **kwargs)``, at once: (aten operator, node,
+    source line, reason) for each node the capture cannot translate (an operator without a
+    translation, a translation's refusal, a read of an untranslated result) and each input
+    it cannot read (operator ``input``); a node computed from a refused one is listed only
+    when its operator has no translation at all.  Empty when the model captures.
+    CaptureError (one line) when torch.export cannot capture the model."""
+    import torch                        # torch is an optional extra
+    from torch.utils import _pytree as pytree
+    args, kwargs = tuple(args), dict(kwargs or {})
+    _refuse_cumulative_batch_norm(torch, model)
+    capture = _Capture(torch, exported(model, args, kwargs))
+    capture.refusals = []
+    capture.run(pytree.tree_leaves((args, kwargs)))
+    return list(capture.refusals)
+
+
 def exported(model, args, kwargs=None):
     """``torch.export`` of ``model(*args, **kwargs)`` decomposed to the aten operators the
-    table translates (the default decompositions but those of TABLE's operators): the
-    program from_torch reads, and the one a node-by-node torch run interprets, so that its
-    node names are the graph's.  CaptureError (one line) when export fails."""
-    import torch                        # torch is an optional extra
-    with warnings.catch_warnings():
-        # torch 2.13's export deep-copies its pytree specs through a deprecated LeafSpec
-        # check of its own: a FutureWarning about torch's code, not the user's.
-        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)",
-                                category=FutureWarning)
-        try:
-            ep = torch.export.export(model, tuple(args), dict(kwargs or {}))
-        except Exception as exc:              # torch raises many kinds; one line for all
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise CaptureError(f"from_torch: torch.export could not capture the model: "
-                               f"{first}") from None
-        table = torch.export.default_decompositions()
-        for overload in list(table):
-            if str(overload) in TABLE:
-                del table[overload]
-        return ep.run_decompositions(table)
+    table translates (routes.frontends.torch_export): the program from_torch reads, and the
+    one a node-by-node torch run interprets, so that its node names are the graph's.
+    CaptureError (one line) when export fails."""
+    try:
+        return _export(model, args, kwargs)
+    except ExportError as exc:
+        raise CaptureError(f"from_torch: torch.export could not capture the model: "
+                           f"{exc}") from None
 
 
 def _refuse_cumulative_batch_norm(torch, model):
@@ -179,6 +196,39 @@ def _refuse_cumulative_batch_norm(torch, model):
                                f"training mode has momentum=None (a cumulative average), "
                                f"which is not translated; give it a momentum or capture in "
                                f"eval mode")
+
+
+# Shape-only nodes an integer input's uses are followed through: they move its entries
+# without reading them as numbers.
+_THROUGH = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
+            "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
+            "aten.squeeze.default", "aten.flatten.using_ints", "aten.expand.default",
+            "aten.slice.Tensor", "aten.select.int", "aten.clone.default",
+            "aten.contiguous.default", "aten.alias.default", "aten.permute.default",
+            "aten.transpose.int", "aten.t.default"}
+
+
+def _integer_uses(node) -> list:
+    """(user, the node it reads) for each node reading ``node``'s entries, followed through
+    shape-only movement (_THROUGH) and same-dtype copies; the no-op checks (NOOPS) are no
+    use."""
+    out, todo, seen = [], [node], set()
+    dtype = node.meta["val"].dtype
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            target = str(u.target)
+            if target in NOOPS or u in seen:
+                continue
+            seen.add(u)
+            val = u.meta.get("val")
+            same = getattr(val, "dtype", None) == dtype
+            if target in _THROUGH or (target in ("aten._to_copy.default", "aten.to.dtype")
+                                      and same):
+                todo.append(u)
+            else:
+                out.append((u, n))
+    return out
 
 
 def _source(torch, node) -> str:
@@ -214,6 +264,8 @@ class _Capture:
         self.dropout_seed = dropout_seed
         self.updates = []                      # (output node name, buffer) updated by the graph
         self.updated = ()                      # the buffers of the outputs after the model's
+        self.dtypes = {}                       # Ref -> the torch dtype of the tensor it holds
+        self.refusals = None                   # a list: refusals listed, not raised
 
     # ----- the program's inputs and outputs -----------------------------------------------------
     def run(self, leaves) -> Graph:
@@ -226,7 +278,7 @@ class _Capture:
         if len(user) != len(leaves):
             raise CaptureError(f"from_torch: the program has {len(user)} user inputs but the "
                                f"arguments flatten to {len(leaves)} leaves")
-        ports, examples, refs = {}, [], {}
+        ports, examples, refs, tied = {}, [], {}, {}
         for spec, leaf in zip(user, leaves):
             if not isinstance(spec.arg, t.export.graph_signature.TensorArgument):
                 continue                       # a number torch.export specialized
@@ -241,6 +293,15 @@ class _Capture:
                     raise CaptureError(f"from_torch: parameter {spec.target} has the name of "
                                        f"an argument")
                 tensor = ep.state_dict[spec.target]
+                # Tied parameters (GPT-2's lm_head.weight is transformer.wte.weight) are one
+                # tensor under several names: one graph input, named by the first, which
+                # receives the sum of every use's gradient, as torch's one tensor does.
+                key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(),
+                       tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype)
+                if key in tied:
+                    refs[node] = tied[key]
+                    continue
+                tied[key] = spec.target
                 ports[spec.target] = P.value(tuple(tensor.shape))
                 examples.append(_array(tensor))
                 refs[node] = spec.target
@@ -255,11 +316,12 @@ class _Capture:
         self.graph = Graph(**ports)
         self.graph.example_inputs = tuple(examples)
         for node, name in refs.items():
-            self.env[node] = self.graph.input(name)
+            self.env[node] = ref = self.graph.input(name)
+            self.dtypes[ref] = node.meta["val"].dtype
         for node in ep.graph.nodes:
             if node.op == "call_function":
                 self._translate(node)
-            elif node.op == "output":
+            elif node.op == "output" and self.refusals is None:
                 self._outputs(node)
         return self.graph
 
@@ -319,20 +381,41 @@ class _Capture:
         return self.graph.input(f"dropout_mask.{self.node.name}")
 
     def _input_port(self, node, leaf):
+        """The port of a user input: value (floating), Boolean, index (an integer tensor
+        whose every use reads it as indices: an embedding's ids, a cross entropy's classes,
+        through shape-only movement) or frozen (an integer tensor read as numbers: a mask
+        compared, cast or multiplied, positions; its values held exactly in binary64)."""
         shape = tuple(leaf.shape)
         if leaf.is_floating_point():
             return P.value(shape)
         if leaf.dtype == self.torch.bool:
             return P.boolean(shape)
-        bounds = {b for b in (BOUNDS[str(u.target)](u, node) for u in node.users
-                              if str(u.target) in BOUNDS) if b is not None}
-        if len(bounds) != 1:
-            uses = ", ".join(sorted({str(u.target) for u in node.users})) or "nothing"
-            raise CaptureError(f"from_torch: integer input {node.name} is read as indices "
-                               f"with {'no' if not bounds else 'several'} bounds (used by "
-                               f"{uses}); only indices of an embedding or a cross entropy "
-                               f"are translated")
+        bounds, numeric = set(), []
+        for user, via in _integer_uses(node):
+            bound = BOUNDS[str(user.target)](user, via) if str(user.target) in BOUNDS else None
+            if bound is None:
+                numeric.append(str(user.target))
+            else:
+                bounds.add(bound)
+        if not bounds:
+            if leaf.numel() and int(leaf.abs().max()) > 2 ** 53:
+                self._refuse_input(f"integer input {node.name} holds integers beyond 2**53, "
+                                   f"which binary64 does not hold exactly")
+            return P.frozen(shape)
+        if len(bounds) > 1 or numeric:
+            uses = ", ".join(sorted(set(numeric))) if numeric else \
+                f"bounds {sorted(bounds)}"
+            self._refuse_input(f"integer input {node.name} is read both as indices and as "
+                               f"numbers ({uses}), or as indices with several bounds; only "
+                               f"one reading is translated")
+            return P.frozen(shape)
         return P.index((bounds.pop(),), shape)
+
+    def _refuse_input(self, reason):
+        """An input's refusal: raised, or kept when the capture lists every refusal."""
+        if self.refusals is None:
+            raise CaptureError(f"from_torch: {reason}")
+        self.refusals.append(("input", "-", "-", reason))
 
     def _outputs(self, node):
         """The model's outputs, then the running statistics it updates (``updated`` names
@@ -344,10 +427,16 @@ class _Capture:
             if spec.kind == kinds.USER_OUTPUT:
                 user.append((i, v))
         refs = [self._output_ref(i, v) for i, v in user]
+        labels = output_names(self.ep)
+        if labels is None or len(labels) != len(refs):
+            labels = [f"out{i}" for i in range(len(refs))]
         names = {getattr(v, "name", None): (i, v) for i, v in enumerate(node.args[0])}
         refs += [self._output_ref(*names[out]) for out in updates]
         self.updated = tuple(updates.values())
-        self.graph.output(*refs)
+        # The buffers' updates are named by their buffers (``bn.running_mean``) unless a
+        # model output has that name.
+        labels += [b if b not in labels else f"update.{b}" for b in self.updated]
+        self.graph.output(*refs, names=labels)
 
     def _output_ref(self, i, v) -> Ref:
         value = self.env.get(v) if hasattr(v, "op") else v
@@ -367,33 +456,56 @@ class _Capture:
     def _translate(self, node):
         self.node = node
         if node.target is operator.getitem:
-            self.env[node] = self.env[node.args[0]][node.args[1]]
+            held = self.env[node.args[0]]
+            self.env[node] = held if held is _UNKNOWN else held[node.args[1]]
             return
         name = str(node.target)
+        if name in NOOPS:                      # checks torch.export inserts: no value
+            self.env[node] = None
+            return
         if not hasattr(node.target, "_schema"):
-            raise CaptureError(f"from_torch: {self._where(node)} has no translation onto the "
-                               f"operator table")
+            return self._refused(node, "has no translation onto the operator table")
         args = self._bind(node)
         leaves = self.torch.utils._pytree.tree_leaves(dict(args))
+        if any(v is _UNKNOWN for v in leaves):
+            # (listing refusals) an operand a refused node computes: this node is listed only
+            # when it has no translation at all.
+            if name not in TABLE and any(isinstance(v, Ref) for v in leaves):
+                self._refused(node, "has no translation onto the operator table")
+            self.env[node] = _UNKNOWN
+            return
         missing = next((v for v in leaves if isinstance(v, Missing)), None)
         if missing is not None:
-            raise CaptureError(f"from_torch: {self._where(node)} reads a result that is not "
-                               f"translated: {missing.reason}")
+            return self._refused(node, f"reads a result that is not translated: "
+                                       f"{missing.reason}", ":")
         if not any(isinstance(v, Ref) for v in leaves):
             self.env[node] = self._fold(node)
             return
         entry = TABLE.get(name)
         if entry is None:
-            raise CaptureError(f"from_torch: {self._where(node)} has no translation onto the "
-                               f"operator table")
+            return self._refused(node, "has no translation onto the operator table")
         first = len(self.graph.nodes)
         try:
             result = entry(self, args)
         except (_Refusal, RouteError) as exc:
-            reason = str(exc).replace("\n", " ")
-            raise CaptureError(f"from_torch: {self._where(node)}: {reason}") from None
+            del self.graph.nodes[first:]       # (listing refusals) what the entry began
+            return self._refused(node, str(exc).replace("\n", " "), ":")
         self.env[node] = result
         self._label(node, first, result)
+        dtype = getattr(self._meta(), "dtype", None)
+        for ref in result if isinstance(result, tuple) else (result,):
+            if isinstance(ref, Ref):
+                self.dtypes.setdefault(ref, dtype)
+
+    def _refused(self, node, reason, sep=""):
+        """The node's one-line refusal: raised, or listed (``refusals``) with its value
+        unknown to the nodes after it."""
+        text = f"{self._where(node)}{sep} {reason}"
+        if self.refusals is None:
+            raise CaptureError(f"from_torch: {text}")
+        self.refusals.append((str(node.target), node.name, _source(self.torch, node),
+                              reason))
+        self.env[node] = _UNKNOWN
 
     def _label(self, node, first, result):
         """Name the graph nodes added for ``node``: its own name for the one computing its
@@ -512,6 +624,64 @@ class _Capture:
     def ones(self, shape) -> Const:
         return Const(self.torch.ones(shape, dtype=self.torch.float64), f"{self.node.name}.ones")
 
+    def dtype(self, v):
+        """The torch dtype of an argument (a Ref, a Const; Python numbers as torch promotes
+        them: bool, int64, float64); None when not known."""
+        t = self.torch
+        if isinstance(v, Ref):
+            return self.dtypes.get(v)
+        if isinstance(v, Const):
+            return v.tensor.dtype
+        if isinstance(v, bool):
+            return t.bool
+        return t.int64 if isinstance(v, int) else t.float64 if isinstance(v, float) else None
+
+    def kind(self, v) -> str:
+        """What an argument holds: ``scalar`` (numbers: value, frozen, detached, a floating
+        or integer Const, a Python number), ``bool`` or ``index``."""
+        if isinstance(v, Ref):
+            port = self.graph.port(v)
+            return "scalar" if port.scalar else port.kind
+        if isinstance(v, Const):
+            return "bool" if v.tensor.dtype == self.torch.bool else "scalar"
+        return "bool" if isinstance(v, bool) else "scalar"
+
+    def port(self, ref):
+        return self.graph.port(ref)
+
+    def is_ref(self, v) -> bool:
+        return isinstance(v, Ref)
+
+    def empty(self, shape, dtype) -> Const:
+        """A constant with no entries (a piece of extent 0)."""
+        return Const(self.torch.empty(tuple(shape), dtype=dtype or self.torch.float64),
+                     f"{self.node.name}.empty")
+
+    def positions(self, shape, indices):
+        """The flat positions ``arange(prod(shape)).reshape(shape)[indices]`` selects, by
+        torch's own indexing (None keeps an axis whole), as a Const."""
+        t = self.torch
+        table = t.arange(int(np.prod(shape, dtype=np.int64)), dtype=t.int64).reshape(shape)
+        with t.no_grad():
+            picked = t.ops.aten.index.Tensor(table, [None if i is None else i.tensor
+                                                     for i in indices])
+        return Const(picked, f"{self.node.name}.positions")
+
+    def move(self, name, x, *more, **attributes):
+        """Movement operator ``name`` on ``x`` (then ``more`` operands): its element sort read
+        from ``x``; index values moved as int64 words between encodeIndex and decodeIndex,
+        which is exact."""
+        if isinstance(x, Ref) and self.graph.port(x).kind == "index":
+            port = self.graph.port(x)
+            if len(port.bounds) != 1:
+                self.refuse(f"moving {port} is not translated")
+            words = self.apply("encodeIndex", x, shape=port.shape, bounds=port.bounds,
+                               element="int64")
+            y = self.apply(name, words, *more, element="int64", **attributes)
+            return self.apply("decodeIndex", y, shape=self.graph.port(y).shape,
+                              bounds=port.bounds, element="int64")
+        return self.apply(name, x, *more, element=self.element(x), **attributes)
+
     def like(self, v, shape):
         """``v`` broadcast to ``shape`` (PyTorch's rule: leading axes added, extent-1 axes
         copied): a broadcast node for a graph value, a constant for a number or a Const."""
@@ -519,14 +689,19 @@ class _Capture:
         if isinstance(v, Ref):
             if self.graph.port(v).shape == shape:
                 return v
-            return self.apply("broadcast", v, shape=self.graph.port(v).shape, to=shape,
-                              element=self.element(v))
+            return self.move("broadcast", v, shape=self.graph.port(v).shape, to=shape)
         if isinstance(v, Const):
             if tuple(v.tensor.shape) == shape:
                 return v
             return Const(v.tensor.expand(shape), v.name)
         dtype = self.torch.bool if isinstance(v, bool) else self.torch.float64
         return Const(self.torch.full(shape, v, dtype=dtype), f"{self.node.name}.full")
+
+    def padding_rows(self, num, dim, row) -> Const:
+        """Booleans (num, dim): True on row ``row`` (an embedding's padding row)."""
+        rows = self.torch.zeros(num, dim, dtype=self.torch.bool)
+        rows[row] = True
+        return Const(rows, f"{self.node.name}.padding")
 
     def full(self, value) -> Const:
         """A constant of the node's shape and dtype filled with ``value``."""

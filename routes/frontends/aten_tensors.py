@@ -1,0 +1,337 @@
+"""The aten table's tensor entries (routes.frontends.aten holds the arithmetic, products,
+normalization and attention ones; the same conventions): pass-through and metadata nodes,
+dtype conversions, shape and movement, joining and splitting, advanced indexing by
+constant indices, comparisons and Boolean connectives, clamping.  torch is never imported
+here; ``cx`` is the capture (routes.frontends.torch).
+
+- ``NOOPS``: the checks torch.export inserts (``_assert_tensor_metadata`` after every
+  ``.to()``, ``_assert_async``, ``_assert_scalar``, symbolic-size checks): no value, nothing
+  computed;
+- conversions (``_to_copy``, ``to.dtype``) compute only what is exact: to the same dtype,
+  to a floating dtype at least as wide in precision and exponent range (binary16 or
+  bfloat16 to binary32, binary32 to binary64: every value is kept), integers or Booleans
+  read as numbers (an integer tensor the capture holds as numbers is exact in binary64
+  below 2**53; torch's cast to a narrower floating dtype rounds integers beyond its
+  precision, 2**24 for binary32, which this reading does not), to bool (``ne(x, 0)``: True
+  at NaN, as torch), and index tensors to integers or, through ``cast``, to numbers.  A
+  conversion that rounds (a narrower float, a float to an integer) is refused;
+- movement of index tensors (an ``input_ids`` viewed, sliced or expanded) goes through
+  ``encodeIndex`` / ``decodeIndex`` as int64 words (exact);
+- ``cat`` leaves out empty operands (torch's rule for the legacy shape (0,), and every
+  operand with no entries, as a cache's first update has); ``split`` and
+  ``split_with_sizes`` are slices, an empty piece a constant with no entries;
+- ``index.Tensor`` with constant indices (torch folds the arange the model built them from)
+  is ``gather`` on the flattened operand, at the positions torch's own indexing selects
+  from the table of positions (so None, broadcasting and Boolean indices mean what they
+  mean in torch); its gradient sums repeated reads, as index's backward accumulates;
+- comparisons of scalars (value or frozen) or of Booleans are ``eq`` ... ``ge`` (IEEE);
+  ``bitwise_and/or/xor`` and ``logical_*`` of Booleans are ``logicalAnd/Or/Xor``,
+  ``bitwise_not`` / ``logical_not`` ``logicalNot``;
+- ``clamp`` with number bounds (a missing bound is infinite; ``clamp_min``, ``clamp_max``,
+  ``hardtanh``) is ``clamp``: the gradient passes where lo <= x <= hi, as torch's.
+
+Refused here: copy with broadcasting; conversions that round; integer arithmetic (by the
+arithmetic entries); index.Tensor with computed indices; clamp with tensor bounds; cat of
+index tensors; comparisons of index tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from . import registrar
+
+TABLE: dict[str, Callable] = {}
+_entry = registrar(TABLE, "aten table")
+
+NOOPS = frozenset({"aten._assert_tensor_metadata.default", "aten._assert_async.default",
+                   "aten._assert_async.msg", "aten._assert_scalar.default",
+                   "aten.sym_constrain_range.default",
+                   "aten.sym_constrain_range_for_size.default",
+                   "aten._functional_assert_async.msg",
+                   "aten._functional_assert_scalar.default"})
+
+# (fraction bits, exponent bits) of torch's floating dtypes, by name.
+_FLOATS = {"torch.float16": (10, 5), "torch.bfloat16": (7, 8), "torch.float32": (23, 8),
+           "torch.float64": (52, 11)}
+
+
+def axis_of(d, rank):
+    """A PyTorch dimension (negative counts from the end) as an axis in [0, rank)."""
+    return d + rank if d < 0 else d
+
+
+def axes_of(dims, rank):
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return tuple(range(rank))
+    dims = [dims] if isinstance(dims, int) else dims
+    return tuple(sorted(axis_of(d, rank) for d in dims))
+
+
+def per_axis(v, n):
+    """A PyTorch ``int[n]`` argument (one int, or one per axis) as n ints."""
+    v = [v] if isinstance(v, int) else list(v)
+    return tuple(v * n if len(v) == 1 else v)
+
+
+def _is_bool(dtype) -> bool:
+    return str(dtype) == "torch.bool"
+
+
+# ----- pass-through and conversions --------------------------------------------------------------
+@_entry("aten.clone.default", "aten.contiguous.default", "aten.alias.default",
+        "aten.lift_fresh_copy.default", "aten.lift_fresh.default")
+def _same(cx, a):
+    return a.self
+
+
+@_entry("aten.copy.default")
+def _copy(cx, a):
+    if cx.shape(a.src) != cx.shape(a.self):
+        cx.refuse("copy with broadcasting is not translated")
+    return a.src
+
+
+def _widens(source, target) -> bool:
+    """Whether every value of floating dtype ``source`` is a value of ``target``."""
+    s, t = _FLOATS.get(str(source)), _FLOATS.get(str(target))
+    return s is not None and t is not None and t[0] >= s[0] and t[1] >= s[1]
+
+
+@_entry("aten._to_copy.default", "aten.to.dtype")
+def _to_copy(cx, a):
+    x, source, target = a.self, cx.dtype(a.self), cx.out_dtype
+    if source is None or source == target:
+        return x
+    kind = cx.kind(x)
+    if _is_bool(target):
+        if kind == "bool":
+            return x
+        if kind == "index":
+            cx.refuse("a conversion of indices to bool is not translated")
+        s = cx.shape(x)
+        return cx.apply("ne", x, cx.like(0.0, s), shape=s)
+    if kind == "bool":
+        return cx.apply("cast", x, shape=cx.shape(x))     # True 1, False 0: exact
+    if kind == "index":
+        if target.is_floating_point:
+            port = cx.port(x)
+            return cx.apply("cast", x, shape=port.shape, source="index", bounds=port.bounds)
+        if target.itemsize >= source.itemsize:
+            return x                                       # a wider integer type
+        cx.refuse(f"a conversion of indices to {target} is not translated (it may wrap)")
+    if source.is_floating_point:
+        if target.is_floating_point and _widens(source, target):
+            return x
+        cx.refuse(f"a conversion from {source} to {target} is not translated (it rounds)")
+    if target.is_floating_point or target.itemsize >= source.itemsize:
+        return x                                           # integers read as numbers
+    cx.refuse(f"a conversion from {source} to {target} is not translated (it may wrap)")
+
+
+# A tensor of the operand's shape, filled: a constant (only the operand's shape is read).
+_entry("aten.full_like.default")(lambda cx, a: cx.full(a.fill_value))
+_entry("aten.zeros_like.default")(lambda cx, a: cx.full(0))
+_entry("aten.ones_like.default")(lambda cx, a: cx.full(1))
+
+
+# ----- shape and movement ------------------------------------------------------------------------
+@_entry("aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
+        "aten.flatten.using_ints", "aten.unflatten.int", "aten.unsqueeze.default",
+        "aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default")
+def _reshape(cx, a):
+    x = a.self
+    if cx.shape(x) == cx.out_shape:
+        return x
+    return cx.move("reshape", x, shape=cx.shape(x), to=cx.out_shape)
+
+
+def _permuted(cx, x, perm):
+    if tuple(perm) == tuple(range(len(perm))):
+        return x
+    return cx.move("permute", x, shape=cx.shape(x), perm=perm)
+
+
+@_entry("aten.permute.default")
+def _permute(cx, a):
+    rank = len(cx.shape(a.self))
+    return _permuted(cx, a.self, [axis_of(d, rank) for d in a.dims])
+
+
+@_entry("aten.transpose.int")
+def _transpose(cx, a):
+    rank = len(cx.shape(a.self))
+    perm = list(range(rank))
+    i, j = axis_of(a.dim0, rank), axis_of(a.dim1, rank)
+    perm[i], perm[j] = perm[j], perm[i]
+    return _permuted(cx, a.self, perm)
+
+
+@_entry("aten.t.default")
+def _t(cx, a):
+    return _permuted(cx, a.self, [1, 0]) if len(cx.shape(a.self)) == 2 else a.self
+
+
+@_entry("aten.expand.default")
+def _expand(cx, a):
+    return cx.like(a.self, cx.out_shape)
+
+
+def _sliced(cx, x, axis, start, stop, step=1):
+    """x[start:stop:step] along ``axis`` (bounds already in [0, n]); an empty piece is a
+    constant with no entries."""
+    shape = cx.shape(x)
+    if (start, stop, step) == (0, shape[axis], 1):
+        return x
+    if stop <= start:
+        piece = tuple(0 if d == axis else n for d, n in enumerate(shape))
+        return cx.empty(piece, cx.dtype(x))
+    return cx.move("slice", x, shape=shape, axis=axis, start=start, stop=stop, step=step)
+
+
+@_entry("aten.slice.Tensor")
+def _slice(cx, a):
+    shape = cx.shape(a.self)
+    axis = axis_of(a.dim, len(shape))
+    n = shape[axis]
+    start = 0 if a.start is None else a.start
+    stop = n if a.end is None else a.end
+    start, stop = (min(max(axis_of(v, n) if v < 0 else v, 0), n) for v in (start, stop))
+    return _sliced(cx, a.self, axis, start, stop, a.step)
+
+
+@_entry("aten.select.int")
+def _select(cx, a):
+    shape = cx.shape(a.self)
+    axis = axis_of(a.dim, len(shape))
+    i = axis_of(a.index, shape[axis])
+    part = cx.move("slice", a.self, shape=shape, axis=axis, start=i, stop=i + 1, step=1)
+    return cx.move("reshape", part, shape=cx.shape(part), to=cx.out_shape)
+
+
+# ----- joining and splitting ---------------------------------------------------------------------
+@_entry("aten.cat.default")
+def _cat(cx, a):
+    parts = [t for t in a.tensors if 0 not in cx.shape(t)]
+    if not parts:
+        return cx.empty(cx.out_shape, cx.out_dtype)
+    rank = len(cx.out_shape)
+    axis = axis_of(a.dim, rank)
+    if len(parts) == 1:
+        return parts[0]
+    kinds = {cx.kind(t) for t in parts}
+    if "index" in kinds:
+        cx.refuse("cat of index tensors is not translated")
+    element = "bool" if kinds == {"bool"} else "scalar"
+    if element == "scalar" and "bool" in kinds:
+        cx.refuse("cat of Booleans with numbers is not translated")
+    return cx.apply("cat", *parts, shape=cx.out_shape, axis=axis,
+                    sizes=[cx.shape(t)[axis] for t in parts], element=element)
+
+
+def _pieces(cx, x, axis, sizes):
+    out, start = [], 0
+    for n in sizes:
+        out.append(_sliced(cx, x, axis, start, start + n))
+        start += n
+    return tuple(out)
+
+
+@_entry("aten.split_with_sizes.default")
+def _split_with_sizes(cx, a):
+    shape = cx.shape(a.self)
+    return _pieces(cx, a.self, axis_of(a.dim, len(shape)), list(a.split_sizes))
+
+
+@_entry("aten.split.Tensor")
+def _split(cx, a):
+    shape = cx.shape(a.self)
+    axis = axis_of(a.dim, len(shape))
+    n, step = shape[axis], a.split_size
+    sizes = [min(step, n - s) for s in range(0, n, step)] if step > 0 else [n]
+    return _pieces(cx, a.self, axis, sizes or [0])
+
+
+@_entry("aten.unbind.int")
+def _unbind(cx, a):
+    shape = cx.shape(a.self)
+    axis = axis_of(a.dim, len(shape))
+    rest = shape[:axis] + shape[axis + 1:]
+    return tuple(cx.move("reshape", p, shape=cx.shape(p), to=rest)
+                 for p in _pieces(cx, a.self, axis, [1] * shape[axis]))
+
+
+# ----- advanced indexing -------------------------------------------------------------------------
+@_entry("aten.index.Tensor")
+def _index(cx, a):
+    """x[indices] with constant index tensors: gather on the flattened x at the positions
+    torch's indexing selects from the table of positions."""
+    shape = cx.shape(a.self)
+    if any(cx.is_ref(i) for i in a.indices if i is not None):
+        cx.refuse("indices computed from the model's inputs are not translated (only "
+                  "constant index tensors)")
+    positions = cx.positions(shape, a.indices)
+    count = 1
+    for n in shape:
+        count *= n
+    flat = cx.move("reshape", a.self, shape=shape, to=(count,)) if len(shape) != 1 \
+        else a.self
+    return cx.move("gather", flat, cx.indices(positions, count), shape=(count,), axes=(0,),
+                   batch=0, index_shape=cx.out_shape)
+
+
+# ----- comparisons and Boolean connectives -------------------------------------------------------
+def _comparison(op_name):
+    def translate(cx, a):
+        s = cx.out_shape
+        x, y = a.self, a.other
+        kinds = {cx.kind(v) for v in (x, y)}
+        if "index" in kinds:
+            cx.refuse("comparisons of index tensors are not translated")
+        element = "bool" if kinds == {"bool"} else "scalar"
+        if element == "scalar" and "bool" in kinds:
+            cx.refuse("comparisons of Booleans with numbers are not translated")
+        if element == "scalar" and isinstance(y, (int, float)):
+            y = float(y)
+        return cx.apply(op_name, cx.like(x, s), cx.like(y, s), shape=s, element=element)
+    return translate
+
+
+for _aten in ("eq", "ne", "lt", "le", "gt", "ge"):
+    _entry(f"aten.{_aten}.Tensor", f"aten.{_aten}.Scalar")(_comparison(_aten))
+
+
+def _connective(op_name):
+    def translate(cx, a):
+        s = cx.out_shape
+        operands = [a.self] + ([a.other] if "other" in a else [])
+        if any(cx.kind(v) != "bool" for v in operands):
+            cx.refuse("bitwise and logical operators on numbers or integers are not "
+                      "translated (only on Booleans)")
+        return cx.apply(op_name, *(cx.like(v, s) for v in operands), shape=s)
+    return translate
+
+
+for _aten, _op in (("bitwise_and", "logicalAnd"), ("bitwise_or", "logicalOr"),
+                   ("bitwise_xor", "logicalXor"), ("logical_and", "logicalAnd"),
+                   ("logical_or", "logicalOr"), ("logical_xor", "logicalXor")):
+    _entry(f"aten.{_aten}.Tensor" if _aten.startswith("bitwise") else f"aten.{_aten}.default"
+           )(_connective(_op))
+_entry("aten.bitwise_not.default", "aten.logical_not.default")(_connective("logicalNot"))
+
+
+# ----- clamping ----------------------------------------------------------------------------------
+def _clamped(cx, x, lo, hi):
+    cx.scalar_result()
+    if cx.is_ref(lo) or cx.is_ref(hi) or not all(isinstance(v, (int, float, type(None)))
+                                                   for v in (lo, hi)):
+        cx.refuse("clamp with tensor bounds is not translated (only numbers)")
+    lo = -float("inf") if lo is None else float(lo)
+    hi = float("inf") if hi is None else float(hi)
+    return cx.apply("clamp", x, lo, hi, shape=cx.shape(x))
+
+
+_entry("aten.clamp.default")(lambda cx, a: _clamped(cx, a.self, a.min, a.max))
+_entry("aten.clamp_min.default")(lambda cx, a: _clamped(cx, a.self, a.min, None))
+_entry("aten.clamp_max.default")(lambda cx, a: _clamped(cx, a.self, None, a.max))
+_entry("aten.hardtanh.default")(lambda cx, a: _clamped(cx, a.self, a.min_val, a.max_val))
