@@ -96,32 +96,10 @@ def load_target(target: str, artifact_out: str):
             return graph_of(target), target
         except (routes.RouteError, OSError, ValueError) as exc:
             raise ModelError(str(exc)) from None
-    try:
-        factory = importable(target)
-    except MeasureError as exc:
-        raise ModelError(str(exc)) from None
-    if factory is None:
-        raise ModelError(f"{target}: give file.py:factory or module:factory")
-    try:
-        made = factory()
-    except Exception as exc:                                  # noqa: BLE001 (user code)
-        raise ModelError(f"{target}: the factory raised {type(exc).__name__}: "
-                         f"{' '.join(str(exc).split())[:200]}") from None
+    made = factory_product(target)
     graph = made if isinstance(made, routes.Graph) else None
     if graph is None:
-        if not (isinstance(made, tuple) and len(made) == 2):
-            raise ModelError(f"{target}: the factory must return (model, example_args) or a "
-                             f"routes.Graph (got {type(made).__name__})")
-        model, args = made
-        args = args if isinstance(args, tuple) else (args,)
-        # A torch nn.Module (torch only when the factory imported it) is captured by
-        # from_torch; any other callable is a JAX function, imported by from_jax.
-        import sys
-        torch = sys.modules.get("torch")
-        is_torch = torch is not None and isinstance(model, torch.nn.Module)
-        if not is_torch and not callable(model):
-            raise ModelError(f"{target}: the factory's model must be a torch nn.Module or a "
-                             f"JAX function (got {type(model).__name__})")
+        model, args, is_torch = made
         try:
             graph = routes.from_torch(model, args) if is_torch else \
                 routes.from_jax(model, args)
@@ -134,6 +112,58 @@ def load_target(target: str, artifact_out: str):
         raise ModelError(f"{target}: the graph has no example inputs")
     graph.save(artifact_out)
     return graph, artifact_out
+
+
+def factory_product(target: str):
+    """What the factory ``file.py:factory`` (or ``module:factory``) returns: a routes.Graph,
+    or (model, example args as a tuple, whether the model is a torch nn.Module; else a JAX
+    function).  ModelError (one line) for a factory that cannot be called or returns
+    something else."""
+    try:
+        factory = importable(target)
+    except MeasureError as exc:
+        raise ModelError(str(exc)) from None
+    if factory is None:
+        raise ModelError(f"{target}: give file.py:factory or module:factory")
+    try:
+        made = factory()
+    except Exception as exc:                                  # noqa: BLE001 (user code)
+        raise ModelError(f"{target}: the factory raised {type(exc).__name__}: "
+                         f"{' '.join(str(exc).split())[:200]}") from None
+    if isinstance(made, routes.Graph):
+        return made
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise ModelError(f"{target}: the factory must return (model, example_args) or a "
+                         f"routes.Graph (got {type(made).__name__})")
+    model, args = made
+    args = args if isinstance(args, tuple) else (args,)
+    # A torch nn.Module (torch only when the factory imported it) is captured by from_torch;
+    # any other callable is a JAX function, imported by from_jax.
+    import sys
+    torch = sys.modules.get("torch")
+    is_torch = torch is not None and isinstance(model, torch.nn.Module)
+    if not is_torch and not callable(model):
+        raise ModelError(f"{target}: the factory's model must be a torch nn.Module or a "
+                         f"JAX function (got {type(model).__name__})")
+    return model, args, is_torch
+
+
+def unsupported(target: str) -> list:
+    """Every refusal of capturing the torch model of factory ``target`` (routes'
+    unsupported_torch: (aten operator, node, source line, reason) each).  ModelError (one
+    line) for a target that is not a factory of a torch model, or a model torch.export
+    cannot capture."""
+    if ":" not in target or target.endswith(".json"):
+        raise ModelError(f"{target}: --list-unsupported reads a file.py:factory (or "
+                         f"module:factory) returning a torch model and its example args")
+    made = factory_product(target)
+    if isinstance(made, routes.Graph) or not made[2]:
+        raise ModelError(f"{target}: --list-unsupported lists what a torch model's capture "
+                         f"refuses; the factory gives a graph or a JAX function")
+    try:
+        return routes.unsupported_torch(made[0], made[1])
+    except routes.RouteError as exc:
+        raise ModelError(f"{target}: {exc}") from None
 
 
 def check_memory(graph, samples: int) -> None:

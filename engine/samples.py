@@ -3,7 +3,9 @@ them, or the user's arrays: ``--inputs``), the directions its tangents and cotan
 and the graph with its float constants in the run's format.
 
 Sample 0 is the example; each later sample draws every value input around it,
-x + SPREAD * std(x) * N(0, 1), seeded; index, Boolean and frozen inputs are kept.
+x + SPREAD * std(x) * N(0, 1), seeded; index, Boolean and frozen inputs (token ids,
+masks, positions: from_torch's integer inputs) are kept as the example gives them, and
+given ones (``--inputs``) must fit their ports (ids below their bound).
 Cotangents are 1 for a scalar output (a loss), else N(0, 1) rounded into the format;
 tangents N(0, 1) per value input, rounded into the format.
 """
@@ -49,6 +51,13 @@ def sample_inputs(graph, samples: int, seed: int, given: dict | None = None) -> 
         if a.shape[1:] != tuple(port.shape):
             raise ModelError(f"--inputs: {name} has shape {list(a.shape)}; the graph expects "
                              f"{list(port.shape)} (or a stack of them)")
+        if not is_float_port(port):
+            # ids, masks and Booleans are data: each given one must fit its port (ids
+            # below their bound, integers for an index port, Booleans for a Boolean one).
+            for one in a:
+                bad = port.mismatch(one if port.kind != "frozen" else one.astype(np.float64))
+                if bad:
+                    raise ModelError(f"--inputs: {name}: {bad} (the graph expects {port})")
         stacks[name] = a
     sizes = {a.shape[0] for a in stacks.values()}
     if len(sizes) > 1:

@@ -15,7 +15,8 @@ Public names (shared/ARCHITECTURE.md):
   (routes.artifact, routes.artifact_load: a graph as a JSON artifact, its sha256);
 - ``certificates(name)``; ``ports`` (``value``, ``frozen``, ...);
 - ``from_torch(model, args) -> Graph`` (routes.frontends.torch; torch is imported when it
-  runs, never by importing routes), ``CaptureError``;
+  runs, never by importing routes), ``CaptureError``; ``unsupported_torch(model, args)``:
+  every refusal of that capture at once, (aten operator, node, source line, reason) each;
 - ``from_jax(fn, args) -> Graph`` (routes.frontends.jax: a jaxpr's primitives onto the
   operator table; jax is imported when it runs, never by importing routes);
 - ``Session(backend)`` (routes.session): operators called eagerly (``s.matmul(x, w)``) on
@@ -37,7 +38,7 @@ from .certs import Certificate
 from .codec import attributes_text, decode, encode
 from .errors import DecodeError, RouteError
 from .frontends.jax import from_jax
-from .frontends.torch import CaptureError, from_torch
+from .frontends.torch import CaptureError, from_torch, unsupported as unsupported_torch
 from .graph import Graph, Ref
 from .invoke import invoke, invoke_prepared
 from .ports import Port
@@ -49,4 +50,4 @@ __all__ = ["CaptureError", "Certificate", "DecodeError", "Graph", "Op", "Port", 
            "RouteError", "Rule", "Session", "VERSION", "attributes_text", "bound_problem",
            "certificates", "check_bound", "crown", "declaration", "decode", "domain_bound",
            "encode", "from_jax", "from_torch", "graph_hash", "ibp", "invoke",
-           "invoke_prepared", "load_graph", "names", "op", "ports"]
+           "invoke_prepared", "load_graph", "names", "op", "ports", "unsupported_torch"]

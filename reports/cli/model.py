@@ -1,5 +1,7 @@
 """``roundoff-coverage model TARGET``: a model measured node by node against exact values
-(engine/model.py, engine/model_run.py), then optionally its HTML report and its gate."""
+(engine/model.py, engine/model_run.py), then optionally its HTML report and its gate; with
+``--list-unsupported``, the capture's refusals listed instead (exit 1 when there are
+some)."""
 
 from __future__ import annotations
 
@@ -14,9 +16,10 @@ from ...engine.attribution import CHOICES as ATTRIBUTION, GRADIENT_POLICY_NODES,
 from ...engine.model import Config, check
 from ...engine.samples import ModelError, sample_inputs
 from ...engine.model_run import ModelSelection
-from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError, add_modes_routes,
-                     add_seed_out, check_jobs, empty_list, modes_of, name_list, path_arg,
-                     routes_of, seed_of, text_table, user_formats, writable)
+from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError,
+                     add_modes_routes, add_seed_out, check_jobs, empty_list, modes_of,
+                     name_list, path_arg, routes_of, seed_of, text_table, user_formats,
+                     writable)
 from .gate import check_gate_baseline, gate_after_run
 from .report import check_report_dir, write_report
 from .run import policy_names
@@ -79,6 +82,11 @@ def add(sub, shared):
     p.add_argument("--gate", metavar="BASELINE", type=path_arg,
                    help="then gate the results against the model results file BASELINE")
     p.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    p.add_argument("--list-unsupported", action="store_true",
+                   help="measure nothing: list every aten operator of the torch model "
+                        "(file.py:factory) that the capture cannot translate, one line each "
+                        "(operator, node, source line, reason), all at once; exit 0 when "
+                        "there is none, 1 when there are some")
     p.set_defaults(handler=cmd_model)
 
 
@@ -149,6 +157,8 @@ def cmd_model(args) -> int:
     """``model``: exit 0 when every configuration ran (error rows are data), 130 when
     interrupted (the checkpoint is kept for --resume); with --gate, 1 on a regression."""
 
+    if args.list_unsupported:
+        return list_unsupported(args.target)
     sel = _selection(args, user_formats(args))
     out = writable(args.out or "results/model.json", "output file",
                    "the run keeps its checkpoint (and by default the graph artifact) beside "
@@ -196,6 +206,23 @@ def cmd_model(args) -> int:
     if args.gate:
         return gate_after_run(args.gate, out)
     return EXIT_OK
+
+
+def list_unsupported(target) -> int:
+    """``model --list-unsupported``: every refusal of the capture, one line each (tab
+    separated: aten operator, node, source line, reason) then a count; exit 0 when the model
+    captures, 1 when something does not map, 2 (UsageError) when the target is not a
+    factory of a torch model or torch.export cannot capture it."""
+    try:
+        refusals = model_run.unsupported(target)
+    except ModelError as exc:
+        raise UsageError(str(exc)) from None
+    for operator, node, source, reason in refusals:
+        print(f"{operator}\t{node}\t{source}\t{reason}")
+    operators = sorted({r[0] for r in refusals})
+    print(f"{len(refusals)} nodes of {len(operators)} aten operators do not map"
+          + (f": {', '.join(operators)}" if operators else "; the model captures"))
+    return EXIT_FAILED if refusals else EXIT_OK
 
 
 def _same_file(a, b) -> bool:

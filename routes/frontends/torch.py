@@ -470,7 +470,7 @@ class _Capture:
         if any(v is _UNKNOWN for v in leaves):
             # (listing refusals) an operand a refused node computes: this node is listed only
             # when it has no translation at all.
-            if name not in TABLE and any(isinstance(v, Ref) for v in leaves):
+            if name not in TABLE:
                 self._refused(node, "has no translation onto the operator table")
             self.env[node] = _UNKNOWN
             return

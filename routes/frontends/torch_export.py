@@ -175,7 +175,7 @@ def _paths(spec, prefix):
     if spec.is_leaf():
         yield prefix
         return
-    children = spec.children_specs
+    children = spec.children()
     ctx, n = spec.context, len(children)
     keys = [str(i) for i in range(n)]
     if getattr(ctx, "__len__", None) and len(ctx) == 3 and ctx[0] is spec.type and \

@@ -1,0 +1,245 @@
+"""The real-model zoo (issue 37): architectures users bring, each built by its own library
+from a tiny config with seeded weights (tests/zoo_models.py), captured as they are by
+routes.from_torch, then the graph run in binary64 and compared with torch's own float64 run
+of the same model (an independent implementation as the oracle): every output and every
+parameter gradient, normwise relative difference <= 1e-10.  Also: outputs named by the
+model's fields, integer inputs read as indices or as numbers, ``model --list-unsupported``
+listing every refusal at once, and one ``model`` run of GPT-2 in bfloat16 end to end."""
+
+from __future__ import annotations
+
+import copy
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from roundoff_coverage import numerics, reports, routes  # noqa: E402
+from conftest import one_error, run_cli  # noqa: E402
+from zoo_models import ZOO, libraries, needs  # noqa: E402
+
+TOL = 1e-10
+# A gradient that is zero mathematically (an attention key bias: softmax ignores a shift
+# along the keys) is rounding noise in both runs: each tensor's difference is measured
+# against max(its largest entry, FLOOR x the model's largest gradient entry).
+FLOOR = 1e-3
+
+
+def _built(key):
+    lib = needs(key)
+    if lib is not None and libraries()[lib] is None:
+        pytest.skip(f"{lib} is not installed")
+    return ZOO[key]()
+
+
+class _Float64Throughout(torch.overrides.TorchFunctionMode):
+    """torch's float64 run of a model whose code converts to binary32 on purpose (Llama's
+    RMSNorm, a softmax with dtype=float32): a conversion to float32 of a tensor that
+    depends on the inputs or parameters (requires grad) stays in float64, as the captured
+    float32 model computes it at its own dtype (no rounding there); shape-only constants
+    (rotary tables) keep the float32 the capture folded them in."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tracked = any(isinstance(a, torch.Tensor) and a.requires_grad and
+                      a.dtype == torch.float64 for a in args)
+        if tracked:
+            if func is torch.Tensor.float:
+                func = torch.Tensor.double
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+            kwargs = {k: torch.float64 if v is torch.float32 else v for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+
+
+def _torch_float64(model, args, cotangents):
+    """(outputs, {input or parameter name: gradient}) of torch's float64 run: the model
+    widened exactly (``.double()``), the floating arguments requiring gradients."""
+    m = copy.deepcopy(model).double()
+    args = [a.double().requires_grad_(True) if a.is_floating_point() else a for a in args]
+    with _Float64Throughout():
+        out = m(*args)
+    leaves = torch.utils._pytree.tree_leaves(out)
+    params = dict(m.named_parameters(remove_duplicate=False))
+    held = {**params, **{f"arg{i}": a for i, a in enumerate(args) if a.requires_grad}}
+    pairs = [(y, torch.from_numpy(c)) for y, c in zip(leaves, cotangents) if c is not None]
+    grads = torch.autograd.grad([y for y, _ in pairs], list(held.values()),
+                                [c for _, c in pairs], allow_unused=True)
+    return leaves, dict(zip(held, grads))
+
+
+def _relative(ours, theirs, floor=1e-300) -> float:
+    ours = np.asarray(ours, dtype=np.float64)
+    theirs = np.zeros(ours.shape) if theirs is None else theirs.detach().numpy()
+    assert ours.shape == theirs.shape
+    if ours.size == 0:
+        return 0.0
+    return float(np.max(np.abs(ours - theirs)) / max(np.max(np.abs(theirs)), floor))
+
+
+def _worst_difference(model, args) -> tuple:
+    """(graph, {output or input name: normwise relative difference}) of the capture run in
+    binary64 against torch's float64 run: forward outputs and every gradient."""
+    g = routes.from_torch(model, args)
+    rng = np.random.default_rng(7)
+    cots = [rng.standard_normal(p.shape) if p.kind == "value" else None for p in g.outputs]
+    leaves, grads = _torch_float64(model, args, cots)
+
+    rule = g.rule(numerics.emulated("binary64"))
+    assert rule is not None
+    ys, pullback = rule.prepare(g.example_inputs, [p.differentiable for p in g.inputs])
+    got = pullback(cots)
+
+    assert len(ys) == len(leaves)
+    worst = {f"output {n}": _relative(y, t) for n, y, t in zip(g.output_names, ys, leaves)}
+    scale = FLOOR * max(float(t.abs().max()) for t in grads.values() if t is not None)
+    for i, (name, port, ours) in enumerate(zip(g.input_names, g.inputs, got)):
+        if not port.differentiable:
+            continue
+        theirs = grads[f"arg{i}"] if i < len(args) else grads[name]
+        worst[name] = _relative(ours, theirs, scale)
+    return g, worst
+
+
+@pytest.mark.parametrize("key", list(ZOO))
+def test_captured_model_matches_torch_float64_values_and_gradients(key):
+    g, worst = _worst_difference(*_built(key))
+    print(f"{key}: {len(g.nodes)} nodes, max normwise relative difference "
+          f"{max(worst.values()):.2e} ({max(worst, key=worst.get)})")
+    assert max(worst.values()) <= TOL, worst
+
+
+class _GroupedAttention(torch.nn.Module):
+    """Grouped-query attention as torch's own SDPA computes it (enable_gqa): 4 query heads
+    over 2 key and value heads, causal or not."""
+
+    def __init__(self, causal):
+        super().__init__()
+        self.q, self.kv = torch.nn.Linear(8, 4 * 4), torch.nn.Linear(8, 2 * 2 * 4)
+        self.causal = causal
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, 4, 4).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, 2, 4).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True,
+                                                                is_causal=self.causal)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_grouped_query_attention_matches_torch_float64(causal):
+    torch.manual_seed(0)
+    model, x = _GroupedAttention(causal).eval(), torch.randn(2, 5, 8)
+    g, worst = _worst_difference(model, (x,))
+    assert sum(n.op.name == "broadcast" for n in g.nodes) >= 2      # keys and values
+    assert max(worst.values()) <= TOL, worst
+
+
+def test_outputs_are_named_by_the_models_fields_and_kept_by_the_artifact(tmp_path):
+    model, args = _built("gpt2")
+    g = routes.from_torch(model, args)
+    assert g.output_names == ("logits", "cache.layers.0.keys", "cache.layers.0.values",
+                              "cache.layers.1.keys", "cache.layers.1.values")
+    g.save(tmp_path / "g.json")
+    assert routes.load_graph(tmp_path / "g.json").output_names == g.output_names
+    lstm, x = _built("lstm")
+    assert routes.from_torch(lstm, x).output_names == ("out0", "out1.0", "out1.1")
+
+
+def test_tied_parameters_are_one_input():
+    model, args = _built("gpt2")
+    assert model.lm_head.weight is model.transformer.wte.weight
+    names = routes.from_torch(model, args).input_names
+    assert "transformer.wte.weight" in names and "lm_head.weight" not in names
+
+
+def test_integer_inputs_are_indices_or_numbers_by_their_use():
+    model, (ids, mask, types) = _built("bert")
+    g = routes.from_torch(model, (ids, mask, types))
+    ports = dict(zip(g.input_names, g.inputs))
+    # ids and token types index the embeddings (bounded by their rows); the padding mask is
+    # read as numbers (compared), kept exactly.
+    assert str(ports["input_ids"]) == "index<40>[2,6]"
+    assert str(ports["token_type_ids"]) == "index<2>[2,6]"
+    assert ports["attention_mask"].kind == "frozen"
+    np.testing.assert_array_equal(g.example_inputs[1], mask.numpy())
+
+
+def test_model_samples_keep_ids_and_masks_as_given():
+    from roundoff_coverage.engine.samples import ModelError, sample_inputs
+    model, args = _built("bert")
+    g = routes.from_torch(model, args)
+    samples = sample_inputs(g, 3, seed=5)
+    for xs in samples:
+        for name, x, example in zip(g.input_names[:3], xs, g.example_inputs):
+            np.testing.assert_array_equal(x, example, err_msg=name)
+    # the parameters are drawn around the example (the samples differ)
+    assert not np.array_equal(samples[1][3], g.example_inputs[3])
+    # ids given with --inputs must lie below the vocabulary: one line naming the input
+    bad = np.array(g.example_inputs[0])
+    bad[0, 0] = g.inputs[0].bounds[0]
+    with pytest.raises(ModelError, match="--inputs: input_ids: got index 40 outside"):
+        sample_inputs(g, 1, seed=5, given={"input_ids": bad})
+
+
+class _ThreeGaps(torch.nn.Module):
+    """Three aten operators the table does not translate (lgamma, i0, digamma), the later
+    two computed from the first."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = torch.lgamma(self.lin(x).exp())
+        h = torch.special.i0(h)
+        return torch.digamma(h) + h
+
+
+def test_list_unsupported_names_every_operator_at_once(tmp_path, capsys, monkeypatch):
+    (tmp_path / "gaps.py").write_text(textwrap.dedent("""
+        import torch
+        from test_real_models import _ThreeGaps
+        def make():
+            torch.manual_seed(0)
+            return _ThreeGaps(), (torch.randn(2, 4),)
+        def whole():
+            torch.manual_seed(0)
+            return torch.nn.Linear(4, 2), (torch.randn(2, 4),)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    status, out, err = run_cli(capsys, "model", "gaps.py:make", "--list-unsupported")
+    assert status == 1, err
+    lines = out.splitlines()
+    ops = [line.split("\t")[0] for line in lines[:-1]]
+    assert ops == ["aten.lgamma.default", "aten.i0.default", "aten.digamma.default"]
+    assert all(line.split("\t")[2].startswith("test_real_models.py:") for line in lines[:-1])
+    assert lines[-1].startswith("3 nodes of 3 aten operators do not map")
+    status, out, _ = run_cli(capsys, "model", "gaps.py:whole", "--list-unsupported")
+    assert status == 0 and out.strip().endswith("the model captures")
+    # Without the flag the capture stops at the first, in one line, exit 2.
+    status, _, err = run_cli(capsys, "model", "gaps.py:make", "--out", "r.json")
+    assert status == 2
+    one_error(err, "aten.lgamma.default", "node lgamma", "test_real_models.py:")
+
+
+def test_model_command_runs_gpt2_in_bfloat16(tmp_path, capsys, monkeypatch):
+    _built("gpt2")                                  # skips without transformers
+    (tmp_path / "gpt2_factory.py").write_text(textwrap.dedent("""
+        from zoo_models import ZOO
+        def make():
+            return ZOO["gpt2"]()
+    """))
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_cli(capsys, "model", "gpt2_factory.py:make", "--routes", "forward",
+                               "--formats", "bfloat16", "--samples", "1", "--jobs", "1",
+                               "--attribution", "none", "--quiet", "--out", "r.json")
+    assert status == 0, err
+    rows = reports.load(tmp_path / "r.json")
+    assert len(rows) > 0 and set(rows["status"]) == {"ok"}
+    assert "output:logits" in set(rows["node"])
+    meta = json.loads((tmp_path / "r.json").read_text())["meta"]
+    assert meta["selection"]["formats"] == ["bfloat16"]

@@ -1,0 +1,205 @@
+"""The real-model zoo of tests/routes/test_real_models.py: architectures users bring, each
+built by its own library (transformers, torchvision, timm, torch.nn) from a tiny config with
+seeded random weights (nothing downloaded).  ``ZOO`` maps a key to a function of no
+arguments returning ``(model, example_args)``: the model in eval mode and float32, as a user
+hands it over.  Import it after ``pytest.importorskip("torch")``.
+
+``libraries()`` imports transformers, timm and torchvision (None for any that is missing).
+The torchvision wheels on PyPI are built against a CUDA torch: beside torch's CPU build their
+compiled ops (``torchvision/_C.so``) do not load, and torchvision's ``__init__`` then fails
+on the one fake-tensor registration it does not guard (``torchvision::nms``, ``qnms``), which
+also breaks ``import transformers`` and ``import timm`` (both import torchvision when it is
+installed).  When the library does not load, the two schemas are declared first (never
+called: the models here use no detection op), so that the pure-Python model classes
+import.  transformers also imports a package named ``kernels``, which this repository's
+folder of that name shadows when the tests run from its root: it is imported first with
+the root off sys.path."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import warnings
+
+import torch
+
+# The schemas torchvision 0.28's _meta_registrations registers fake kernels for without
+# checking that its compiled ops loaded.
+_TORCHVISION_SCHEMAS = ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+                        "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+_LIBRARIES: dict = {}
+_DECLARED = []                          # the torch.library fragment, kept alive
+
+
+def _prepare_torchvision():
+    """Declare torchvision's unguarded schemas when its compiled ops cannot load here."""
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or _DECLARED or "torchvision" in __import__("sys").modules:
+        return
+    folder = os.path.dirname(spec.origin)
+    compiled = [f for f in os.listdir(folder) if f.startswith("_C.") and f.endswith(".so")]
+    try:
+        for f in compiled:
+            torch.ops.load_library(os.path.join(folder, f))
+        if compiled:
+            return                                # the real ops load: nothing to declare
+    except OSError:
+        pass
+    lib = torch.library.Library("torchvision", "FRAGMENT")
+    for schema in _TORCHVISION_SCHEMAS:
+        lib.define(schema)
+    _DECLARED.append(lib)
+
+
+def _import_beside_repository(name):
+    """Import the installed package ``name`` with the repository root off sys.path: run
+    from the root (``python -m pytest``), this project's folders (kernels/, formats/...) are
+    importable by their bare names and would shadow packages of the same name, such as the
+    ``kernels`` package transformers requires."""
+    root = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.getcwd()) != root]
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+    finally:
+        sys.path[:] = saved
+
+
+def libraries() -> dict:
+    """{"transformers": module or None, "timm": ..., "torchvision": ...}."""
+    if not _LIBRARIES:
+        _prepare_torchvision()
+        if "kernels" not in sys.modules:
+            _import_beside_repository("kernels")
+        for name in ("torchvision", "transformers", "timm"):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    _LIBRARIES[name] = importlib.import_module(name)
+            except ImportError:
+                _LIBRARIES[name] = None
+        tf = _LIBRARIES["transformers"]
+        if tf is not None:
+            tf.logging.set_verbosity_error()      # config warnings about unused token ids
+    return _LIBRARIES
+
+
+VOCAB, SEQ, BATCH = 40, 6, 2
+
+
+def _ids(seed=1, vocab=VOCAB):
+    return torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
+
+
+def _image(size=32, seed=2, batch=1):
+    return torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+def _seeded(build):
+    """``build`` run with torch's global generator seeded (the libraries draw their initial
+    weights from it), the model in eval mode."""
+    def make():
+        torch.manual_seed(0)
+        model, args = build(libraries())
+        return model.eval(), args
+    return make
+
+
+def gpt2(lib):
+    tf = lib["transformers"]
+    config = tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=16,
+                           bos_token_id=0, eos_token_id=0)
+    return tf.GPT2LMHeadModel(config), (_ids(),)
+
+
+def llama(lib):
+    tf = lib["transformers"]
+    config = tf.LlamaConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, vocab_size=VOCAB,
+                            max_position_embeddings=32, bos_token_id=0, eos_token_id=0,
+                            pad_token_id=0)
+    return tf.LlamaForCausalLM(config), (_ids(),)
+
+
+def bert(lib):
+    tf = lib["transformers"]
+    config = tf.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=48, vocab_size=VOCAB, max_position_embeddings=16,
+                           type_vocab_size=2)
+    mask = torch.ones(BATCH, SEQ, dtype=torch.long)
+    mask[1, SEQ - 2:] = 0                          # the second sequence is padded
+    types = torch.zeros(BATCH, SEQ, dtype=torch.long)
+    types[:, SEQ // 2:] = 1
+    return tf.BertModel(config), (_ids(), mask, types)
+
+
+def vit(lib):
+    tf = lib["transformers"]
+    config = tf.ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=48)
+    return tf.ViTModel(config), (_image(16, batch=2),)
+
+
+def resnet18(lib):
+    return lib["torchvision"].models.resnet18(num_classes=10), (_image(32),)
+
+
+def mobilenet_v3_small(lib):
+    return lib["torchvision"].models.mobilenet_v3_small(num_classes=10), (_image(32),)
+
+
+def timm_vit(lib):
+    model = lib["timm"].create_model("vit_tiny_patch16_224", img_size=32, patch_size=8,
+                                     embed_dim=32, depth=2, num_heads=2, num_classes=10)
+    return model, (_image(32),)
+
+
+def timm_resnet(lib):
+    return lib["timm"].create_model("resnet10t", num_classes=10), (_image(32),)
+
+
+def encoder_layer(lib):
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(3))
+    return layer, (x,)
+
+
+def _sequence(batch_first):
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(4))
+    return x if batch_first else x.transpose(0, 1).contiguous()
+
+
+def lstm(batch_first):
+    def build(lib):
+        return (torch.nn.LSTM(8, 12, num_layers=2, batch_first=batch_first),
+                (_sequence(batch_first),))
+    return build
+
+
+def gru(batch_first):
+    def build(lib):
+        return torch.nn.GRU(8, 12, batch_first=batch_first), (_sequence(batch_first),)
+    return build
+
+
+# key -> (library it needs, builder)
+_BUILDERS = {
+    "gpt2": ("transformers", gpt2), "llama": ("transformers", llama),
+    "bert": ("transformers", bert), "vit": ("transformers", vit),
+    "resnet18": ("torchvision", resnet18),
+    "mobilenet_v3_small": ("torchvision", mobilenet_v3_small),
+    "timm-vit": ("timm", timm_vit), "timm-resnet": ("timm", timm_resnet),
+    "encoder-layer": (None, encoder_layer),
+    "lstm-batch-first": (None, lstm(True)), "lstm": (None, lstm(False)),
+    "gru-batch-first": (None, gru(True)), "gru": (None, gru(False)),
+}
+
+ZOO = {key: _seeded(build) for key, (_, build) in _BUILDERS.items()}
+
+
+def needs(key) -> str | None:
+    """The library model ``key`` is built by (None for torch.nn)."""
+    return _BUILDERS[key][0]
