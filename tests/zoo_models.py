@@ -143,6 +143,13 @@ def vit(lib):
     return tf.ViTModel(config), (_image(16, batch=2),)
 
 
+def swin(lib):
+    tf = lib["transformers"]
+    config = tf.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                           num_heads=[2, 2], window_size=4)
+    return tf.SwinModel(config), (_image(32),)
+
+
 def resnet18(lib):
     return lib["torchvision"].models.resnet18(num_classes=10), (_image(32),)
 
@@ -185,16 +192,37 @@ def gru(batch_first):
     return build
 
 
+def conv_layers(lib):
+    """torch.nn layers whose aten operators copy entries (nearest upsampling, pixel
+    shuffle, padding with a value) or normalize by groups, and ReLU6 (hardtanh) on an
+    image with entries on its bounds 0 and 6 (where torch passes no gradient)."""
+    nn = torch.nn
+    model = nn.Sequential(nn.ReLU6(), nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.ReLU6(),
+                          nn.Upsample(scale_factor=2), nn.PixelShuffle(2),
+                          nn.ConstantPad2d((1, 2, 0, 1), -1.0), nn.Conv2d(2, 3, 3))
+    image = _image(8)
+    image[0, 0, :2] = 0.0
+    image[0, 1, :2] = 6.0
+    return model, (image,)
+
+
+def lstm_bidirectional(lib):
+    return (torch.nn.LSTM(8, 12, bidirectional=True, batch_first=True),
+            (_sequence(True),))
+
+
 # key -> (library it needs, builder)
 _BUILDERS = {
     "gpt2": ("transformers", gpt2), "llama": ("transformers", llama),
     "bert": ("transformers", bert), "vit": ("transformers", vit),
+    "swin": ("transformers", swin),
     "resnet18": ("torchvision", resnet18),
     "mobilenet_v3_small": ("torchvision", mobilenet_v3_small),
     "timm-vit": ("timm", timm_vit), "timm-resnet": ("timm", timm_resnet),
     "encoder-layer": (None, encoder_layer),
     "lstm-batch-first": (None, lstm(True)), "lstm": (None, lstm(False)),
     "gru-batch-first": (None, gru(True)), "gru": (None, gru(False)),
+    "lstm-bidirectional": (None, lstm_bidirectional), "conv-layers": (None, conv_layers),
 }
 
 ZOO = {key: _seeded(build) for key, (_, build) in _BUILDERS.items()}

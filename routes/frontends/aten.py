@@ -38,6 +38,8 @@ Translations beyond one operator each:
 - ``embedding`` with a ``padding_idx`` reads select(row is padding_idx, detach(weight),
   weight): the same rows, and no gradient into the padding row (as torch);
 - ``convolution`` with ``transposed`` is ``convTranspose`` (output_padding included);
+- group norm is layerNorm (weight 1, bias 0) over each group's entries, then the
+  per-channel weight and bias (mul, add);
 - batch norm in training mode: ``batchNorm``, and the running statistics' update from mean,
   sub, square, reduce, div, scale and add nodes (routes.frontends.torch returns them);
 - ``native_dropout`` / ``dropout`` in training mode: ``dropout`` with the mask input.
@@ -320,6 +322,43 @@ _entry("aten.layer_norm.default")(_layer_norm)
 def _native_layer_norm(cx, a):
     missing = cx.missing("the saved mean and rstd of native_layer_norm are not translated")
     return (_layer_norm(cx, a), missing, missing)
+
+
+def _group_norm(cx, x, groups, weight, bias, eps):
+    """group norm: the (C / G) x H x W entries of each group normalized by their mean and
+    biased variance (layerNorm, weight 1 and bias 0, on x reshaped to (N, G, C/G * HW): the
+    normalization torch's group norm computes), reshaped back, then the per-channel affine
+    map y * weight + bias."""
+    xs = cx.shape(x)
+    if len(xs) < 2 or xs[1] % groups:
+        cx.refuse(f"channels must be a multiple of the groups (got shape {list(xs)}, "
+                  f"{groups} groups)")
+    n, c = xs[0], xs[1]
+    per = math.prod(xs) // (n * groups)
+    grouped = (n, groups, per)
+    y = cx.apply("reshape", x, shape=xs, to=grouped)
+    y = cx.apply("layerNorm", y, cx.ones((per,)), cx.zeros((per,)), float(eps),
+                 shape=grouped)
+    y = cx.apply("reshape", y, shape=grouped, to=xs)
+    channel = (1, c) + (1,) * (len(xs) - 2)
+    if weight is not None:
+        w = cx.apply("reshape", weight, shape=(c,), to=channel) if cx.is_ref(weight) \
+            else weight
+        y = cx.apply("mul", y, cx.like(w, xs), shape=xs)
+    if bias is not None:
+        b = cx.apply("reshape", bias, shape=(c,), to=channel) if cx.is_ref(bias) else bias
+        y = cx.apply("add", y, cx.like(b, xs), shape=xs)
+    return y
+
+
+@_entry("aten.native_group_norm.default")
+def _native_group_norm(cx, a):
+    missing = cx.missing("the saved mean and rstd of native_group_norm are not translated")
+    return (_group_norm(cx, a.input, a.group, a.weight, a.bias, a.eps), missing, missing)
+
+
+_entry("aten.group_norm.default")(
+    lambda cx, a: _group_norm(cx, a.input, a.num_groups, a.weight, a.bias, a.eps))
 
 
 def _batch_norm_running(cx, a):

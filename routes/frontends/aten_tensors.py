@@ -27,8 +27,17 @@ here; ``cx`` is the capture (routes.frontends.torch).
 - comparisons of scalars (value or frozen) or of Booleans are ``eq`` ... ``ge`` (IEEE);
   ``bitwise_and/or/xor`` and ``logical_*`` of Booleans are ``logicalAnd/Or/Xor``,
   ``bitwise_not`` / ``logical_not`` ``logicalNot``;
-- ``clamp`` with number bounds (a missing bound is infinite; ``clamp_min``, ``clamp_max``,
-  ``hardtanh``) is ``clamp``: the gradient passes where lo <= x <= hi, as torch's.
+- ``clamp`` with number bounds (a missing bound is infinite; ``clamp_min``, ``clamp_max``)
+  is ``clamp``: the gradient passes where lo <= x <= hi, as torch's; ``hardtanh`` (ReLU6)
+  passes it only strictly inside, as torch's hardtanh_backward: select(lo < x < hi, x,
+  clamp(detach(x))).
+
+- operators that only copy entries (``as_strided``, nearest upsampling, ``roll``,
+  ``repeat``, pixel and channel shuffles, ``index_select`` by constant indices) are
+  ``gather`` at the positions torch computes on the table of positions
+  (cx.by_positions); ``index_select`` by computed indices gathers by them; ``flip`` is
+  ``flip``; ``constant_pad_nd`` is ``pad`` (zeros), a slice for negative pads, and for
+  another value select(inside, padded, value).
 
 Refused here: copy with broadcasting; conversions that round; integer arithmetic (by the
 arithmetic entries); index.Tensor with computed indices; clamp with tensor bounds; cat of
@@ -334,4 +343,86 @@ def _clamped(cx, x, lo, hi):
 _entry("aten.clamp.default")(lambda cx, a: _clamped(cx, a.self, a.min, a.max))
 _entry("aten.clamp_min.default")(lambda cx, a: _clamped(cx, a.self, a.min, None))
 _entry("aten.clamp_max.default")(lambda cx, a: _clamped(cx, a.self, None, a.max))
-_entry("aten.hardtanh.default")(lambda cx, a: _clamped(cx, a.self, a.min_val, a.max_val))
+
+
+@_entry("aten.hardtanh.default")
+def _hardtanh(cx, a):
+    """hardtanh (ReLU6): clamp's values, but torch's hardtanh_backward passes the gradient
+    only strictly inside (min < x < max), where clamp's passes it at the bounds too (a
+    ReLU's exact zeros sit on ReLU6's lower bound).  So: select(min < x < max, x,
+    clamp(detach(x))): the same values, the gradient only strictly inside, none at NaN."""
+    x, s = a.self, cx.shape(a.self)
+    lo, hi = float(a.min_val), float(a.max_val)
+    inside = cx.apply("logicalAnd", cx.apply("gt", x, cx.like(lo, s), shape=s),
+                      cx.apply("lt", x, cx.like(hi, s), shape=s), shape=s)
+    clamped = _clamped(cx, cx.apply("detach", x, shape=s), lo, hi)
+    return cx.apply("select", inside, x, clamped, shape=s)
+
+
+# ----- copies by positions, flips, padding ------------------------------------------------------
+# Operators that only copy entries of their first operand: a gather at the positions torch
+# itself computes on the table of positions (cx.by_positions).
+_entry("aten.as_strided.default", "aten.upsample_nearest1d.vec", "aten.upsample_nearest2d.vec",
+       "aten.upsample_nearest3d.vec", "aten.upsample_nearest1d.default",
+       "aten.upsample_nearest2d.default", "aten.upsample_nearest3d.default",
+       "aten._upsample_nearest_exact1d.vec", "aten._upsample_nearest_exact2d.vec",
+       "aten._upsample_nearest_exact3d.vec", "aten.roll.default", "aten.repeat.default",
+       "aten.pixel_shuffle.default", "aten.pixel_unshuffle.default",
+       "aten.channel_shuffle.default")(lambda cx, a: cx.by_positions(a.self if "self" in a
+                                                                       else a.input))
+
+
+@_entry("aten.index_select.default")
+def _index_select(cx, a):
+    """x.index_select(dim, index): by positions for constant indices, else gather with the
+    index tensor (an index port bounded by the axis' extent)."""
+    if not cx.is_ref(a.index):
+        return cx.by_positions(a.self)
+    shape = cx.shape(a.self)
+    axis = axis_of(a.dim, len(shape))
+    moved = _permuted(cx, a.self, [axis] + [d for d in range(len(shape)) if d != axis])
+    front = (shape[axis],) + tuple(n for d, n in enumerate(shape) if d != axis)
+    picked = cx.move("gather", moved, cx.indices(a.index, shape[axis]), shape=front,
+                     axes=(0,), batch=0, index_shape=cx.shape(a.index))
+    back = list(range(1, axis + 1)) + [0] + list(range(axis + 1, len(shape)))
+    return _permuted(cx, picked, back)
+
+
+@_entry("aten.flip.default")
+def _flip(cx, a):
+    shape = cx.shape(a.self)
+    axes = axes_of(list(a.dims), len(shape)) if len(a.dims) else ()
+    if not axes:
+        return a.self
+    return cx.move("flip", a.self, shape=shape, axes=axes)
+
+
+@_entry("aten.constant_pad_nd.default")
+def _constant_pad(cx, a):
+    """constant_pad_nd: (before, after) pairs from the last axis backwards; negative ones
+    crop (a slice).  ``pad`` adds zeros; another value v is select(inside, padded, v), an
+    exact choice of entries."""
+    x, shape = a.self, cx.shape(a.self)
+    rank = len(shape)
+    before, after = [0] * rank, [0] * rank
+    for k in range(len(a.pad) // 2):
+        before[rank - 1 - k], after[rank - 1 - k] = a.pad[2 * k], a.pad[2 * k + 1]
+    for d in range(rank):                       # crops first
+        lo, hi = max(-before[d], 0), cx.shape(x)[d] - max(-after[d], 0)
+        if (lo, hi) != (0, cx.shape(x)[d]):
+            x = _sliced(cx, x, d, lo, hi)
+    before, after = [max(v, 0) for v in before], [max(v, 0) for v in after]
+    if not any(before) and not any(after):
+        return x
+    kind = cx.kind(x)
+    if kind == "index":
+        cx.refuse("padding index tensors is not translated")
+    inner = cx.shape(x)
+    padded = cx.move("pad", x, shape=inner, before=before, after=after)
+    value = a.value if a.value is not None else 0
+    if value == 0 and not (isinstance(value, float) and str(value).startswith("-")):
+        return padded
+    inside = cx.inside_mask(inner, before, after)
+    fill = cx.like(bool(value) if kind == "bool" else float(value), cx.out_shape)
+    return cx.apply("select", inside, padded, fill, shape=cx.out_shape,
+                    element="bool" if kind == "bool" else "scalar")

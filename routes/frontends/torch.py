@@ -79,7 +79,8 @@ from ..graph import Graph, Ref
 from ..registry import op as make_op
 from .aten import BOUNDS, MASKS, TABLE
 from .aten_tensors import NOOPS
-from .torch_export import ExportError, exported as _export, output_names
+from .torch_export import (ExportError, exported as _export, integer_uses, module_path,
+                           output_names, source_line)
 
 
 def ref_element(graph, ref, refuse) -> str:
@@ -198,61 +199,6 @@ def _refuse_cumulative_batch_norm(torch, model):
                                f"eval mode")
 
 
-# Shape-only nodes an integer input's uses are followed through: they move its entries
-# without reading them as numbers.
-_THROUGH = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
-            "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
-            "aten.squeeze.default", "aten.flatten.using_ints", "aten.expand.default",
-            "aten.slice.Tensor", "aten.select.int", "aten.clone.default",
-            "aten.contiguous.default", "aten.alias.default", "aten.permute.default",
-            "aten.transpose.int", "aten.t.default"}
-
-
-def _integer_uses(node) -> list:
-    """(user, the node it reads) for each node reading ``node``'s entries, followed through
-    shape-only movement (_THROUGH) and same-dtype copies; the no-op checks (NOOPS) are no
-    use."""
-    out, todo, seen = [], [node], set()
-    dtype = node.meta["val"].dtype
-    while todo:
-        n = todo.pop()
-        for u in n.users:
-            target = str(u.target)
-            if target in NOOPS or u in seen:
-                continue
-            seen.add(u)
-            val = u.meta.get("val")
-            same = getattr(val, "dtype", None) == dtype
-            if target in _THROUGH or (target in ("aten._to_copy.default", "aten.to.dtype")
-                                      and same):
-                todo.append(u)
-            else:
-                out.append((u, n))
-    return out
-
-
-def _source(torch, node) -> str:
-    """``file.py:line`` of the innermost frame outside torch in the node's stack trace."""
-    trace = node.meta.get("stack_trace") or ""
-    frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
-    if not frames:
-        return "no source line"
-    inside = os.path.dirname(torch.__file__)
-    outside = [f for f in frames if not f[0].startswith(inside)]
-    path, line = (outside or frames)[-1]
-    return f"{os.path.basename(path)}:{line}"
-
-
-def _module(node) -> str:
-    """The innermost module path of the node (``layers.0.attn``; ``""`` at the root)."""
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return ""
-    path = list(stack.values())[-1][0]
-    path = re.sub(r"^L\['self'\]\.?", "", path)
-    return re.sub(r"\[(\d+)\]", r".\1", path).replace("._modules['", ".").replace("']", "")
-
-
 class _Capture:
     """One capture: the exported program, the graph being built, the values of its nodes."""
 
@@ -351,7 +297,7 @@ class _Capture:
         if refused:
             out, target = refused
             node = nodes.get(out)
-            where = f"node {out}, {_source(self.torch, node)}" if node is not None \
+            where = f"node {out}, {source_line(self.torch, node)}" if node is not None \
                 else f"node {out}"
             raise CaptureError(f"from_torch: the program updates {target} in place ({where}); "
                                f"in-place updates of inputs and buffers are not captured "
@@ -391,7 +337,7 @@ class _Capture:
         if leaf.dtype == self.torch.bool:
             return P.boolean(shape)
         bounds, numeric = set(), []
-        for user, via in _integer_uses(node):
+        for user, via in integer_uses(node):
             bound = BOUNDS[str(user.target)](user, via) if str(user.target) in BOUNDS else None
             if bound is None:
                 numeric.append(str(user.target))
@@ -451,7 +397,7 @@ class _Capture:
 
     # ----- one node ------------------------------------------------------------------------------
     def _where(self, node) -> str:
-        return f"{node.target} (node {node.name}, {_source(self.torch, node)})"
+        return f"{node.target} (node {node.name}, {source_line(self.torch, node)})"
 
     def _translate(self, node):
         self.node = node
@@ -503,7 +449,7 @@ class _Capture:
         text = f"{self._where(node)}{sep} {reason}"
         if self.refusals is None:
             raise CaptureError(f"from_torch: {text}")
-        self.refusals.append((str(node.target), node.name, _source(self.torch, node),
+        self.refusals.append((str(node.target), node.name, source_line(self.torch, node),
                               reason))
         self.env[node] = _UNKNOWN
 
@@ -512,7 +458,7 @@ class _Capture:
         (first) result, ``<name>.<i>`` for the others."""
         last = result[0] if isinstance(result, tuple) else result
         main = last.node if isinstance(last, Ref) and last.node >= first else None
-        module, nodes = _module(node), self.graph.nodes
+        module, nodes = module_path(node), self.graph.nodes
         helpers = 0
         for k in range(first, len(nodes)):
             if k == main:
@@ -545,14 +491,8 @@ class _Capture:
         if self.torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
             raise CaptureError(f"from_torch: {self._where(node)} draws random numbers; it is "
                                f"not folded into a constant")
-        def unwrap(v):
-            if isinstance(v, Const):
-                return v.tensor
-            if isinstance(v, (list, tuple)):
-                return type(v)(unwrap(x) for x in v)
-            return v
-        args = tuple(unwrap(self._value(v)) for v in node.args)
-        kwargs = {k: unwrap(self._value(v)) for k, v in node.kwargs.items()}
+        args = tuple(_unwrap(self._value(v)) for v in node.args)
+        kwargs = {k: _unwrap(self._value(v)) for k, v in node.kwargs.items()}
         with self.torch.no_grad():
             out = node.target(*args, **kwargs)
         if isinstance(out, (tuple, list)):
@@ -667,6 +607,42 @@ class _Capture:
                                                      for i in indices])
         return Const(picked, f"{self.node.name}.positions")
 
+    def by_positions(self, x) -> Ref:
+        """The node, an operator that only copies entries of its first operand ``x``
+        (as_strided, nearest upsampling, index_select by constant indices, roll, repeat,
+        pixel shuffle), as ``gather`` of x: torch runs the node on the table of x's flat
+        positions (float64, exact below 2**53, laid out with x's strides and storage offset,
+        which as_strided reads) and each entry of the result names the entry it copies.  Its
+        gradient sums the copies of an entry, as these operators' backward passes do."""
+        t, node = self.torch, self.node
+        val = node.args[0].meta["val"]
+        shape, stride, offset = tuple(val.shape), tuple(val.stride()), val.storage_offset()
+        count = int(np.prod(shape, dtype=np.int64))
+        if count >= 2 ** 53 or any(isinstance(v, Ref) and v != x for v in
+                                   t.utils._pytree.tree_leaves(dict(self._bind(node)))):
+            self.refuse("only copies of one computed operand by constant positions are "
+                        "translated")
+        span = offset + 1 + sum((n - 1) * st for n, st in zip(shape, stride) if n) if count \
+            else offset
+        storage = t.full((max(span, 1),), -1.0, dtype=t.float64)
+        table = storage.as_strided(shape, stride, offset)
+        table.copy_(t.arange(count, dtype=t.float64).reshape(shape))
+        rest = [_unwrap(self._value(v)) for v in node.args[1:]]
+        kwargs = {k: _unwrap(self._value(v)) for k, v in node.kwargs.items()}
+        with t.no_grad():
+            picked = node.target(table, *rest, **kwargs)
+        if bool((picked < 0).any()):
+            self.refuse("it reads memory outside its operand")
+        positions = picked.to(t.int64)
+        if tuple(positions.shape) == shape and \
+                bool((positions.reshape(-1) == t.arange(count)).all()):
+            return x
+        flat = self.move("reshape", x, shape=shape, to=(count,)) if len(shape) != 1 else x
+        index = self._materialize(Const(positions, f"{node.name}.positions"),
+                                  P.index((count,), tuple(positions.shape)))
+        return self.move("gather", flat, index, shape=(count,), axes=(0,), batch=0,
+                         index_shape=tuple(positions.shape))
+
     def move(self, name, x, *more, **attributes):
         """Movement operator ``name`` on ``x`` (then ``more`` operands): its element sort read
         from ``x``; index values moved as int64 words between encodeIndex and decodeIndex,
@@ -696,6 +672,13 @@ class _Capture:
             return Const(v.tensor.expand(shape), v.name)
         dtype = self.torch.bool if isinstance(v, bool) else self.torch.float64
         return Const(self.torch.full(shape, v, dtype=dtype), f"{self.node.name}.full")
+
+    def inside_mask(self, shape, before, after) -> Const:
+        """Booleans of the padded shape: True on the entries of the operand (shape)."""
+        out = tuple(n + b + e for n, b, e in zip(shape, before, after))
+        mask = self.torch.zeros(out, dtype=self.torch.bool)
+        mask[tuple(slice(b, b + n) for b, n in zip(before, shape))] = True
+        return Const(mask, f"{self.node.name}.inside")
 
     def padding_rows(self, num, dim, row) -> Const:
         """Booleans (num, dim): True on row ``row`` (an embedding's padding row)."""
@@ -766,6 +749,15 @@ class _Capture:
                     array = array.astype(np.int64)
             const.refs[key] = self.graph.constant(array, port, name=const.name)
         return const.refs[key]
+
+
+def _unwrap(v):
+    """A value with its Consts replaced by their tensors (to call an aten operator)."""
+    if isinstance(v, Const):
+        return v.tensor
+    if isinstance(v, (list, tuple)):
+        return type(v)(_unwrap(x) for x in v)
+    return v
 
 
 def _array(tensor) -> np.ndarray:

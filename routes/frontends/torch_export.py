@@ -1,7 +1,9 @@
 """The export step of the PyTorch capture: ``exported(model, args, kwargs)`` (torch.export,
 then run_decompositions with the default table less the aten operators routes.frontends.aten
 translates) and ``output_names(ep)``, the names of the program's outputs by the model's
-fields.
+fields; and what the capture reads off the program's nodes: ``source_line`` (the user's
+``file.py:line``), ``module_path`` (``layers.0.attn``), ``integer_uses`` (what reads an
+integer input, through shape-only movement).
 
 Output objects: a model may return an object that torch's pytree does not know (the cache of
 a transformers model, ``DynamicCache``, inside its ``ModelOutput``); torch.export then refuses
@@ -21,9 +23,12 @@ prefixed ``out`` (a single tensor is ``out0``, a tuple ``out0``, ``out1``, a nes
 
 from __future__ import annotations
 
+import os
+import re
 import warnings
 
 from .aten import TABLE
+from .aten_tensors import NOOPS
 
 
 class ExportError(Exception):
@@ -188,3 +193,58 @@ def _paths(spec, prefix):
         keys = list(spec.type._fields)                    # a named tuple
     for key, child in zip(keys, children):
         yield from _paths(child, prefix + (key,))
+
+
+# Shape-only nodes an integer input's uses are followed through: they move its entries
+# without reading them as numbers.
+_THROUGH = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.default",
+            "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
+            "aten.squeeze.default", "aten.flatten.using_ints", "aten.expand.default",
+            "aten.slice.Tensor", "aten.select.int", "aten.clone.default",
+            "aten.contiguous.default", "aten.alias.default", "aten.permute.default",
+            "aten.transpose.int", "aten.t.default"}
+
+
+def integer_uses(node) -> list:
+    """(user, the node it reads) for each node reading ``node``'s entries, followed through
+    shape-only movement (_THROUGH) and same-dtype copies; the no-op checks (NOOPS) are no
+    use."""
+    out, todo, seen = [], [node], set()
+    dtype = node.meta["val"].dtype
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            target = str(u.target)
+            if target in NOOPS or u in seen:
+                continue
+            seen.add(u)
+            val = u.meta.get("val")
+            same = getattr(val, "dtype", None) == dtype
+            if target in _THROUGH or (target in ("aten._to_copy.default", "aten.to.dtype")
+                                      and same):
+                todo.append(u)
+            else:
+                out.append((u, n))
+    return out
+
+
+def source_line(torch, node) -> str:
+    """``file.py:line`` of the innermost frame outside torch in the node's stack trace."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
+    if not frames:
+        return "no source line"
+    inside = os.path.dirname(torch.__file__)
+    outside = [f for f in frames if not f[0].startswith(inside)]
+    path, line = (outside or frames)[-1]
+    return f"{os.path.basename(path)}:{line}"
+
+
+def module_path(node) -> str:
+    """The innermost module path of the node (``layers.0.attn``; ``""`` at the root)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    return re.sub(r"\[(\d+)\]", r".\1", path).replace("._modules['", ".").replace("']", "")

@@ -54,16 +54,20 @@ class _Float64Throughout(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _torch_float64(model, args, cotangents):
+def _torch_float64(model, args, cotangents, kwargs=None):
     """(outputs, {input or parameter name: gradient}) of torch's float64 run: the model
     widened exactly (``.double()``), the floating arguments requiring gradients."""
     m = copy.deepcopy(model).double()
-    args = [a.double().requires_grad_(True) if a.is_floating_point() else a for a in args]
+    flat, spec = torch.utils._pytree.tree_flatten((tuple(args), dict(kwargs or {})))
+    flat = [a.detach().double().requires_grad_(True)
+            if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in flat]
     with _Float64Throughout():
-        out = m(*args)
+        args, kwargs = torch.utils._pytree.tree_unflatten(flat, spec)
+        out = m(*args, **kwargs)
     leaves = torch.utils._pytree.tree_leaves(out)
     params = dict(m.named_parameters(remove_duplicate=False))
-    held = {**params, **{f"arg{i}": a for i, a in enumerate(args) if a.requires_grad}}
+    tensors = [a for a in flat if isinstance(a, torch.Tensor)]   # the graph's inputs
+    held = {**params, **{f"arg{i}": a for i, a in enumerate(tensors) if a.requires_grad}}
     pairs = [(y, torch.from_numpy(c)) for y, c in zip(leaves, cotangents) if c is not None]
     grads = torch.autograd.grad([y for y, _ in pairs], list(held.values()),
                                 [c for _, c in pairs], allow_unused=True)
@@ -79,13 +83,13 @@ def _relative(ours, theirs, floor=1e-300) -> float:
     return float(np.max(np.abs(ours - theirs)) / max(np.max(np.abs(theirs)), floor))
 
 
-def _worst_difference(model, args) -> tuple:
+def _worst_difference(model, args, kwargs=None) -> tuple:
     """(graph, {output or input name: normwise relative difference}) of the capture run in
     binary64 against torch's float64 run: forward outputs and every gradient."""
-    g = routes.from_torch(model, args)
+    g = routes.from_torch(model, args, kwargs)
     rng = np.random.default_rng(7)
     cots = [rng.standard_normal(p.shape) if p.kind == "value" else None for p in g.outputs]
-    leaves, grads = _torch_float64(model, args, cots)
+    leaves, grads = _torch_float64(model, args, cots, kwargs)
 
     rule = g.rule(numerics.emulated("binary64"))
     assert rule is not None
@@ -98,7 +102,8 @@ def _worst_difference(model, args) -> tuple:
     for i, (name, port, ours) in enumerate(zip(g.input_names, g.inputs, got)):
         if not port.differentiable:
             continue
-        theirs = grads[f"arg{i}"] if i < len(args) else grads[name]
+        theirs = grads[f"arg{i}"] if f"arg{i}" in grads and name not in grads \
+            else grads[name]
         worst[name] = _relative(ours, theirs, scale)
     return g, worst
 
