@@ -68,8 +68,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import os
-import re
 
 import numpy as np
 

@@ -189,46 +189,41 @@ def test_model_samples_keep_ids_and_masks_as_given():
         sample_inputs(g, 1, seed=5, given={"input_ids": bad})
 
 
-class _ThreeGaps(torch.nn.Module):
-    """Three aten operators the table does not translate (lgamma, i0, digamma), the later
-    two computed from the first."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = torch.nn.Linear(4, 4)
-
-    def forward(self, x):
-        h = torch.lgamma(self.lin(x).exp())
-        h = torch.special.i0(h)
-        return torch.digamma(h) + h
-
-
 def test_list_unsupported_names_every_operator_at_once(tmp_path, capsys, monkeypatch):
+    # Three aten operators the table does not translate (lgamma, i0, digamma), the later
+    # two computed from the first, each on its own line of the factory's file.
     (tmp_path / "gaps.py").write_text(textwrap.dedent("""
         import torch
-        from test_real_models import _ThreeGaps
+        class Gaps(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 4)
+            def forward(self, x):
+                h = torch.lgamma(self.lin(x).exp())
+                h = torch.special.i0(h)
+                return torch.digamma(h) + h
         def make():
             torch.manual_seed(0)
-            return _ThreeGaps(), (torch.randn(2, 4),)
+            return Gaps(), (torch.randn(2, 4),)
         def whole():
             torch.manual_seed(0)
             return torch.nn.Linear(4, 2), (torch.randn(2, 4),)
     """))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
     status, out, err = run_cli(capsys, "model", "gaps.py:make", "--list-unsupported")
     assert status == 1, err
     lines = out.splitlines()
     ops = [line.split("\t")[0] for line in lines[:-1]]
     assert ops == ["aten.lgamma.default", "aten.i0.default", "aten.digamma.default"]
-    assert all(line.split("\t")[2].startswith("test_real_models.py:") for line in lines[:-1])
+    assert [line.split("\t")[2] for line in lines[:-1]] == ["gaps.py:8", "gaps.py:9",
+                                                             "gaps.py:10"]
     assert lines[-1].startswith("3 nodes of 3 aten operators do not map")
     status, out, _ = run_cli(capsys, "model", "gaps.py:whole", "--list-unsupported")
     assert status == 0 and out.strip().endswith("the model captures")
     # Without the flag the capture stops at the first, in one line, exit 2.
     status, _, err = run_cli(capsys, "model", "gaps.py:make", "--out", "r.json")
     assert status == 2
-    one_error(err, "aten.lgamma.default", "node lgamma", "test_real_models.py:")
+    one_error(err, "aten.lgamma.default", "node lgamma", "gaps.py:8")
 
 
 def test_model_command_runs_gpt2_in_bfloat16(tmp_path, capsys, monkeypatch):
