@@ -583,7 +583,10 @@ def _model_traces(compiled, target, graph, config, xs, cots, want_grad) -> list:
     for x, c in zip(xs, cots):
         m = copy.deepcopy(model).to(dtype)
         params = dict(m.named_parameters())
-        targs = [_graph_tensor(torch, v, dtype) for v in x[:n_args]]
+        # An integer argument (ids, a mask: an index or frozen graph input) goes back in
+        # its own dtype; floating ones in the format's.
+        targs = [_graph_tensor(torch, v, dtype) if a.is_floating_point() else
+                 torch.as_tensor(np.asarray(v)).to(a.dtype) for v, a in zip(x[:n_args], args)]
         with torch.no_grad():
             for name, v in zip(graph.input_names[n_args:], x[n_args:]):
                 if name in params:
@@ -597,7 +600,8 @@ def _model_traces(compiled, target, graph, config, xs, cots, want_grad) -> list:
                 if t.is_floating_point():
                     t.requires_grad_(True)
         outs = run(*targs)
-        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        # The outputs as the capture names them: the leaves of an output object or tuple.
+        outs = torch.utils._pytree.tree_leaves(outs)
         for ref, o in zip(graph.output_refs, outs):
             tr.values[ref] = _array(o)
         if want_grad:
@@ -646,7 +650,7 @@ def _node_values(torch, model, targs, graph, tr, cots=None) -> None:
     with torch.set_grad_enabled(cots is not None):
         outs = Recorder(ep.module()).run(*leaves)
     if cots is not None:
-        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        outs = torch.utils._pytree.tree_leaves(outs)
         pairs = [(o, torch.as_tensor(np.asarray(ct), dtype=o.dtype))
                  for o, ct in zip(outs, cots) if ct is not None and o.requires_grad]
         if pairs:

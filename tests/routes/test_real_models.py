@@ -226,20 +226,25 @@ def test_list_unsupported_names_every_operator_at_once(tmp_path, capsys, monkeyp
     one_error(err, "aten.lgamma.default", "node lgamma", "gaps.py:8")
 
 
-def test_model_command_runs_gpt2_in_bfloat16(tmp_path, capsys, monkeypatch):
-    _built("gpt2")                                  # skips without transformers
-    (tmp_path / "gpt2_factory.py").write_text(textwrap.dedent("""
+@pytest.mark.parametrize("key", ["gpt2", "bert"])
+def test_model_command_runs_a_transformers_model_in_bfloat16(key, tmp_path, capsys,
+                                                            monkeypatch):
+    _built(key)                                     # skips without transformers
+    (tmp_path / "factory.py").write_text(textwrap.dedent(f"""
         from zoo_models import ZOO
         def make():
-            return ZOO["gpt2"]()
+            return ZOO["{key}"]()
     """))
     monkeypatch.chdir(tmp_path)
-    status, out, err = run_cli(capsys, "model", "gpt2_factory.py:make", "--routes", "forward",
+    status, out, err = run_cli(capsys, "model", "factory.py:make", "--routes", "forward",
                                "--formats", "bfloat16", "--samples", "1", "--jobs", "1",
-                               "--attribution", "none", "--quiet", "--out", "r.json")
+                               "--implementations", "torch", "--attribution", "none",
+                               "--quiet", "--out", "r.json")
     assert status == 0, err
     rows = reports.load(tmp_path / "r.json")
-    assert len(rows) > 0 and set(rows["status"]) == {"ok"}
-    assert "output:logits" in set(rows["node"])
+    assert len(rows) > 0 and set(rows["status"]) == {"ok"}, set(rows["status"])
+    first = {"gpt2": "output:logits", "bert": "output:last_hidden_state"}[key]
+    # the model's own code run by torch in bfloat16 (its ids and mask in their dtypes)
+    assert {"emulated", "torch"} <= set(rows[rows["node"] == first]["implementation"])
     meta = json.loads((tmp_path / "r.json").read_text())["meta"]
     assert meta["selection"]["formats"] == ["bfloat16"]
