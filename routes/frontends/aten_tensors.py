@@ -13,7 +13,8 @@ here; ``cx`` is the capture (routes.frontends.torch).
   read as numbers (an integer tensor the capture holds as numbers is exact in binary64
   below 2**53; torch's cast to a narrower floating dtype rounds integers beyond its
   precision, 2**24 for binary32, which this reading does not), to bool (``ne(x, 0)``: True
-  at NaN, as torch), and index tensors to integers or, through ``cast``, to numbers.  A
+  at NaN, as torch), and index tensors to integers that hold their bound or, through
+  ``cast``, to numbers.  A
   conversion that rounds (a narrower float, a float to an integer) is refused;
 - movement of index tensors (an ``input_ids`` viewed, sliced or expanded) goes through
   ``encodeIndex`` / ``decodeIndex`` as int64 words (exact);
@@ -126,9 +127,12 @@ def _to_copy(cx, a):
         if target.is_floating_point:
             port = cx.port(x)
             return cx.apply("cast", x, shape=port.shape, source="index", bounds=port.bounds)
-        if target.itemsize >= source.itemsize:
-            return x                                       # a wider integer type
-        cx.refuse(f"a conversion of indices to {target} is not translated (it may wrap)")
+        bound = cx.port(x).bounds[0]
+        if target.itemsize >= source.itemsize or \
+                bound <= 2 ** (8 * target.itemsize - (1 if target.is_signed else 0)):
+            return x                         # every index below the bound fits the type
+        cx.refuse(f"a conversion of indices below {bound} to {target} is not translated "
+                  f"(it wraps)")
     if source.is_floating_point:
         if target.is_floating_point and _widens(source, target):
             return x

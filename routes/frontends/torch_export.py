@@ -207,8 +207,8 @@ _THROUGH = {"aten.view.default", "aten.reshape.default", "aten._unsafe_view.defa
 
 def integer_uses(node) -> list:
     """(user, the node it reads) for each node reading ``node``'s entries, followed through
-    shape-only movement (_THROUGH) and same-dtype copies; the no-op checks (NOOPS) are no
-    use."""
+    shape-only movement (_THROUGH) and conversions to integer types; the no-op checks
+    (NOOPS) are no use."""
     out, todo, seen = [], [node], set()
     dtype = node.meta["val"].dtype
     while todo:
@@ -219,9 +219,11 @@ def integer_uses(node) -> list:
                 continue
             seen.add(u)
             val = u.meta.get("val")
-            same = getattr(val, "dtype", None) == dtype
+            kept = getattr(val, "dtype", None) == dtype or (
+                getattr(val, "dtype", None) is not None and not val.dtype.is_floating_point
+                and str(val.dtype) != "torch.bool")
             if target in _THROUGH or (target in ("aten._to_copy.default", "aten.to.dtype")
-                                      and same):
+                                      and kept):
                 todo.append(u)
             else:
                 out.append((u, n))

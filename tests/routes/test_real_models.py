@@ -172,6 +172,27 @@ def test_integer_inputs_are_indices_or_numbers_by_their_use():
     np.testing.assert_array_equal(g.example_inputs[1], mask.numpy())
 
 
+class _MovedIds(torch.nn.Module):
+    """Token ids cast, sliced and flattened before the embedding reads them."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(300, 4)
+
+    def forward(self, ids):
+        return self.embed(ids.to(torch.int32)[:, 1:].reshape(-1)) * 2
+
+
+def test_ids_moved_before_the_embedding_stay_indices():
+    torch.manual_seed(0)
+    model, ids = _MovedIds(), torch.randint(0, 300, (2, 5))
+    g, worst = _worst_difference(model, (ids,))
+    assert str(g.inputs[0]) == "index<300>[2,5]"
+    # moved as int64 words between encodeIndex and decodeIndex
+    assert [n.op.name for n in g.nodes][:3] == ["encodeIndex", "slice", "decodeIndex"]
+    assert max(worst.values()) <= TOL, worst
+
+
 def test_model_samples_keep_ids_and_masks_as_given():
     from roundoff_coverage.engine.samples import ModelError, sample_inputs
     model, args = _built("bert")
