@@ -2,8 +2,9 @@
 (kernels/torch_calls.py, ``TABLE``) or a stated reason why not (``NO_COUNTERPART``, kept
 next to the table): the torch implementation then measures every node a capture makes.
 
-Two views: the source of the translations (routes/frontends/aten.py, and the capture
-context's ``broadcast`` and ``gt`` nodes in routes/frontends/torch.py), scanned for the
+Two views: the source of the translations (routes/frontends/aten.py and aten_tensors.py,
+and the capture context's ``broadcast`` and ``gt`` nodes in routes/frontends/torch.py and
+torch_export.py), scanned for the
 operator names it applies; and the nodes of the captured test models (tests/torch_models.py)
 at the attributes the capture gave them, where an entry that ``refuses`` those attributes
 counts as none.  The entries themselves are checked against exact values in float64 by
@@ -22,7 +23,8 @@ torch = pytest.importorskip(
 
 from roundoff_coverage import routes  # noqa: E402
 from roundoff_coverage.kernels import torch_calls as TC  # noqa: E402
-from roundoff_coverage.routes.frontends import aten, torch as capture  # noqa: E402
+from roundoff_coverage.routes.frontends import aten, aten_tensors, torch as capture  # noqa: E402
+from roundoff_coverage.routes.frontends import torch_export  # noqa: E402
 from torch_models import in_float64, models, training_models  # noqa: E402
 
 
@@ -31,9 +33,11 @@ def _translated() -> set:
     table, the binary and softmax translators' arguments) and applied by the capture
     context.  A string that names an operator elsewhere (pool's mode="max") only asks more."""
     names = set(routes.names())
-    found = {n.value for n in ast.walk(ast.parse(inspect.getsource(aten)))
+    found = {n.value for table in (aten, aten_tensors)
+             for n in ast.walk(ast.parse(inspect.getsource(table)))
              if isinstance(n, ast.Constant) and n.value in names}
-    for n in ast.walk(ast.parse(inspect.getsource(capture))):
+    for n in (n for module in (capture, torch_export)
+              for n in ast.walk(ast.parse(inspect.getsource(module)))):
         if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "apply" and \
                 n.args and isinstance(n.args[0], ast.Constant):
             found.add(n.args[0].value)
