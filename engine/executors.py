@@ -354,8 +354,10 @@ def _guarded(fn, *args):
 def _result(fut, key, scheduler, name=str):
     """The result of a completed future, Failed for an error; ExecutorError when the cluster
     dropped the unit (cancelled: the scheduler went away or restarted)."""
-    if fut.status == "finished":
-        # A result lost with its worker before it was fetched is recomputed: gather waits.
+    if fut.status in ("finished", "lost"):
+        # A result lost with its worker before it was fetched ("lost": the worker that held
+        # it died after the unit finished) is recomputed while this client holds the future:
+        # result() waits for it.
         try:
             return fut.result()
         except Exception:                                      # noqa: BLE001 (see below)
