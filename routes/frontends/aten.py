@@ -471,8 +471,8 @@ def _sdpa(cx, a):
                   "them too)")
     qs, ks, vs = cx.shape(a.query), cx.shape(a.key), cx.shape(a.value)
     if a.get("enable_gqa"):
-        a = dict(a, key=_grouped(cx, a.key, qs), value=_grouped(cx, a.value, qs))
-        a = _Bound(a)
+        # The same bound arguments (their class: attribute access) with k and v grouped.
+        a = type(a)(a, key=_grouped(cx, a.key, qs), value=_grouped(cx, a.value, qs))
         ks, vs = cx.shape(a.key), cx.shape(a.value)
     if len(qs) < 2 or not qs[:-2] == ks[:-2] == vs[:-2]:
         cx.refuse(f"query, key and value must share their batch axes (got {list(qs)}, "
@@ -483,16 +483,6 @@ def _sdpa(cx, a):
         return cx.apply("attention", a.query, a.key, a.value, scale, batch=qs[:-2],
                         queries=qs[-2], key_count=ks[-2], dim=qs[-1], value_dim=vs[-1])
     return _masked_attention(cx, a, qs, ks, vs, scale)
-
-
-class _Bound(dict):
-    """Arguments by name (``a.key``), as the capture binds them."""
-
-    def __getattr__(self, key):
-        try:
-            return self[key]
-        except KeyError:
-            raise AttributeError(key) from None
 
 
 def _grouped(cx, x, qs):
