@@ -80,7 +80,7 @@ once to binary64.
 
 Cost: per sample, node k's sweep linearizes the nodes of k's cone, so at most n(n-1)/2
 node linearizations for n nodes; on the gradient route, per node a forward sweep of its cone
-and two reverse sweeps.  ``POLICY_NODES`` and ``GRADIENT_POLICY_NODES`` bound the graphs on
+and two reverse sweeps.  ``POLICY_WORK`` and ``GRADIENT_POLICY_WORK`` bound the graphs on
 which ``auto`` does it.
 Scaled formats and recipes (their local errors hold a quantizer's storage, engine/model.py)
 are not attributed.
@@ -100,14 +100,16 @@ from . import rows as row_fields
 from .samples import is_float_port
 
 SHARE = "share"
-# ``attribution`` option of a model run: ``share`` always, ``none`` never, ``auto`` the
-# forward route on graphs of at most POLICY_NODES nodes (n(n-1)/2 node linearizations per
-# sample) and the gradient route on graphs of at most GRADIENT_POLICY_NODES (per node a
-# forward sweep of its cone and a whole reverse sweep: about 2 n^2 node evaluations per
-# sample, at the trace's precision plus 2 * STEP_BITS; 68 nodes took 29 s a sample).
+# ``attribution`` option of a model run: ``share`` always, ``none`` never, ``auto`` where
+# the work is small: a sample's sweeps cost about (nodes) x (elements of every node's
+# outputs) element operations on mpmath numbers (each node's sweep runs over its cone),
+# the forward route up to POLICY_WORK of them, the gradient route (a cone's forward sweep
+# and two reverse sweeps per node, 2 * STEP_BITS bits higher) up to GRADIENT_POLICY_WORK.
+# Measured: the tests' 68-node transformer (2.3e5) took 29 s a sample for both routes, a
+# 58-node ViT (5e5) 37 s for the forward route alone.
 CHOICES = ("auto", "share", "none")
-POLICY_NODES = 64
-GRADIENT_POLICY_NODES = 32
+POLICY_WORK = 2 ** 18
+GRADIENT_POLICY_WORK = 2 ** 16
 # |closure - 1| beyond this: first order does not explain the measured error.
 CLOSURE_TOLERANCE = 0.1
 # A forward error's first-order effect on the gradients: the reverse sweep again with the
@@ -124,10 +126,16 @@ def wanted(choice, graph, routes, special) -> tuple:
         raise ValueError(f"attribution must be one of {', '.join(CHOICES)} (got {choice!r})")
     if special or "forward" not in routes or choice == "none":
         return ()
-    n = len(graph.nodes)
-    return tuple(r for r, most in (("forward", POLICY_NODES),
-                                   ("gradient", GRADIENT_POLICY_NODES))
-                 if r in routes and (choice == SHARE or n <= most))
+    work = work_of(graph)
+    return tuple(r for r, most in (("forward", POLICY_WORK), ("gradient", GRADIENT_POLICY_WORK))
+                 if r in routes and (choice == SHARE or work <= most))
+
+
+def work_of(graph) -> int:
+    """(nodes) x (elements of the nodes' value outputs): the size of a sample's sweeps."""
+    size = sum(int(np.prod(p.shape)) for node in graph.nodes for p in node.op.outputs
+               if p.kind == "value")
+    return len(graph.nodes) * size
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import sys
 from roundoff_coverage import formats, routes
 
 from ...engine import implementations, model_run
-from ...engine.attribution import CHOICES as ATTRIBUTION, GRADIENT_POLICY_NODES, POLICY_NODES
+from ...engine.attribution import CHOICES as ATTRIBUTION, GRADIENT_POLICY_WORK, POLICY_WORK
 from ...engine.model import Config, check
 from ...engine.samples import ModelError, sample_inputs
 from ...engine.model_run import ModelSelection
@@ -62,8 +62,8 @@ def add(sub, shared):
                    help="each node's first-order share of the error of each output "
                         "(forward route) and input gradient (gradient route), and their "
                         "closure: share, none, or auto (default: the forward route on graphs "
-                        f"of at most {POLICY_NODES} nodes, the gradient route on graphs of "
-                        f"at most {GRADIENT_POLICY_NODES})")
+                        f"whose nodes x output elements is at most {POLICY_WORK}, the "
+                        f"gradient route at most {GRADIENT_POLICY_WORK})")
     p.add_argument("--samples", metavar="N", type=int,
                    help="samples: the example inputs and draws around them (default: 2)")
     p.add_argument("--inputs", metavar="NPZ", type=path_arg,
