@@ -4,7 +4,10 @@ result's rounding into a format is settled, certified by the interval arithmetic
 numerics/intervals.py where it can.
 
 Numbers are mpmath ``mpf`` of a LOCAL ``mpmath.MPContext`` (mpmath.mp is never touched) in
-numpy object arrays.  Conventions (this is a real-number reference, not an IEEE emulation):
+numpy object arrays, or float64 arrays: ``asarray`` keeps a binary16/32/64 array as float64
+(its entries are exact binary64 reals) and every primitive reads such entries as mpf when it
+needs them, so a model's parameters (millions of binary64 values that mostly feed exact
+products, which want binary64 operands anyway) are never turned into mpmath objects.  Conventions (this is a real-number reference, not an IEEE emulation):
 
 - Inputs are exact: ``asarray`` reads floats, ints, gmpy2 mpfr and dyadic Fractions exactly,
   whatever ``prec`` is (an mpf carries its own mantissa); a non-dyadic rational or decimal
@@ -48,6 +51,7 @@ from .backend import Backend
 from .exact import OrderPolicy, elementwise
 from .exact_products import exact_dot, exact_matmul, to_mpf
 
+_FLOATS = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 GUARD = 32          # extra bits for every rounded primitive before its one rounding to prec
 _RN = round_nearest
 _CMP = {"equal": lambda x, y: x == y, "not_equal": lambda x, y: x != y,
@@ -77,6 +81,8 @@ def read_raw(x, prec: int, rnd=_RN):
     Fractions), rounded once to ``prec`` bits under ``rnd`` otherwise."""
     if hasattr(x, "_mpf_"):
         return x._mpf_
+    if type(x) is float or isinstance(x, (np.float64, np.float32, np.float16)):
+        return libmp.from_float(float(x))                # exact: 53 bits hold any of them
     if isinstance(x, np.integer):
         x = int(x)
     real = formats.read_real(x)
@@ -504,7 +510,11 @@ class ReferenceBackend(Backend):
 
     # -- conversion --
     def asarray(self, x):
-        """Numbers as mpf, exactly where dyadic (see the module docstring)."""
+        """Numbers as mpf, exactly where dyadic (see the module docstring); a binary16,
+        binary32 or binary64 array stays a float64 array (exact), read lazily."""
+        arr = np.asarray(x)
+        if arr.dtype in _FLOATS:
+            return arr.astype(np.float64)
         return elementwise(self._num, np.asarray(x, dtype=object))
 
     def constant(self, literal, shape=()):

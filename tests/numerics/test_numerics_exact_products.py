@@ -366,7 +366,10 @@ def test_reference_matmul_beats_stepwise_rounding():
 
 
 def _exact_mpf(v) -> F:
-    """An mpf's exact value as a Fraction (man_exp's mantissa is unsigned)."""
+    """An mpf's exact value as a Fraction (man_exp's mantissa is unsigned); a float (the
+    reference keeps float inputs as float64) exactly."""
+    if isinstance(v, float):
+        return F(v)
     man, e = v.man_exp
     return F(int(man)) * F(2) ** int(e) * (-1 if v < 0 else 1)
 

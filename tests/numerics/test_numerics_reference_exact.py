@@ -21,7 +21,10 @@ ORACLE = gmpy2.context(precision=400, emin=gmpy2.get_emin_min(), emax=gmpy2.get_
 
 
 def mpf_fraction(x):
-    """An mpmath mpf's exact value, read through its public man_exp (an unsigned mantissa)."""
+    """An mpmath mpf's exact value, read through its public man_exp (an unsigned mantissa);
+    a float (the reference keeps float inputs as float64 arrays) exactly."""
+    if isinstance(x, float):
+        return Fraction(x)
     man, exp = x.man_exp
     return (-1 if x < 0 else 1) * Fraction(int(man)) * Fraction(2) ** int(exp)
 
