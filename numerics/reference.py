@@ -4,10 +4,13 @@ result's rounding into a format is settled, certified by the interval arithmetic
 numerics/intervals.py where it can.
 
 Numbers are mpmath ``mpf`` of a LOCAL ``mpmath.MPContext`` (mpmath.mp is never touched) in
-numpy object arrays, or float64 arrays: ``asarray`` keeps a binary16/32/64 array as float64
-(its entries are exact binary64 reals) and every primitive reads such entries as mpf when it
-needs them, so a model's parameters (millions of binary64 values that mostly feed exact
-products, which want binary64 operands anyway) are never turned into mpmath objects.  Conventions (this is a real-number reference, not an IEEE emulation):
+numpy object arrays.  An entry that is exactly a binary64 number may be a Python float
+instead: ``asarray`` reads a binary16/32/64 array as an object array of floats, and
+``constant`` fills with a float when its rounded literal is one (0, 1, 0.5); every primitive
+reads such entries as mpf when it needs them.  A model's parameters (millions of binary64
+values that mostly feed exact products, which want binary64 operands anyway) are then never
+turned into mpmath objects.  The arrays stay object arrays, so an mpf written into one (a
+rule filling a copy of its input) is kept, never rounded to binary64.  Conventions (this is a real-number reference, not an IEEE emulation):
 
 - Inputs are exact: ``asarray`` reads floats, ints, gmpy2 mpfr and dyadic Fractions exactly,
   whatever ``prec`` is (an mpf carries its own mantissa); a non-dyadic rational or decimal
@@ -160,6 +163,26 @@ def _odd_binary64(raws):
             cut = bc - 53
             kept = int(man >> cut)
             man, exp = kept | (1 if (kept << cut) != man else 0), exp + cut
+        v = math.ldexp(int(man), exp)
+        out[i] = -v if sign else v
+    return out
+
+
+def _nearest_binary64(raws):
+    """Raw mpf values rounded to nearest even into binary64 (mpmath's own rounding to 53
+    bits, then exact), or None when one lies outside binary64's normal range, where the
+    subnormal grid or overflow needs formats.round_exact."""
+    out = np.empty(len(raws))
+    for i, r in enumerate(raws):
+        if r == fzero:
+            out[i] = 0.0
+            continue
+        if special_raw(r):
+            out[i] = math.nan if r == fnan else (math.inf if r == finf else -math.inf)
+            continue
+        sign, man, exp, bc = libmp.mpf_pos(r, 53, _RN) if r[3] > 53 else r
+        if not -1021 <= exp + bc <= 1024:          # 2**-1022 <= |x| < 2**1024, after rounding
+            return None
         v = math.ldexp(int(man), exp)
         out[i] = -v if sign else v
     return out
@@ -469,27 +492,27 @@ class ReferenceBackend(Backend):
         direct = self._binary64(x)
         if direct is not None:
             return None if not np.isfinite(direct).all() else [direct]
-        raws = [self._num(v)._mpf_ for v in np.asarray(x).reshape(-1)]
-        if any(special_raw(r) for r in raws if r != fzero):
+        mpf, num = self._mpf, self._num
+        raws = [v._mpf_ if type(v) is mpf else num(v)._mpf_ for v in np.asarray(x).reshape(-1)]
+        sign, man, exp, bc = (np.array(part, dtype=object) for part in zip(*raws))
+        bc, exp = bc.astype(np.int64), exp.astype(np.int64)
+        if (bc < 0).any():                       # NaN, +-inf: mpmath's specials have bc < 0
             return None
-        count = max(-(-r[3] // 53) for r in raws if r != fzero)
-        out = np.zeros((count, len(raws)))
-        for i, r in enumerate(raws):
-            if r == fzero:
-                continue
-            sign, man, exp, bc = r
-            for s in range(count):
-                top, low = bc - 53 * s, max(bc - 53 * (s + 1), 0)
-                if top <= 0:
-                    break
-                field = (man >> low) & ((1 << (top - low)) - 1)
-                if field == 0:
-                    continue
-                if exp + low < -1074 or exp + top > 1024:
-                    return None                  # not a binary64 piece: the slow path
-                out[s, i] = -math.ldexp(field, exp + low) if sign else \
-                    math.ldexp(field, exp + low)
-        return [p.reshape(np.shape(x)) for p in out]
+        negative = sign.astype(bool)
+        out = []
+        for s in range(-(-int(bc.max()) // 53)):
+            # Piece s: bits [low, top) of the odd mantissa, top = bc - 53 s, at most 53 bits.
+            top = bc - 53 * s
+            low = np.maximum(top - 53, 0)
+            width = np.maximum(top - low, 0)
+            field = ((man >> low.astype(object)) & ((1 << width.astype(object)) - 1))
+            field = field.astype(np.float64)                 # exact: below 2**53
+            there = field != 0
+            if (there & ((exp + low < -1074) | (exp + top > 1024))).any():
+                return None                      # not a binary64 piece: the slow path
+            piece = np.ldexp(field, np.where(there, exp + low, 0))
+            out.append(np.where(negative, -piece, piece).reshape(np.shape(x)))
+        return out
 
     def _binary64(self, x):
         """x as a float64 array when every entry is exactly a binary64 value, else None."""
@@ -499,27 +522,40 @@ class ReferenceBackend(Backend):
         if arr.dtype.kind in "iub":
             conv = arr.astype(np.float64)
             return conv if np.array_equal(conv.astype(arr.dtype), arr) else None
-        flat = arr.reshape(-1)
-        out = np.empty(flat.size)
-        for i, v in enumerate(flat):
-            f = binary64_raw(self._num(v)._mpf_)
+        mpf, num = self._mpf, self._num
+
+        def value(v):
+            if type(v) is float:
+                return v
+            f = binary64_raw(v._mpf_ if type(v) is mpf else num(v)._mpf_)
             if f is None:
-                return None
-            out[i] = f
-        return out.reshape(arr.shape)
+                raise _Wide
+            return f
+        try:
+            return np.array([value(v) for v in arr.reshape(-1)],
+                            dtype=np.float64).reshape(arr.shape)
+        except _Wide:
+            return None
 
     # -- conversion --
     def asarray(self, x):
         """Numbers as mpf, exactly where dyadic (see the module docstring); a binary16,
-        binary32 or binary64 array stays a float64 array (exact), read lazily."""
+        binary32 or binary64 array as an object array of Python floats (exact), read as mpf
+        by the primitives."""
         arr = np.asarray(x)
         if arr.dtype in _FLOATS:
-            return arr.astype(np.float64)
+            return arr.astype(np.float64).astype(object)
         return elementwise(self._num, np.asarray(x, dtype=object))
 
     def constant(self, literal, shape=()):
-        """``literal`` rounded once (to nearest) to ``prec`` bits, filling ``shape``."""
-        return np.full(shape, self._round(read_raw(literal, self.prec)), dtype=object)
+        """``literal`` rounded once (to nearest) to ``prec`` bits, filling ``shape``: a
+        Python float where that value is a binary64 number (0, 1, 0.5...), so that padding
+        an input with zeros keeps its entries floats for the exact products."""
+        r = libmp.mpf_pos(read_raw(literal, self.prec), self.prec, _RN)
+        f = binary64_raw(r)
+        if f is not None:
+            return np.full(shape, f, dtype=object)
+        return np.full(shape, self._mk(r), dtype=object)
 
     def to_float64(self, a) -> np.ndarray:
         """Each value rounded once to the nearest binary64 (zeros are +0.0)."""
@@ -537,6 +573,10 @@ class ReferenceBackend(Backend):
             odd = _odd_binary64(flat)
             if odd is not None:
                 return formats.round_to(odd, fmt, mode).reshape(arr.shape)
+        if not with_flags and mode == "nearest_even" and fmt == formats.get("binary64"):
+            near = _nearest_binary64(flat)
+            if near is not None:
+                return near.reshape(arr.shape)
         rounded = [round_raw(r, fmt, mode, index=i) for i, r in enumerate(flat)]
         flags = np.array([r.flags for r in rounded], dtype=np.uint8).reshape(arr.shape)
         if fmt.fits_binary64:
@@ -562,6 +602,10 @@ class ReferenceBackend(Backend):
                 "isfinite": lambda r: not special_raw(r)}[name]
         return elementwise(lambda x: test(self._num(x)._mpf_), np.asarray(a, dtype=object),
                            dtype=bool)
+
+
+class _Wide(Exception):
+    """An entry with no binary64 value (ReferenceBackend._binary64)."""
 
 
 def _add_exact(x, y):

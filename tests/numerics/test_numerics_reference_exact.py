@@ -234,6 +234,29 @@ def test_reference_cast_rounds_exactly_into_formats(mode):
     assert isinstance(wide.item(), rb.ctx.mpf)
 
 
+def test_reference_to_float64_rounds_wide_values_to_nearest_even():
+    # Values of up to 199 bits (ties at 54 bits among them) from 2**-1100 to 2**1030:
+    # rounded to binary64 as MPFR rounds them (gmpy2's IEEE binary64 context, subnormals
+    # and overflow included).
+    rng = np.random.default_rng(11)
+    rb = reference(200)
+    want, values = [], []
+    for k in range(3000):
+        bits = int(rng.integers(1, 200))
+        man = int(rng.integers(0, 2 ** 62)) << max(bits - 62, 0) | 1
+        man &= (1 << bits) - 1 if bits > 1 else 1
+        man |= 1
+        if k % 10 == 0:                                    # a tie: 54 odd bits
+            man, bits = (int(rng.integers(2 ** 52, 2 ** 53)) << 1) | 1, 54
+        e = int(rng.integers(-1100, 1030)) - bits
+        q = Fraction(man) * Fraction(2) ** e * (-1 if k % 3 == 0 else 1)
+        values.append(rb.divide(rb.asarray(q.numerator), rb.asarray(q.denominator)).item())
+        with gmpy2.context(gmpy2.ieee(64)):
+            want.append(float(gmpy2.mpfr(gmpy2.mpq(q.numerator, q.denominator))))
+    got = rb.to_float64(np.array(values, dtype=object))
+    np.testing.assert_array_equal(got, np.array(want))
+
+
 def test_capability_refusals_name_the_capability():
     rb, ex = reference(64), exact()
     one = np.array([1.0])
