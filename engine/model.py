@@ -45,6 +45,9 @@ store in the format"), the whole model's errors before and after: per route the 
 ``norm_rel`` over its tensors (outputs, input gradients) with its bits, and the max and
 mean ulps of their elements that do not cancel (against binary64 roundings of the exact
 values: a summary figure, not a measurement); ranked by the change of that ``norm_rel``.
+Every node and module is tried in a graph of at most KEEP_ALL of them; a larger one tries
+the KEEP_NODES nodes with the largest local errors and the modules holding them
+(_keep_groups), and ``keep_note`` says so.
 
 Scaled formats (``mxfp8_e4m3``, ``nvfp4``, ``fp8_e4m3_tensor``...; class ``Scaled``): the
 scheme is the storage format of the tensors between the nodes, and the nodes compute in
@@ -98,6 +101,8 @@ unquantized stored values.
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
 from dataclasses import dataclass
 
@@ -124,6 +129,8 @@ from .sites import LOCAL, PROPAGATED, ROUTES, rounder_of, sites, value_at
 # in ``reason``.
 KEEP_FORMAT = "binary32"           # the precision a user may keep one node in
 TOP = 10                           # nodes listed per route in the summary
+KEEP_ALL = 48                      # keep experiments: all of them up to this many
+KEEP_NODES = 16                    # ... else this many nodes and the modules holding them
 # What the summary lists of each of the nodes adding the most error (rows' fields).
 LOCAL_FIELDS = ("node", "module", "op", "port", "norm_rel", "bits", "sqnr_db", "scale_ulp",
                 "max_ulp", "mean_ulp", "cancelled", "cancelled_error")
@@ -143,14 +150,18 @@ class Config:
 # ----- one configuration -------------------------------------------------------------------------
 
 def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
-            others=(), target=None, scheme=None, attribution="auto") -> tuple[list, dict, dict]:
+            others=(), target=None, scheme=None, attribution="auto",
+            log=None) -> tuple[list, dict, dict]:
     """(rows, summary, phase seconds) of ``graph`` under one configuration on ``samples``
     (sample_inputs' lists); ``others``: implementations beside emulated that run the model
     from ``target`` (its factory) on the same samples (engine/implementations/: those whose
     ``graphs`` is set);
     ``scheme``: the ScaledFormat ``config.format`` labels, for a user-defined one;
     ``attribution``: whether the forward route adds each node's share of each output's error
-    and the outputs' closure (engine/attribution.py: ``auto``, ``share`` or ``none``)."""
+    and the outputs' closure (engine/attribution.py: ``auto``, ``share`` or ``none``);
+    ``log``: called as the work goes, ``log(phase, done, total, where)``
+    (orchestrate.Phases), or None."""
+    log = log or _quiet
     fmt = formats.get(config.format) if scheme is None else scheme
     scaled = recipe = None
     if isinstance(fmt, formats.ScaledFormat) and numerics.policy.recipe(config.policy):
@@ -172,9 +183,10 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
     phases = {}
     t0 = time.perf_counter()
-    exact, precs, moving = _exact_traces(g, fmt, xs, dirs, want_grad, want_tan)
+    exact, precs, moving = _exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log)
     phases["reference"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    log("emulated run")
     rule = GraphRule(g, emu)
     override = recipe and recipe.products(g)
     emulated = [rule.trace([emu.asarray(a) if is_float_port(p) else a
@@ -190,9 +202,10 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
              for s, r in enumerate(reads)]
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    local_exact = _local_exact(g, reads, max(precs))
+    local_exact = _local_exact(g, reads, max(precs), log)
     phases["reference"] += time.perf_counter() - t0
     t0 = time.perf_counter()
+    log("errors of every node")
     out = []
     for site in sites(g, routes):
         out += _rows(g, config, fmt, site, exact, emulated, local, local_exact, max(precs),
@@ -206,11 +219,12 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
                                   scaled is not None or recipe is not None)
     if attributed:
         t0 = time.perf_counter()
+        log("attribution")
         ranked = _attribute(g, config, out, xs, dirs, exact, emulated, max(precs), attributed)
         phases["attribution"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled,
-                        recipe)
+                        recipe, log)
     if ranked is not None:
         summary["largest_share"] = ranked
     phases["summary"] = time.perf_counter() - t0
@@ -252,7 +266,34 @@ def _attribute(g, config, out, xs, dirs, exact, emulated, prec, attributed) -> d
     return shares_of.ranking(share_rows)
 
 
-def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan):
+def _quiet(*_args, **_kw):
+    """measure's ``log`` when nobody listens."""
+
+
+def _node_log(g, log, phase, alone=False):
+    """A GraphRule.trace (``alone``: GraphRule.alone) ``pre`` hook passing what it reads
+    through unchanged and telling ``log`` how far the sweeps of ``phase`` are: each sweep's
+    share done weighed by the elements the nodes compute (forward and tangent from the first
+    node, reverse from the last; ``alone``: one pass, node by node)."""
+    if log is _quiet:
+        return None
+    n = len(g.nodes)
+    cost = np.cumsum([1 + sum(math.prod(p.shape) for p in node.op.outputs if p.kind == "value")
+                      for node in g.nodes])
+    total = float(cost[-1])
+    sweeps = {"argument": "forward", "argument_tangent": "tangent", "cotangent": "reverse"}
+
+    def pre(kind, k, j, v):
+        if alone and j == 0 and kind == "argument":
+            log(phase, float(cost[k - 1] if k else 0), total, f"node {k + 1}/{n}")
+        elif not alone and j == 0 and kind in sweeps:
+            done = total - cost[k] if kind == "cotangent" else (cost[k - 1] if k else 0)
+            log(f"{phase}, {sweeps[kind]} sweep", float(done), total, f"node {k + 1}/{n}")
+        return v
+    return pre
+
+
+def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
     """(traces, precisions, {sample: the sites whose values still moved at the last
     doubling}) of every sample by numerics.settle over the samples."""
     kept, before = {}, {}
@@ -264,11 +305,13 @@ def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan):
         ref = numerics.reference(prec)
         rule = GraphRule(g, ref)
         out = []
-        for s in items:
+        for i, s in enumerate(items):
             cots, tans = dirs[s]
+            hook = _node_log(g, log, f"exact run at {prec} bits, sample {i + 1}/{len(items)}")
             tr = rule.trace([ref.asarray(a) if is_float_port(p) else a
                              for a, p in zip(xs[s], g.inputs)],
-                            cots if want_grad else None, tans if want_tan else None)
+                            cots if want_grad else None, tans if want_tan else None,
+                            pre=hook)
             if s in kept:
                 before[s] = kept[s]
             kept[s] = tr
@@ -298,13 +341,15 @@ def _rounded(g, fmt, tr, want_grad, want_tan) -> list:
     return out
 
 
-def _local_exact(g, reads, prec):
+def _local_exact(g, reads, prec, log=_quiet):
     """The exact values of every node alone on its rounded reads (the local errors'
     reference), per sample, at ``prec`` bits: the precision the exact trace settled at
     (each node on format values near the trace's own values is no worse conditioned than
     in the trace; one evaluation instead of a second precision loop)."""
     rule = GraphRule(g, numerics.reference(prec))
-    return [rule.alone(r) for r in reads]
+    return [rule.alone(r, pre=_node_log(g, log, f"exact nodes alone (local errors), sample "
+                                               f"{s + 1}/{len(reads)}", alone=True))
+            for s, r in enumerate(reads)]
 
 
 def _node_label(g, k) -> tuple:
@@ -474,18 +519,19 @@ def _worst(ulp, comp, exact, sizes, samples) -> dict | None:
 # ----- the summary -------------------------------------------------------------------------------
 
 def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
-              scaled=None, recipe=None) -> dict:
+              scaled=None, recipe=None, log=_quiet) -> dict:
     """The nodes with the largest local errors per route, and the effect of keeping each node
     (and each module) in binary32 on the whole model's errors; for a scaled format
     (``scaled``), what quantizing the inputs did, and keeping a node means leaving its
     outputs unquantized; under a recipe (``recipe``), keeping a product means leaving its
     operands unquantized too."""
-    top = {}
+    top, ranked = {}, {}
     for route in routes:
         local = [r for r in measured if r["attribution"] == LOCAL and r["route"] == route
                  and r["status"] == "ok" and r["samples"] + (r["cancelled"] or 0)]
         local.sort(key=_local_rank)
         top[route] = [{k: r[k] for k in LOCAL_FIELDS} for r in local[:TOP]]
+        ranked[route] = [r["node_index"] for r in local]
     summary = {"largest_local": top}
     if scaled is not None:
         summary["scaled_inputs"] = scaled.input_fields(g)
@@ -501,9 +547,48 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
         summary["keep_binary32"] = None
         summary["keep_note"] = f"{config.format} is at least as precise as {KEEP_FORMAT}"
         return summary
+    groups, note = _keep_groups(g, ranked)
+    if note:
+        summary["keep_note"] = "; ".join(n for n in (summary.get("keep_note"), note) if n)
     summary["keep_binary32"] = _keep(g, config, xs, dirs, exact, emulated, routes, emu,
-                                     scaled, recipe)
+                                     groups, scaled, recipe, log)
     return summary
+
+
+def _keep_groups(g, ranked) -> tuple[list, str | None]:
+    """The keep-in-binary32 experiments to run, (label, module, node indices) each, and a
+    note when not all of them: every node with a value output and every module of more than
+    one node while there are at most KEEP_ALL of them (each experiment is a whole emulated
+    run, so trying them all costs the graph's size squared); else the KEEP_NODES nodes with
+    the largest local errors (``ranked``: per route, node indices largest first, the routes
+    taken in turn) and then the modules holding them, innermost first, up to KEEP_ALL."""
+    nodes = [(g.node_names[k], g.node_modules[k], (k,)) for k, n in enumerate(g.nodes)
+             if any(p.kind == "value" for p in n.op.outputs)]
+    members = {}
+    for k, m in enumerate(g.node_modules):
+        parts = m.split(".") if m else []
+        for d in range(1, len(parts) + 1):
+            members.setdefault(".".join(parts[:d]), []).append(k)
+    modules = {m: ks for m, ks in members.items() if len(ks) > 1}
+    every = nodes + [(f"module:{m}", m, tuple(ks)) for m, ks in modules.items()]
+    if len(every) <= KEEP_ALL:
+        return every, None
+    valued = {ks[0] for _, _, ks in nodes}
+    chosen = []
+    for k in (k for row in itertools.zip_longest(*ranked.values()) for k in row):
+        if k is not None and k in valued and k not in chosen:
+            chosen.append(k)
+    chosen = chosen[:KEEP_NODES]
+    out = [(g.node_names[k], g.node_modules[k], (k,)) for k in chosen]
+    named = []
+    for k in chosen:
+        parts = g.node_modules[k].split(".") if g.node_modules[k] else []
+        named += [m for m in (".".join(parts[:d]) for d in range(len(parts), 0, -1))
+                  if m in modules and m not in named]
+    out += [(f"module:{m}", m, tuple(modules[m])) for m in named][:KEEP_ALL - len(out)]
+    return out, (f"{len(out)} of {len(every)} nodes and modules tried: the {len(chosen)} "
+                 f"nodes with the largest local errors and the modules holding them "
+                 f"(every one is tried in graphs of at most {KEEP_ALL})")
 
 
 def _local_rank(r) -> tuple:
@@ -561,10 +646,10 @@ def _whole_name(site) -> str:
     return f"{'input' if site.where == 'cotangents' else 'output'}:{site.port}"
 
 
-def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None,
-          recipe=None) -> list:
-    """The keep-in-binary32 entries (module docstring) of every node and module, per route,
-    the largest reduction of the route's normwise error first."""
+def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None,
+          recipe=None, log=_quiet) -> list:
+    """The keep-in-binary32 entries (module docstring) of the nodes and modules ``groups``
+    (_keep_groups), per route, the largest reduction of the route's normwise error first."""
     fmt = emu.fmt
     whole = _whole(g, routes)
     if not whole:
@@ -574,18 +659,10 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, scaled=None,
                 for s in whole if value_at(tr, s) is not None} for tr in exact]
     before = _errors(g, fmt, emulated, exact64, whole, scaled)
     wide = numerics.emulated(KEEP_FORMAT, config.mode, config.policy, seed=emu.seed)
-    groups = [(g.node_names[k], g.node_modules[k], (k,)) for k, n in enumerate(g.nodes)
-              if any(p.kind == "value" for p in n.op.outputs)]
-    modules = {}
-    for k, m in enumerate(g.node_modules):
-        parts = m.split(".") if m else []
-        for d in range(1, len(parts) + 1):
-            modules.setdefault(".".join(parts[:d]), []).append(k)
-    groups += [(f"module:{m}", m, tuple(ks)) for m, ks in modules.items()
-               if len(ks) > 1]
     want_grad = "gradient" in routes
     out = []
-    for label, module, ks in groups:
+    for i, (label, module, ks) in enumerate(groups):
+        log("keep in binary32", float(i), float(len(groups)), f"{i + 1}/{len(groups)} {label}")
         rule = GraphRule(g, emu)
         override = dict.fromkeys(ks, wide) if scaled is None else None
         if recipe is not None:

@@ -248,18 +248,20 @@ def graph_of(artifact):
 
 
 def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
-         target=None, scheme=None, attribution="auto") -> dict:
+         target=None, scheme=None, attribution="auto", progress=False) -> dict:
     """One configuration measured: {"rows", "summary", "phases"} (JSON data); ``others``:
     the implementations run beside emulated, ``scheme`` the ScaledFormat of a user-defined
-    format label ``fmt`` (model.measure)."""
+    format label ``fmt`` (model.measure); ``progress``: lines on stderr as its phases go
+    (orchestrate.Phases: the exact sweeps node by node, the keep experiments), with ETAs."""
 
     graph = graph_of(artifact)
+    log = orchestrate.Phases(f"{fmt}|{mode}|{policy}") if progress else None
     given = read_inputs(inputs) if inputs else None
     xs = sample_inputs(graph, samples, seed, given)
     try:
         got, summary, phases = model.measure(graph, Config(fmt, mode, policy), xs, seed,
                                              tuple(routes_), tuple(others), target, scheme,
-                                             attribution)
+                                             attribution, log)
     except Exception as exc:                                  # noqa: BLE001 (data)
         return {"rows": [empty(op="model", route="forward", port="*", format=fmt, mode=mode,
                                policy=policy, implementation="emulated", status="error",
@@ -283,7 +285,7 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
     units = [(config_key(c), (sel.artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
                         sel.routes, sel.inputs,
                         others if first[(c.format, c.mode)] == c else (), sel.target,
-                        dict(sel.schemes).get(c.format), sel.attribution))
+                        dict(sel.schemes).get(c.format), sel.attribution, progress))
              for c in todo]
     ck = orchestrate.Checkpoint(orchestrate.checkpoint_path(out), sel, {},
                                 append=bool(keep))

@@ -183,6 +183,40 @@ class Progress:
             self.stream.flush()
 
 
+class Phases:
+    """Progress inside one long unit of work (a model run's configuration, which may take
+    minutes): ``phases(name, done, total, where)`` is called as the work goes.  Silent for
+    the unit's first ``delay`` seconds (a short unit prints nothing); then a line on stderr
+    when a phase starts and at most every ``every`` seconds within it, with the phase's ETA
+    from its share of ``total`` done (a cost the caller weighs its steps by, e.g. the
+    elements a node computes) and ``where`` (e.g. "node 37/69")."""
+
+    def __init__(self, label, stream=None, every=30.0, delay=10.0):
+        self.label, self.stream, self.every = label, stream or sys.stderr, every
+        self.born = time.perf_counter()
+        self.delay = delay
+        self.phase, self.start, self.last = None, self.born, None
+
+    def __call__(self, name, done=0.0, total=None, where=""):
+        now = time.perf_counter()
+        if name != self.phase:
+            self.phase, self.start, self.last = name, now, None
+        if now - self.born < self.delay or \
+                (self.last is not None and now - self.last < self.every):
+            return
+        spent = now - self.start
+        eta = ""
+        if total and done > 0 and self.last is not None:
+            left = spent * max(total - done, 0.0) / done
+            eta = f", ETA {int(left) // 60:02d}:{int(left) % 60:02d}"
+        self.last = now
+        text = f"{name}{f', {where}' if where else ''}"
+        if spent >= 1:
+            text += f", {spent:.0f} s{eta}"
+        self.stream.write(f"roundoff-coverage: {self.label}: {text}\n")
+        self.stream.flush()
+
+
 # ----- executor --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

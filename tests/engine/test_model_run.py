@@ -95,6 +95,63 @@ def test_keeping_a_bfloat16_sum_in_binary32_removes_its_error():
     assert summary["largest_local"]["forward"][0]["node"] == "total"
 
 
+def test_a_large_graph_tries_the_nodes_adding_the_most_error_in_binary32():
+    # 60 exact multiplications by 1 around the same stagnating bfloat16 sum: more nodes
+    # than the summary runs whole keep experiments for (M.KEEP_ALL), so it tries the
+    # M.KEEP_NODES nodes with the largest local errors -- the sum first, the only node with
+    # an error -- and says so; keeping the sum in binary32 leaves the output within an ulp.
+    n = 1024
+    g = routes.Graph(x=value((n,)), ones=value((n,)))
+    h = g.input("x")
+    for i in range(60):
+        if i == 30:
+            h = g.apply(routes.op("reduce", shape=(n,), axes=(0,)), h, name="total")
+            h = g.apply(routes.op("broadcast", shape=(), to=(n,)), h, name="spread")
+        h = g.apply(routes.op("mul", shape=(n,)), h, g.input("ones"), name=f"times{i}")
+    g.output(h)
+    g.example_inputs = [np.random.default_rng(1).uniform(0.5, 1.5, n), np.ones(n)]
+    _, summary, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "strict"),
+                              sample_inputs(g, 1, 0), 0, ("forward",))
+    tried = summary["keep_binary32"]
+    assert len(tried) == M.KEEP_NODES < len(g.nodes)
+    assert "nodes with the largest local errors" in summary["keep_note"]
+    assert summary["largest_local"]["forward"][0]["node"] == "total"
+    assert tried[0]["keep"] == "total" and tried[0]["max_ulp_before"] > 8 and \
+        tried[0]["max_ulp_after"] <= 1.0
+
+
+def test_a_long_configuration_reports_its_phases_with_etas(monkeypatch):
+    # Phases on a clock that moves 10 s per call: silent for its first 15 s, then a line
+    # per phase start and, within a phase, the ETA from the share done (3/4 left after 1/4
+    # in 20 s: 60 s); the model run's phases name the sweeps node by node.
+    import io
+    from roundoff_coverage.engine import orchestrate
+    clock = iter(range(0, 10 ** 6, 10))
+    monkeypatch.setattr(orchestrate.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    log = orchestrate.Phases("cfg", stream=out, every=15.0, delay=15.0)   # born at 0
+    log("early")                                                           # t 10: silent
+    log("sweep", 0.0, 4.0, "node 1/4")                                     # t 20: a line
+    log("sweep", 1.0, 4.0, "node 2/4")                                     # t 30: too soon
+    log("sweep", 1.0, 4.0, "node 2/4")                                     # t 40: a line
+    assert out.getvalue().splitlines() == [
+        "roundoff-coverage: cfg: sweep, node 1/4",
+        "roundoff-coverage: cfg: sweep, node 2/4, 20 s, ETA 01:00"]
+    monkeypatch.undo()
+    out = io.StringIO()
+    g = chain_graph()
+    g.example_inputs = [np.full(6, 1.5)] * 4
+    M.measure(g, M.Config("bfloat16", "nearest_even", "strict"), sample_inputs(g, 1, 0), 0,
+              ("forward", "gradient"), log=orchestrate.Phases("cfg", out, every=0, delay=0))
+    text = out.getvalue()
+    for phase in ("exact run at 72 bits, sample 1/1, forward sweep, node 1/3",
+                  "exact run at 72 bits, sample 1/1, reverse sweep, node 3/3",
+                  "exact run at 144 bits", "emulated run",
+                  "exact nodes alone (local errors), sample 1/1, node 3/3",
+                  "errors of every node", "keep in binary32, 1/"):
+        assert f"roundoff-coverage: cfg: {phase}" in text, (phase, text)
+
+
 def test_an_exact_zero_gradient_is_measured_as_zero():
     # d/db of sum(softmax(x + b)) = 0 exactly (softmax ignores a constant shift): the
     # reference's cancellation residue shrinks with precision and is clamped, so the
