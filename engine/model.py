@@ -308,6 +308,7 @@ def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
         for i, s in enumerate(items):
             cots, tans = dirs[s]
             hook = _node_log(g, log, f"exact run at {prec} bits, sample {i + 1}/{len(items)}")
+            before.pop(s, None)          # two generations of a sample's trace at a time, not 3
             tr = rule.trace([ref.asarray(a) if is_float_port(p) else a
                              for a, p in zip(xs[s], g.inputs)],
                             cots if want_grad else None, tans if want_tan else None,

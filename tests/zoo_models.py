@@ -94,7 +94,7 @@ def _ids(seed=1, vocab=VOCAB):
     return torch.randint(0, vocab, (BATCH, SEQ), generator=torch.Generator().manual_seed(seed))
 
 
-def _image(size=32, seed=2, batch=1):
+def image(size=32, seed=2, batch=1):
     return torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(seed))
 
 
@@ -140,32 +140,32 @@ def vit(lib):
     tf = lib["transformers"]
     config = tf.ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2,
                           num_attention_heads=2, intermediate_size=48)
-    return tf.ViTModel(config), (_image(16, batch=2),)
+    return tf.ViTModel(config), (image(16, batch=2),)
 
 
 def swin(lib):
     tf = lib["transformers"]
     config = tf.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
                            num_heads=[2, 2], window_size=4)
-    return tf.SwinModel(config), (_image(32),)
+    return tf.SwinModel(config), (image(32),)
 
 
 def resnet18(lib):
-    return lib["torchvision"].models.resnet18(num_classes=10), (_image(32),)
+    return lib["torchvision"].models.resnet18(num_classes=10), (image(32),)
 
 
 def mobilenet_v3_small(lib):
-    return lib["torchvision"].models.mobilenet_v3_small(num_classes=10), (_image(32),)
+    return lib["torchvision"].models.mobilenet_v3_small(num_classes=10), (image(32),)
 
 
 def timm_vit(lib):
     model = lib["timm"].create_model("vit_tiny_patch16_224", img_size=32, patch_size=8,
                                      embed_dim=32, depth=2, num_heads=2, num_classes=10)
-    return model, (_image(32),)
+    return model, (image(32),)
 
 
 def timm_resnet(lib):
-    return lib["timm"].create_model("resnet10t", num_classes=10), (_image(32),)
+    return lib["timm"].create_model("resnet10t", num_classes=10), (image(32),)
 
 
 def encoder_layer(lib):
@@ -200,7 +200,7 @@ def conv_layers(lib):
     model = nn.Sequential(nn.ReLU6(), nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.ReLU6(),
                           nn.Upsample(scale_factor=2), nn.PixelShuffle(2),
                           nn.ConstantPad2d((1, 2, 0, 1), -1.0), nn.Conv2d(2, 3, 3))
-    image = _image(8)
+    image = image(8)
     image[0, 0, :2] = 0.0
     image[0, 1, :2] = 6.0
     return model, (image,)

@@ -1,0 +1,88 @@
+"""Models at real sizes (issue: "Models at scale"): ``roundoff-coverage model`` on a real
+architecture built by its library, forward values and every gradient in bfloat16 with
+binary32 accumulation, local and propagated errors per node, one sample; its wall time and
+peak memory (the command's process and its workers, getrusage of the children), and the
+ratio to torch's own float32 forward + backward of the same model measured in the same run.
+
+    python benchmarks/bench_model_scale.py [--model resnet18] [--image 32] [--jobs 1]
+
+Models (the tests' zoo builders, tests/zoo_models.py, at the size given): ``resnet18``
+(torchvision, 10 classes), ``resnet10t`` (timm), ``mobilenet_v3_small`` (torchvision),
+``gpt2`` (transformers, 2 layers of width 32).  ``--image`` sets the side of the one square
+image of the vision models (the issue's target is ResNet-18 at 224).  The factory the
+command captures is ``factory`` below; it reads the model and size from the environment
+(BENCH_MODEL, BENCH_IMAGE) that this script sets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VISION = {"resnet18": "resnet18", "resnet10t": "timm_resnet",
+          "mobilenet_v3_small": "mobilenet_v3_small"}
+
+
+def factory():
+    """(model, example args) of BENCH_MODEL at BENCH_IMAGE, built by the zoo's builders."""
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    import zoo_models
+    name, size = os.environ.get("BENCH_MODEL", "resnet18"), int(os.environ.get("BENCH_IMAGE",
+                                                                                 "32"))
+    if name == "gpt2":
+        return zoo_models.ZOO["gpt2"]()
+    if name not in VISION:
+        raise SystemExit(f"bench_model_scale: unknown model {name!r}; one of "
+                         f"{', '.join(list(VISION) + ['gpt2'])}")
+    key = {"timm_resnet": "timm-resnet"}.get(VISION[name], VISION[name])
+    model, _ = zoo_models.ZOO[key]()
+    return model, (zoo_models.image(size),)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="resnet18", choices=list(VISION) + ["gpt2"])
+    ap.add_argument("--image", type=int, default=32)
+    ap.add_argument("--routes", default="forward,gradient")
+    ap.add_argument("--jobs", type=int, default=1)
+    args = ap.parse_args()
+    env = dict(os.environ, BENCH_MODEL=args.model, BENCH_IMAGE=str(args.image))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "model.json")
+        cmd = [sys.executable, "-m", "roundoff_coverage", "model",
+               f"{os.path.abspath(__file__)}:factory", "--formats", "bfloat16",
+               "--policies", "fp32_accumulate", "--routes", args.routes, "--samples", "1",
+               "--jobs", str(args.jobs), "--out", out]
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        wall = time.perf_counter() - t0
+        if done.returncode != 0:
+            sys.exit(f"model run failed ({done.returncode}): {done.stderr.strip()[-800:]}")
+        with open(out) as fh:
+            doc = json.load(fh)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20    # KiB -> GiB
+    print(f"{args.model} at {args.image}: {len(doc['rows'])} rows, {wall:.1f} s wall, peak "
+          f"{peak:.2f} GiB (largest process); command: {' '.join(cmd[2:])}")
+    os.environ.update(env)
+    import torch
+    model, inputs = factory()
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = model(*inputs)                                                 # warm up
+    t0 = time.perf_counter()
+    for _ in range(5):
+        out = model(*inputs)
+        logits = out if isinstance(out, torch.Tensor) else out.logits
+        torch.autograd.grad(logits.sum(), params)
+    torch_s = (time.perf_counter() - t0) / 5
+    print(f"torch float32 forward + backward: {torch_s * 1e3:.1f} ms; model run / torch = "
+          f"{wall / torch_s:.0f}x")
+
+
+if __name__ == "__main__":
+    main()
