@@ -323,7 +323,7 @@ def test_torch_runs_the_model_beside_the_emulated_run(captured, tmp_path):
 
 
 # ----- an interrupted run keeps its work -------------------------------------------------------
-SLOW = ["--formats", "bfloat16,binary16,float8_e4m3fn", "--samples", "40", "--jobs", "1",
+SLOW = ["--formats", "bfloat16,binary16,float8_e4m3fn", "--samples", "20", "--jobs", "1",
         "--quiet", "--out", "m.json"]
 
 
@@ -385,7 +385,7 @@ def test_an_interrupted_model_run_keeps_its_checkpoint_and_resumes_to_the_same_b
                        f"configurations missing ({', '.join(k.replace('|', ' ') for k in missing)}"
                        f"), the other {len(kept)} kept in m.json.partial.jsonl; resume with: "
                        f"roundoff-coverage model g.json --formats bfloat16,binary16,"
-                       f"float8_e4m3fn --samples 40 --out m.json --resume\n")
+                       f"float8_e4m3fn --samples 20 --out m.json --resume\n")
     again = _cli("model", "g.json", *SLOW, "--resume", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert (tmp_path / "m.json").read_bytes() == whole
