@@ -271,9 +271,12 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
 
 
 def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = False,
-        progress: bool = True) -> Outcome:
+        progress: bool = True, executor: str = "local", scheduler: str | None = None) -> Outcome:
     """Measure every configuration of ``sel``, checkpointing each; write ``out`` unless
-    interrupted."""
+    interrupted.  ``executor``: ``local`` (``jobs`` processes) or ``dask`` (the cluster at
+    ``scheduler``, or a LocalCluster of ``jobs`` workers; each worker reads the artifact
+    from its absolute path, so a remote cluster needs it on a shared file system); the
+    results file is the same bytes either way."""
     t0 = time.perf_counter()
     configs = sel.configs()
     keep = orchestrate.resumed(out, sel.fingerprint(), resume)
@@ -282,7 +285,8 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
     others = tuple(i for i in sel.implementations if i != "emulated")
     # torch ignores the policy: its rows come with the first policy's unit of a format/mode
     first = {(c.format, c.mode): c for c in reversed(configs)}
-    units = [(config_key(c), (sel.artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
+    artifact = os.path.abspath(sel.artifact)
+    units = [(config_key(c), (artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
                         sel.routes, sel.inputs,
                         others if first[(c.format, c.mode)] == c else (), sel.target,
                         dict(sel.schemes).get(c.format), sel.attribution, progress))
@@ -291,8 +295,9 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
                                 append=bool(keep))
     bar = orchestrate.Progress(len(configs), done=len(done), quiet=not progress,
                                unit="configurations")
-    executor = orchestrate.Executor(jobs=max(1, min(jobs or os.cpu_count() or 1, len(units)
-                                                    or 1)), name=str)
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(units) or 1))
+    executor = orchestrate.Executor(executor, scheduler, workers, name=_unit_name,
+                                    failed=_failed_unit)
     outcome = Outcome(total=len(configs), resumed=len(keep), out=str(out))
     orchestrate.orchestrate(unit, units, executor, lambda k, got: done.__setitem__(k, got),
                             checkpoint=ck, bar=bar, outcome=outcome)
@@ -315,6 +320,20 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
                                       "sha256": sel.artifact_hash, "summary": summaries})
         orchestrate.finish(out, doc)
     return outcome
+
+
+def _unit_name(key) -> str:
+    return f"configuration {key.replace('|', ' ')}"
+
+
+def _failed_unit(key, message) -> dict:
+    """What a configuration that failed on the cluster (its worker died, twice) becomes:
+    one error row naming it, like a configuration whose measurement raised."""
+    fmt, mode, policy = key.split("|")
+    return {"rows": [empty(op="model", route="forward", port="*", format=fmt, mode=mode,
+                           policy=policy, implementation="emulated", status="error",
+                           reason=message, node="model", attribution="propagated")],
+            "summary": {}, "phases": {}}
 
 
 def config_key(c: Config) -> str:

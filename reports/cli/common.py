@@ -170,7 +170,7 @@ def writable(path, what, stream_refused=None) -> str:
 # ----- executor options ------------------------------------------------------------------------
 
 def add_executor(p):
-    """The --executor and --scheduler options of ``run`` and ``measure``."""
+    """The --executor and --scheduler options of ``run``, ``measure`` and ``model``."""
     p.add_argument("--executor", metavar="NAME",
                    help="where the work units run: local (this machine's worker processes, "
                         "the default) or dask (a Dask cluster; pip install "

@@ -17,16 +17,18 @@ from ...engine.model import Config, check
 from ...engine.samples import ModelError, sample_inputs
 from ...engine.model_run import ModelSelection
 from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError,
-                     add_modes_routes, add_seed_out, check_jobs, empty_list, modes_of,
+                     add_executor, add_modes_routes, add_seed_out, check_jobs, empty_list,
+                     executor_options, modes_of,
                      name_list, path_arg, routes_of, seed_of, text_table, user_formats,
                      writable)
 from .gate import check_gate_baseline, gate_after_run
 from .report import check_report_dir, write_report
 from .run import policy_names
 
-# The options that decide a model run's results (--jobs, --quiet, --html, --gate and
-# --resume do not): the command its results file records, so a resumed run writes the bytes
-# an uninterrupted one does, and the base of the resume command an interrupted run prints.
+# The options that decide a model run's results (--jobs, --executor, --scheduler, --quiet,
+# --html, --gate and --resume do not): the command its results file records, so a resumed
+# run writes the bytes an uninterrupted one does, and the base of the resume command an
+# interrupted run prints.
 RESULT_OPTIONS = ("formats_file", "formats", "modes", "policies", "routes", "implementations",
                   "samples", "inputs", "seed", "out", "artifact", "attribution")
 MODES = ("nearest_even", "nearest_away", "toward_zero", "upward", "downward", "odd",
@@ -71,6 +73,7 @@ def add(sub, shared):
                         "axis gives several samples")
     p.add_argument("--jobs", metavar="N", type=int,
                    help="worker processes, one configuration each (default: all cores)")
+    add_executor(p)
     add_seed_out(p, "results/model.json")
     p.add_argument("--artifact", metavar="PATH", type=path_arg,
                    help="where a captured model's graph artifact is written (default "
@@ -176,7 +179,8 @@ def cmd_model(args) -> int:
         check_gate_baseline(args.gate, out)
     if args.html:
         check_report_dir(args.html)
-    check_jobs(args.jobs, "local", None)
+    executor, scheduler = executor_options(args)
+    check_jobs(args.jobs, executor, scheduler)
     try:
         given = model_run.read_inputs(args.inputs) if args.inputs else None
         graph, sel.artifact = model_run.load_target(args.target, artifact)
@@ -186,7 +190,8 @@ def cmd_model(args) -> int:
             count = len(sample_inputs(graph, sel.samples, sel.seed, given))
         model_run.check_memory(graph, count)
         outcome = model_run.run(sel, out, jobs=args.jobs, resume=args.resume,
-                                progress=not args.quiet)
+                                progress=not args.quiet, executor=executor,
+                                scheduler=scheduler)
     except ModelError as exc:
         raise UsageError(str(exc)) from None
     except ValueError as exc:                      # a checkpoint of another run

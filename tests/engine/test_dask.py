@@ -105,6 +105,39 @@ def test_measure_on_dask_writes_the_bytes_of_a_local_measurement(cluster, tmp_pa
     assert row["status"] == "ok" and row["samples"] == 1 << 16
 
 
+def test_model_on_dask_writes_the_bytes_of_a_local_run(cluster, tmp_path, monkeypatch):
+    # Two configurations of the tests' chain graph, forward and gradient, two samples: the
+    # cluster's two workers give the file a local run in one process writes (each run in
+    # its own folder under the same relative names: the file records --out as given).
+    from conftest import chain_graph
+    import numpy as np
+    g = chain_graph()
+    g.example_inputs = [np.linspace(0.5, 2.0, 6)] * 4
+    common = ["model", "g.json", "--formats", "bfloat16,binary16", "--routes",
+              "forward,gradient", "--quiet", "--artifact", "g.json", "--out", "m.json"]
+    files, sent = [], []
+    to_cluster = executors.dask
+
+    def counted(fn, units, **kw):                 # the units the command sends the cluster
+        units = list(units)
+        sent.extend(key for key, _ in units)
+        return to_cluster(fn, units, **kw)
+    monkeypatch.setattr(executors, "dask", counted)
+    for where, how in (("local", ["--jobs", "1"]),
+                       ("dask", ["--scheduler", cluster.scheduler_address])):
+        (tmp_path / where).mkdir()
+        g.save(str(tmp_path / where / "g.json"))
+        monkeypatch.chdir(tmp_path / where)
+        assert main([*common, *how]) == 0
+        files.append((tmp_path / where / "m.json").read_bytes())
+    assert files[1] == files[0]
+    assert sorted(sent) == ["bfloat16|nearest_even|fp32_accumulate",
+                            "binary16|nearest_even|fp32_accumulate"]
+    rows = json.loads(files[1])["rows"]
+    assert {r["format"] for r in rows} == {"bfloat16", "binary16"}
+    assert all(r["status"] == "ok" for r in rows)
+
+
 # ----- faults -----------------------------------------------------------------------------------
 
 def _killable(victim, marker, log):
