@@ -4,7 +4,7 @@ binary32 accumulation, local and propagated errors per node, one sample; its wal
 peak memory (the command's process and its workers, getrusage of the children), and the
 ratio to torch's own float32 forward + backward of the same model measured in the same run.
 
-    python benchmarks/bench_model_scale.py [--model resnet18] [--image 32] [--jobs 1]
+    python benchmarks/bench_model_scale.py [--model resnet18] [--image 32] [--jobs 1] [--out F]
 
 Models (the tests' zoo builders, tests/zoo_models.py, at the size given): ``resnet18``
 (torchvision, 10 classes), ``resnet10t`` (timm), ``mobilenet_v3_small`` (torchvision),
@@ -51,10 +51,11 @@ def main():
     ap.add_argument("--image", type=int, default=32)
     ap.add_argument("--routes", default="forward,gradient")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--out", help="keep the results file here (default: a temporary one)")
     args = ap.parse_args()
     env = dict(os.environ, BENCH_MODEL=args.model, BENCH_IMAGE=str(args.image))
     with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "model.json")
+        out = os.path.abspath(args.out) if args.out else os.path.join(tmp, "model.json")
         cmd = [sys.executable, "-m", "roundoff_coverage", "model",
                f"{os.path.abspath(__file__)}:factory", "--formats", "bfloat16",
                "--policies", "fp32_accumulate", "--routes", args.routes, "--samples", "1",
@@ -66,6 +67,18 @@ def main():
             sys.exit(f"model run failed ({done.returncode}): {done.stderr.strip()[-800:]}")
         with open(out) as fh:
             doc = json.load(fh)
+    whole = [r for r in doc["rows"] if (r["node"] or "").startswith(("output:", "input:"))
+             and r["status"] == "ok" and r["bits"] is not None]
+    for route in ("forward", "gradient"):
+        worst = min((r for r in whole if r["route"] == route), key=lambda r: r["bits"],
+                    default=None)
+        if worst is not None:
+            print(f"worst {route} tensor: {worst['node']} {worst['bits']:.2f} bits")
+    for key, summary in doc["model"]["summary"].items():
+        for route, top in summary.get("largest_local", {}).items():
+            if top:
+                print(f"largest local error ({route}): {top[0]['node']} ({top[0]['module']}) "
+                      f"{top[0]['bits']:.2f} bits")
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20    # KiB -> GiB
     print(f"{args.model} at {args.image}: {len(doc['rows'])} rows, {wall:.1f} s wall, peak "
           f"{peak:.2f} GiB (largest process); command: {' '.join(cmd[2:])}")

@@ -109,7 +109,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from roundoff_coverage import formats, numerics
-from roundoff_coverage.numerics.resolve import agree
+from roundoff_coverage.numerics.resolve import agree, compact
 from roundoff_coverage.routes.graph import GraphRule, Ref
 
 from . import attribution as shares_of
@@ -295,8 +295,11 @@ def _node_log(g, log, phase, alone=False):
 
 def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
     """(traces, precisions, {sample: the sites whose values still moved at the last
-    doubling}) of every sample by numerics.settle over the samples."""
-    kept, before = {}, {}
+    doubling}) of every sample by numerics.settle over the samples.  Only the last trace of
+    a sample is kept; settle compares the precisions on compact copies of its sites' values
+    (numerics.resolve.compact: two binary64 pieces a value), so a model's exact run holds one
+    trace and the pieces of the one before, not two traces of mpf values."""
+    kept, before, last = {}, {}, {}
     what = sites(g, ROUTES if want_grad and want_tan else
                  tuple(r for r in ROUTES if r == "forward" or
                        (r == "gradient" and want_grad) or (r == "tangent" and want_tan)))
@@ -308,19 +311,20 @@ def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
         for i, s in enumerate(items):
             cots, tans = dirs[s]
             hook = _node_log(g, log, f"exact run at {prec} bits, sample {i + 1}/{len(items)}")
-            before.pop(s, None)          # two generations of a sample's trace at a time, not 3
+            kept.pop(s, None)                            # the last trace only
             tr = rule.trace([ref.asarray(a) if is_float_port(p) else a
                              for a, p in zip(xs[s], g.inputs)],
                             cots if want_grad else None, tans if want_tan else None,
                             pre=hook)
-            if s in kept:
-                before[s] = kept[s]
             kept[s] = tr
-            out.append(tuple(value_at(tr, site) for site in what))
+            if s in last:
+                before[s] = last[s]
+            last[s] = tuple(compact(value_at(tr, site)) for site in what)
+            out.append(last[s])
         return out
     settled = reference.settle(fn, len(xs), fmt, graph=True)
-    moving = {s: {site for site in what
-                  if not agree(value_at(before[s], site), value_at(kept[s], site), fmt)}
+    moving = {s: {site for site, a, b in zip(what, before[s], last[s])
+                  if not agree(a, b, fmt)}
               for s, ok in enumerate(settled.settled) if not ok and s in before}
     return [kept[s] for s in range(len(xs))], settled.precs, moving
 

@@ -431,7 +431,7 @@ class ReferenceBackend(Backend):
     # -- dot and matmul: exact then rounded once --
     # Operands that are binary64 values go straight to numerics/exact_products.py.  Wider
     # operands (results of earlier primitives at prec bits) are cut exactly into binary64
-    # pieces, x = x_0 + x_1 + ... (53-bit fields of the mantissa, _pieces; x_s ~ 2**(-53 s)
+    # pieces, x = x_0 + x_1 + ... (53-bit fields of the mantissa, pieces; x_s ~ 2**(-53 s)
     # x), and the product is summed by level L = s + t:
     #     a . b = sum_L 2**(-53 L) sum_{s+t=L} (2**(53 s) a_s) . (2**(53 t) b_t),
     # one exact product per level with its pairs laid side by side along the inner axis.
@@ -451,7 +451,7 @@ class ReferenceBackend(Backend):
         if min(a.ndim, b.ndim) == 0 or a.shape[-1] != b.shape[-1] or a.size == 0 or \
                 b.size == 0:
             return super().dot(a, b)
-        pa, pb = self._pieces(a), self._pieces(b)
+        pa, pb = self.pieces(a), self.pieces(b)
         if pa is None or pb is None:
             return super().dot(a, b)
         return self._levels(pa, pb, exact_dot, -1)
@@ -463,7 +463,7 @@ class ReferenceBackend(Backend):
         if min(a.ndim, b.ndim) == 0 or a.size == 0 or b.size == 0 or \
                 a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
             return super().matmul(a, b)
-        pa, pb = self._pieces(a), self._pieces(b)
+        pa, pb = self.pieces(a), self.pieces(b)
         if pa is None or pb is None:
             return super().matmul(a, b)
         return self._levels(pa, pb, exact_matmul, -2 if b.ndim > 1 else 0)
@@ -486,7 +486,7 @@ class ReferenceBackend(Backend):
                               for m, x in zip(n.reshape(-1), e.reshape(-1))]
         return out
 
-    def _pieces(self, x):
+    def pieces(self, x):
         """x as a list of S float64 arrays summing exactly to it (S = 1 for binary64 values),
         or None when some entry is NaN, infinite or has a piece outside binary64's range."""
         direct = self._binary64(x)

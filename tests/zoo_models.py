@@ -200,10 +200,10 @@ def conv_layers(lib):
     model = nn.Sequential(nn.ReLU6(), nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.ReLU6(),
                           nn.Upsample(scale_factor=2), nn.PixelShuffle(2),
                           nn.ConstantPad2d((1, 2, 0, 1), -1.0), nn.Conv2d(2, 3, 3))
-    image = image(8)
-    image[0, 0, :2] = 0.0
-    image[0, 1, :2] = 6.0
-    return model, (image,)
+    x = image(8)
+    x[0, 0, :2] = 0.0
+    x[0, 1, :2] = 6.0
+    return model, (x,)
 
 
 def lstm_bidirectional(lib):

@@ -132,3 +132,51 @@ def test_coverage_rows_record_the_precision_their_reference_needed():
                               _bf16(worst["cotangents"]["y"][i]), j)
     got = mpmath.mpf(worst["exact"])
     assert abs(got / want - 1) < mpmath.mpf(2) ** -50, (got, want)
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "binary32", "binary64"])
+def test_compact_copies_agree_exactly_where_the_exact_values_do(fmt):
+    # Pairs of values (144 bits) apart by tol * ulp * (1 +- 2**-20) and by 0: settle's test
+    # on the compact copies (two binary64 pieces) decides as exact rationals decide.
+    from roundoff_coverage.numerics.resolve import SETTLE_ULPS, agree, compact
+    f = formats.get(fmt)
+    bk = numerics.reference(144)
+    rng = np.random.default_rng(5)
+    third = bk.divide(bk.asarray(rng.uniform(1, 2, 200) * 2.0 ** rng.integers(-60, 60, 200)),
+                      bk.asarray(np.full(200, 3.0)))
+    for scale, want in ((1 - 2.0 ** -20, True), (1 + 2.0 ** -20, False), (0.0, True)):
+        for k in range(0, 200, 20):
+            # settle's tolerance at v: SETTLE_ULPS * |v| * 2**(1 - p) (numerics.resolve._close)
+            x = _fraction(third[k])
+            step = Fraction(SETTLE_ULPS) * abs(x) * Fraction(2) ** (1 - f.precision) * \
+                Fraction(scale)
+            other = third.copy()
+            other[k] = _shifted(bk, third[k], step)
+            assert agree(compact(third), compact(other), f) is want, (scale, k)
+            assert agree(third, other, f) is want, (scale, k)
+    inf = third.copy()
+    inf[3] = bk.asarray(np.array([np.inf]))[0]
+    assert not agree(compact(third), compact(inf), f)
+    assert agree(compact(inf), inf, f)
+
+
+def _shifted(bk, v, step):
+    """v + step exactly (an mpf of enough bits)."""
+    x = _fraction(v) + step
+    with mpmath.workprec(2000):
+        return bk.ctx.make_mpf(mpmath.libmp.from_rational(x.numerator, x.denominator, 2000,
+                                                            mpmath.libmp.round_nearest))
+
+
+def test_a_compact_copy_against_values_without_binary64_pieces():
+    # 2**-1000 / 3 at 144 bits has bits below 2**-1074: no Compact; its binary64 rounding
+    # has one.  Compared exactly: within bfloat16's tolerance (2**-39 of the value), not
+    # within binary64's (2**-84).
+    from roundoff_coverage.numerics.resolve import Compact, agree, compact
+    bk = numerics.reference(144)
+    tiny = bk.divide(bk.asarray(np.array([2.0 ** -1000, 1.0])), bk.asarray(np.full(2, 3.0)))
+    assert not isinstance(compact(tiny), Compact)
+    near = compact(bk.asarray(bk.to_float64(tiny)))
+    assert isinstance(near, Compact)
+    assert agree(near, tiny, "bfloat16") and agree(tiny, near, "bfloat16")
+    assert not agree(near, tiny, "binary64")
