@@ -4,6 +4,7 @@ arithmetic (numerics/intervals.py) where it can be."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -193,22 +194,51 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None):
 
 @dataclass(frozen=True)
 class Compact:
-    """An array of reals (mpf or float entries) kept as its first two binary64 pieces,
-    ``hi + lo`` (ReferenceBackend.pieces: the top 106 bits of each mantissa, truncated), at
-    16 bytes a value instead of an mpf's ~200: all that settle needs of an earlier
-    evaluation to test the next one against.  Dropping the rest of the mantissa moves a
-    value by less than 2**-105 of itself, far below the 2**-32 ulp tolerance of any format
-    that fits binary64 (2**-84 of the value at binary64's 53 bits)."""
+    """An array of reals (mpf or float entries) kept as two binary64 numbers a value, ``hi
+    + lo``: ``hi`` the top 53 bits of the mantissa (truncated), ``lo`` the rest rounded to
+    nearest; 16 bytes a value instead of an mpf's ~200, all that settle needs of an earlier
+    evaluation to test the next one against.  ``hi + lo`` is within 2**-105 of the value,
+    far below the 2**-32 ulp tolerance of any format that fits binary64 (2**-84 of the value
+    at binary64's 53 bits)."""
 
     hi: np.ndarray
     lo: np.ndarray
 
 
+class _NoPieces(Exception):
+    """A value with no Compact form (compact)."""
+
+
+def _two(v):
+    """(hi, lo) of one mpf or float (Compact), or _NoPieces for a NaN, an infinity or a value
+    whose pieces leave binary64's range (its last kept bit below 2**-1074 or its top at
+    2**1024)."""
+    if type(v) is float:
+        if v != v or v in (math.inf, -math.inf):
+            raise _NoPieces
+        return v, 0.0
+    r = v._mpf_ if hasattr(v, "_mpf_") else None
+    if r is None:
+        raise _NoPieces
+    sign, man, exp, bc = r
+    if not man:
+        if bc:                                  # mpmath's NaN and infinities: man 0, bc < 0
+            raise _NoPieces
+        return 0.0, 0.0
+    cut = max(bc - 53, 0)
+    if exp + cut < -1074 or exp + bc > 1024 or (cut and exp + max(cut - 53, 0) < -1074):
+        raise _NoPieces
+    top = int(man >> cut)
+    hi = math.ldexp(top, exp + cut)
+    lo = math.ldexp(float(int(man) - (top << cut)), exp) if cut else 0.0
+    return (-hi, -lo) if sign else (hi, lo)
+
+
 def compact(a):
     """``a`` as a Compact where every entry is a finite real with binary64 pieces (no NaN
-    or infinity, nothing beyond binary64's exponent range, where the comparison would need
-    the exact entries); ``a`` itself otherwise (and for integer or Boolean arrays, None,
-    nested tuples and lists: compacted entry by entry)."""
+    or infinity, nothing beyond binary64's exponent range, where the comparison needs the
+    exact entries); ``a`` itself otherwise (and for integer or Boolean arrays; None, nested
+    tuples and lists: compacted entry by entry)."""
     if a is None or isinstance(a, Compact):
         return a
     if isinstance(a, (tuple, list)):
@@ -216,10 +246,15 @@ def compact(a):
     arr = np.asarray(a)
     if arr.size == 0 or (arr.dtype != object and arr.dtype.kind != "f"):
         return a
-    parts = ReferenceBackend(64).pieces(arr)
-    if parts is None:
+    if arr.dtype != object:
+        if not np.isfinite(arr).all():
+            return a
+        return Compact(arr.astype(np.float64), np.zeros(arr.shape))
+    try:
+        pairs = np.array([_two(v) for v in arr.reshape(-1).tolist()], dtype=np.float64)
+    except _NoPieces:
         return a
-    return Compact(parts[0], parts[1] if len(parts) > 1 else np.zeros_like(parts[0]))
+    return Compact(pairs[:, 0].reshape(arr.shape), pairs[:, 1].reshape(arr.shape))
 
 
 def _expanded(a):
