@@ -67,8 +67,13 @@ def main():
             sys.exit(f"model run failed ({done.returncode}): {done.stderr.strip()[-800:]}")
         with open(out) as fh:
             doc = json.load(fh)
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20    # KiB -> GiB
+    print(f"{args.model} at {args.image}: {len(doc['rows'])} rows, {wall:.1f} s wall, peak "
+          f"{peak:.2f} GiB (largest process); command: {' '.join(cmd[2:])}")
     whole = [r for r in doc["rows"] if (r["node"] or "").startswith(("output:", "input:"))
              and r["status"] == "ok" and r["bits"] is not None]
+    for r in whole:
+        r["bits"] = float(r["bits"])             # "inf" where a tensor is exact
     for route in ("forward", "gradient"):
         worst = min((r for r in whole if r["route"] == route), key=lambda r: r["bits"],
                     default=None)
@@ -78,10 +83,7 @@ def main():
         for route, top in summary.get("largest_local", {}).items():
             if top:
                 print(f"largest local error ({route}): {top[0]['node']} ({top[0]['module']}) "
-                      f"{top[0]['bits']:.2f} bits")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20    # KiB -> GiB
-    print(f"{args.model} at {args.image}: {len(doc['rows'])} rows, {wall:.1f} s wall, peak "
-          f"{peak:.2f} GiB (largest process); command: {' '.join(cmd[2:])}")
+                      f"{float(top[0]['bits']):.2f} bits")
     os.environ.update(env)
     import torch
     model, inputs = factory()
