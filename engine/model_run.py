@@ -10,9 +10,11 @@ from the artifact, and the results file names it with its sha256 (``meta.model``
 report can be reproduced from the artifact alone, without the model's code.
 
 Units are configurations (format, mode, policy; engine/model.py measures one over every
-sample), run on this machine's workers (engine/orchestrate.py: a unit per worker, a
-worker that dies ends the run with a message), each checkpointed as it finishes in
-``<out>.partial.jsonl`` so an interrupted run resumes with ``--resume``.
+sample), run on this machine's workers or a Dask cluster (engine/orchestrate.py: a unit
+per worker; a local worker that dies ends the run with a message, a configuration that fails
+on the cluster becomes its error row), each checkpointed as it finishes in
+``<out>.partial.jsonl`` so an interrupted run resumes with ``--resume``; a long
+configuration reports its phases on stderr (orchestrate.Phases).
 """
 
 from __future__ import annotations
