@@ -265,10 +265,7 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
                                              tuple(routes_), tuple(others), target, scheme,
                                              attribution, log)
     except Exception as exc:                                  # noqa: BLE001 (data)
-        return {"rows": [empty(op="model", route="forward", port="*", format=fmt, mode=mode,
-                               policy=policy, implementation="emulated", status="error",
-                               reason=one_line(exc), node="model", attribution="propagated")],
-                "summary": {}, "phases": {}}
+        return _error_result(fmt, mode, policy, one_line(exc))
     return results.clean({"rows": got, "summary": summary, "phases": phases})
 
 
@@ -331,10 +328,14 @@ def _unit_name(key) -> str:
 def _failed_unit(key, message) -> dict:
     """What a configuration that failed on the cluster (its worker died, twice) becomes:
     one error row naming it, like a configuration whose measurement raised."""
-    fmt, mode, policy = key.split("|")
+    return _error_result(*key.split("|"), message)
+
+
+def _error_result(fmt, mode, policy, reason) -> dict:
+    """A configuration's result when it could not be measured: one error row."""
     return {"rows": [empty(op="model", route="forward", port="*", format=fmt, mode=mode,
                            policy=policy, implementation="emulated", status="error",
-                           reason=message, node="model", attribution="propagated")],
+                           reason=reason, node="model", attribution="propagated")],
             "summary": {}, "phases": {}}
 
 

@@ -148,30 +148,29 @@ def _odd_binary64(raws):
     gives the value's correct rounding into it (Boldo and Melquiond, "Emulation of FMA and
     correctly rounded sums: proved algorithms using rounding to odd", IEEE TC 57(4), 2008),
     at a fraction of formats.round_exact's cost."""
-    out = np.empty(len(raws))
-    for i, r in enumerate(raws):
-        if r == fzero:
-            out[i] = 0.0
-            continue
-        if special_raw(r):
-            out[i] = math.nan if r == fnan else (math.inf if r == finf else -math.inf)
-            continue
+    def odd(r):
         sign, man, exp, bc = r
-        if not -1000 <= exp + bc <= 1023:
-            return None
-        if bc > 53:
-            cut = bc - 53
-            kept = int(man >> cut)
-            man, exp = kept | (1 if (kept << cut) != man else 0), exp + cut
-        v = math.ldexp(int(man), exp)
-        out[i] = -v if sign else v
-    return out
+        if bc <= 53:
+            return r
+        cut = bc - 53
+        kept = int(man >> cut)
+        return sign, kept | (1 if (kept << cut) != man else 0), exp + cut, 53
+    return _at_53_bits(raws, odd, -1000, 1023)
 
 
 def _nearest_binary64(raws):
     """Raw mpf values rounded to nearest even into binary64 (mpmath's own rounding to 53
-    bits, then exact), or None when one lies outside binary64's normal range, where the
-    subnormal grid or overflow needs formats.round_exact."""
+    bits, then exact), or None when one lies outside binary64's normal range (2**-1022 <=
+    |x| < 2**1024 after rounding), where the subnormal grid or overflow needs
+    formats.round_exact."""
+    return _at_53_bits(raws, lambda r: libmp.mpf_pos(r, 53, _RN) if r[3] > 53 else r,
+                       -1021, 1024)
+
+
+def _at_53_bits(raws, cut, low, high):
+    """float64 values of raw mpf values: zeros and specials as they are, the others cut to
+    at most 53 bits by ``cut`` (a raw mpf to a raw mpf) and read exactly; None when a cut
+    value's exponent + bit count leaves [low, high]."""
     out = np.empty(len(raws))
     for i, r in enumerate(raws):
         if r == fzero:
@@ -180,8 +179,8 @@ def _nearest_binary64(raws):
         if special_raw(r):
             out[i] = math.nan if r == fnan else (math.inf if r == finf else -math.inf)
             continue
-        sign, man, exp, bc = libmp.mpf_pos(r, 53, _RN) if r[3] > 53 else r
-        if not -1021 <= exp + bc <= 1024:          # 2**-1022 <= |x| < 2**1024, after rounding
+        sign, man, exp, bc = cut(r)
+        if not low <= exp + bc <= high:
             return None
         v = math.ldexp(int(man), exp)
         out[i] = -v if sign else v
@@ -431,7 +430,7 @@ class ReferenceBackend(Backend):
     # -- dot and matmul: exact then rounded once --
     # Operands that are binary64 values go straight to numerics/exact_products.py.  Wider
     # operands (results of earlier primitives at prec bits) are cut exactly into binary64
-    # pieces, x = x_0 + x_1 + ... (53-bit fields of the mantissa, pieces; x_s ~ 2**(-53 s)
+    # pieces, x = x_0 + x_1 + ... (53-bit fields of the mantissa, _pieces; x_s ~ 2**(-53 s)
     # x), and the product is summed by level L = s + t:
     #     a . b = sum_L 2**(-53 L) sum_{s+t=L} (2**(53 s) a_s) . (2**(53 t) b_t),
     # one exact product per level with its pairs laid side by side along the inner axis.
@@ -451,7 +450,7 @@ class ReferenceBackend(Backend):
         if min(a.ndim, b.ndim) == 0 or a.shape[-1] != b.shape[-1] or a.size == 0 or \
                 b.size == 0:
             return super().dot(a, b)
-        pa, pb = self.pieces(a), self.pieces(b)
+        pa, pb = self._pieces(a), self._pieces(b)
         if pa is None or pb is None:
             return super().dot(a, b)
         return self._levels(pa, pb, exact_dot, -1)
@@ -463,7 +462,7 @@ class ReferenceBackend(Backend):
         if min(a.ndim, b.ndim) == 0 or a.size == 0 or b.size == 0 or \
                 a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
             return super().matmul(a, b)
-        pa, pb = self.pieces(a), self.pieces(b)
+        pa, pb = self._pieces(a), self._pieces(b)
         if pa is None or pb is None:
             return super().matmul(a, b)
         return self._levels(pa, pb, exact_matmul, -2 if b.ndim > 1 else 0)
@@ -486,7 +485,7 @@ class ReferenceBackend(Backend):
                               for m, x in zip(n.reshape(-1), e.reshape(-1))]
         return out
 
-    def pieces(self, x):
+    def _pieces(self, x):
         """x as a list of S float64 arrays summing exactly to it (S = 1 for binary64 values),
         or None when some entry is NaN, infinite or has a piece outside binary64's range."""
         direct = self._binary64(x)
