@@ -183,7 +183,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
     phases = {}
     t0 = time.perf_counter()
-    exact, precs, moving = _exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log)
+    exact, precs, moving = exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log)
     phases["reference"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     log("emulated run")
@@ -293,7 +293,7 @@ def _node_log(g, log, phase, alone=False):
     return pre
 
 
-def _exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
+def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
     """(traces, precisions, {sample: the sites whose values still moved at the last
     doubling}) of every sample by numerics.settle over the samples.  Only the last trace of
     a sample is kept; settle compares the precisions on compact copies of its sites' values
@@ -390,7 +390,7 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
     reaches)."""
     node, module, op, attrs = _node_label(g, site.node)
     if node is None:
-        node = _whole_name(site)
+        node = whole_name(site)
     row = row_fields.empty(op=op, attrs=attrs, route=site.route, port=site.port,
                            format=config.format, mode=config.mode,
                            policy=policy or config.policy, implementation=implementation,
@@ -642,11 +642,11 @@ def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
         acc.setdefault(site.route, []).append(ulp[np.isfinite(ulp)])
         if measured["norm_rel"] is not None and \
                 measured["norm_rel"] >= rel.get(site.route, (-1.0, None))[0]:
-            rel[site.route] = (measured["norm_rel"], _whole_name(site))
+            rel[site.route] = (measured["norm_rel"], whole_name(site))
     return {r: rel.get(r, (None, None)) + (np.concatenate(v),) for r, v in acc.items()}
 
 
-def _whole_name(site) -> str:
+def whole_name(site) -> str:
     """A whole-model site's node label in the rows: output:<name> or input:<name>."""
     return f"{'input' if site.where == 'cotangents' else 'output'}:{site.port}"
 

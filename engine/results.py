@@ -146,6 +146,12 @@ def special_file(path) -> str | None:
             if stat.S_ISSOCK(mode) else "a special file")
 
 
+def write_data(path, data) -> None:
+    """Write JSON data other than a results file (the advisor's answer) atomically: keys
+    sorted, non-finite numbers as strings (``clean``)."""
+    _atomic(path, json.dumps(clean(data), sort_keys=True, indent=1, allow_nan=False) + "\n")
+
+
 def _atomic(path, text) -> None:
     if special_file(path):
         # Written as a stream: renaming a temporary file over /dev/null would replace the

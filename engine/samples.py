@@ -29,13 +29,15 @@ def is_float_port(port) -> bool:
     return port.kind in ("value", "frozen")
 
 
-def sample_inputs(graph, samples: int, seed: int, given: dict | None = None) -> list:
+def sample_inputs(graph, samples: int, seed: int, given: dict | None = None,
+                  around: list | None = None) -> list:
     """Per sample, one array per graph input (float64 for float ports, not yet rounded):
     ``given`` {input name: array, or a stack of arrays with one more leading axis} replaces
     those inputs (its stack size is the sample count); the rest are the example inputs
-    (sample 0) and draws around them."""
+    (sample 0) and draws around them; ``around``: one array per input standing for the
+    example inputs (draws around a sample of another set)."""
     names, ports = graph.input_names, graph.inputs
-    example = graph.example_inputs
+    example = graph.example_inputs if around is None else around
     given = dict(given or {})
     unknown = sorted(set(given) - set(names))
     if unknown:

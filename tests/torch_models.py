@@ -186,6 +186,50 @@ class Dropped(nn.Module):
         return self.d2(self.l2(torch.relu(self.d1(self.l1(x)))))
 
 
+class Shift(nn.Module):
+    """(h + 256) - 256: exact in binary32 at |h| ~ 1, but bfloat16's spacing at 256 is 2,
+    so in bfloat16 the result keeps almost nothing of h (a forward error of order 1)."""
+
+    def forward(self, h):
+        return (h + 256.0) - 256.0
+
+
+class Peaked(nn.Module):
+    """A saturated softmax (a logit gap of about 10 from its bias): its values are good to
+    bfloat16's 2**-9, but the gradient of its logits, p * (g - <p, g>), is about e**-10
+    times the cotangents and cancels: in bfloat16 (p's largest entry rounds to 1) its
+    weight's gradient is wrong by far more than 100%; in binary32 by about 1e-3."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(0.3 * torch.randn(8, 8))
+        self.bias = nn.Parameter(torch.tensor([10.0] + [0.0] * 7))
+
+    def forward(self, h):
+        return torch.softmax(F.linear(h, self.weight, self.bias), dim=-1)
+
+
+class Advised(nn.Module):
+    """The precision advisor's model with a known answer: in bfloat16, ``shift`` alone
+    breaks the output and ``peaked`` alone breaks a parameter gradient; ``inp``, ``out``
+    and the sum at the top level are fine (tests/engine/test_advise.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp, self.shift, self.peaked = nn.Linear(8, 8), Shift(), Peaked()
+        self.out = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return self.out(self.shift(h) + self.peaked(h))
+
+
+def advised():
+    """(model, example args) of Advised, seeded (a factory for ``advise``)."""
+    torch.manual_seed(0)
+    return Advised().eval(), (torch.randn(16, 8),)
+
+
 def models() -> dict:
     """key -> (model, example arguments), seeded: the same weights on every call."""
     torch.manual_seed(0)

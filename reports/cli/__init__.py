@@ -6,7 +6,7 @@ or check failed, 2 bad usage or bad input, 130 interrupted.  User errors (``Usag
 ``roundoff-coverage: error: <reason>`` on stderr in exactly one place, ``main``; a
 subcommand only raises them.
 
-A subcommand is a module of this package (formats, ops, policies, run, model, bound, gate, report,
+A subcommand is a module of this package (formats, ops, policies, run, model, advise, bound, gate, report,
 measure) whose ``add(subparsers, shared)`` declares its arguments and sets ``handler``;
 ``SUBCOMMANDS`` names them.  ``shared`` is the parent parser of the options every subcommand that names
 formats shares (``--formats-file``).  What the modules share is in ``common``.  Only the
@@ -31,7 +31,7 @@ from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, PROG, P
 __all__ = ["main", "build_parser", "UsageError", "PROG", "EXIT_OK", "EXIT_FAILED",
            "EXIT_USAGE", "EXIT_INTERRUPTED"]
 
-SUBCOMMANDS = ("formats", "ops", "policies", "run", "model", "bound", "gate", "report", "measure")
+SUBCOMMANDS = ("formats", "ops", "policies", "run", "model", "advise", "bound", "gate", "report", "measure")
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,474 @@
+"""The precision advisor (issue 39): which units of a captured graph -- its modules, or its
+nodes -- to keep in a higher precision so that the whole model's outputs and gradients meet
+an error budget against exact values, at the least cost (engine/cost.py).
+
+An **assignment** gives every unit a candidate format.  The model is the user's model in
+binary32 (its inputs, parameters and constants rounded once to binary32: the exact run
+starts from those values); a unit in candidate F computes as autocast does: each of its
+nodes reads its float arguments (and, in the reverse sweep, the cotangents of its outputs)
+rounded to nearest even into F, computes under numerics.emulated(F, mode, policy) and its
+results (values and gradient contributions) are F values, read as they are by binary32
+nodes and rounded into F by the next unit in F.  A unit in binary32 is the model as it is.
+Candidates are element formats at most as precise as binary32.
+
+The **budget** (``parse_budget``): a largest normwise relative error ||y_hat - y||_2 /
+||y||_2 (engine/tensor_measures.py's ``norm_rel``; or an SQNR in dB, 20 log10 of its
+inverse) for every output (``out``), every input and parameter gradient (``grad``), or one
+of them by name (``out[logits]``, ``grad[fc.weight]``), each tensor joined over the samples.
+
+The **search** measures before it predicts: the exact run once on the samples; the
+emulated run of every unit alone at each lower candidate (the rest in the highest): each
+unit's own excess error on each budgeted tensor (``singles``); then, taking errors of
+different units as adding (first order: the triangle inequality of their separate effects),
+a greedy descent from everything in the highest candidate lowers the unit that saves the
+most cost per share of the budget it uses while the predicted errors stay within it.  The
+chosen assignment is then **confirmed**: measured as a whole against exact values.  Where it
+misses the budget (errors compound beyond first order), the descent is repeated within a
+budget scaled down by the miss, up to ROUNDS times; everything in the highest candidate is
+the fallback, measured first.  The answer is **validated** on held-back samples: draws
+around the first sample with another seed, their own exact run.
+
+Beside the answer, the two rules users apply by hand, measured the same way: the first and
+the last product (the first and last layers) in the highest candidate, the rest in the
+lowest; every normalization and softmax in the highest, the rest in the lowest.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from roundoff_coverage import formats, numerics
+from roundoff_coverage.routes.graph import GraphRule
+
+from . import cost as costs
+from .model import exact_traces, whole_name
+from .samples import ModelError, in_format, sample_inputs, tangent_directions
+from .sites import sites, value_at
+
+BASE = "binary32"                   # the model as the user has it
+TOP_LEVEL = "(top level)"           # the unit of the nodes outside every module
+ROUNDS = 6                          # confirmation rounds before falling back
+HELD_BACK_SEED = 0x686C64           # the held-back draws' seed offset ("hld")
+NORMALIZING = ("layerNorm", "batchNorm", "batchNormRunning", "softmax", "logSoftmax",
+               "maskedSoftmax")
+UNIT_KINDS = ("module", "node")
+_LIMIT = re.compile(r"^(out|grad)(?:\[([^\]]+)\])?:(.+)$")
+
+
+class AdviseError(ValueError):
+    """Bad input to the advisor (one-line message)."""
+
+
+# ----- the budget --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Limit:
+    """One item of a budget: ``kind`` ``out`` (outputs) or ``grad`` (input and parameter
+    gradients), ``name`` one tensor of that kind or None for all, ``rel`` the largest
+    normwise relative error allowed."""
+
+    kind: str
+    name: str | None
+    rel: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind}{f'[{self.name}]' if self.name else ''}:{self.rel:.3g}"
+
+
+def parse_budget(text: str) -> tuple[Limit, ...]:
+    """The Limits of ``--budget`` (``out:1e-2,grad:5e-2``, ``out:40dB``,
+    ``grad[fc.weight]:0.1``); AdviseError (one line) on anything else."""
+    out = []
+    for item in (t.strip() for t in (text or "").split(",")):
+        if not item:
+            continue
+        m = _LIMIT.match(item)
+        if not m:
+            raise AdviseError(f"--budget: {item!r} is not KIND:VALUE (KIND out or grad, "
+                              f"optionally one tensor as out[NAME] or grad[NAME]; VALUE a "
+                              f"relative error such as 1e-2 or an SQNR such as 40dB)")
+        kind, name, value = m.group(1), m.group(2), m.group(3).strip()
+        try:
+            if value.lower().endswith("db"):
+                rel = 10.0 ** (-float(value[:-2]) / 20.0)
+            else:
+                rel = float(value)
+        except ValueError:
+            rel = float("nan")
+        if not (math.isfinite(rel) and rel > 0):
+            raise AdviseError(f"--budget: {item!r}: the value must be a positive relative "
+                              f"error (1e-2) or an SQNR in dB (40dB)")
+        if any(x.kind == kind and x.name == name for x in out):
+            raise AdviseError(f"--budget: {kind}{f'[{name}]' if name else ''} is given twice")
+        out.append(Limit(kind, name, rel))
+    if not out:
+        raise AdviseError("--budget: empty (give e.g. out:1e-2,grad:5e-2)")
+    return tuple(out)
+
+
+def _limits(budget, tensors) -> dict:
+    """{tensor label: its allowed relative error} (``tensors``: output:NAME / input:NAME);
+    a named limit replaces its kind's."""
+    out = {}
+    for t in tensors:
+        kind, name = ("out" if t.startswith("output:") else "grad"), t.split(":", 1)[1]
+        own = [x for x in budget if x.kind == kind and x.name == name]
+        every = [x for x in budget if x.kind == kind and x.name is None]
+        if own or every:
+            out[t] = (own or every)[0].rel
+    return out
+
+
+# ----- units and candidates ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Unit:
+    """What one candidate is chosen for: a module (its own nodes, not its submodules') or
+    one node; ``nodes`` its node indices."""
+
+    name: str
+    nodes: tuple
+
+
+def units_of(g, kind: str) -> list:
+    """The units of graph ``g``: per module (each node in its innermost module; the nodes
+    outside every module together as TOP_LEVEL) or per node, in execution order."""
+    if kind == "node":
+        return [Unit(g.node_names[k], (k,)) for k in range(len(g.nodes))]
+    groups = {}
+    for k, m in enumerate(g.node_modules):
+        groups.setdefault(m or TOP_LEVEL, []).append(k)
+    return [Unit(m, tuple(ks)) for m, ks in groups.items()]
+
+
+def check_candidates(names) -> list:
+    """The candidate formats of ``names``, cheapest first (narrowest, then least precise);
+    AdviseError for one the advisor cannot assign."""
+    out = []
+    for name in names:
+        fmt = formats.get(name)                       # FormatError: an unknown name
+        if isinstance(fmt, formats.ScaledFormat):
+            raise AdviseError(f"candidate {name}: a scaled format; the advisor assigns "
+                              f"element formats (binary32, bfloat16, binary16, "
+                              f"float8_e4m3fn...)")
+        if fmt.precision > formats.get(BASE).precision or \
+                fmt.emax > formats.get(BASE).emax:
+            raise AdviseError(f"candidate {name}: more precise or wider than {BASE}, the "
+                              f"model's own format; candidates are at most {BASE}")
+        out.append(fmt)
+    if len({f.label for f in out}) != len(out):
+        raise AdviseError("--candidates: a format is named twice")
+    if len(out) < 2:
+        raise AdviseError("--candidates: give at least two formats (e.g. "
+                          "binary32,bfloat16)")
+    return sorted(out, key=lambda f: (f.bits, f.precision, f.emax))
+
+
+# ----- measuring an assignment -------------------------------------------------------------------
+
+class Errors:
+    """The whole model's errors under assignments on one set of samples: the exact run once
+    (engine/model.py's exact_traces), then an emulated run per assignment."""
+
+    def __init__(self, graph, samples, seed, mode, policy, want_grad, log):
+        base = formats.get(BASE)
+        self.g = g = in_format(graph, base)
+        self.xs = [[formats.round_to(x, base) if p.scalar else x
+                    for x, p in zip(s, g.inputs)] for s in samples]
+        self.dirs = [tangent_directions(g, base, x, seed, s) for s, x in enumerate(self.xs)]
+        self.want_grad, self.mode, self.policy, self.seed = want_grad, mode, policy, seed
+        exact, _, _ = exact_traces(g, base, self.xs, self.dirs, want_grad, False,
+                                   *((log,) if log else ()))
+        routes = ("forward", "gradient") if want_grad else ("forward",)
+        self.whole = [s for s in sites(g, routes) if s.node < 0]
+        ref = numerics.reference(64)
+        self.exact = {}
+        for site in self.whole:
+            parts = [value_at(tr, site) for tr in exact]
+            if all(p is not None for p in parts):
+                self.exact[whole_name(site)] = np.concatenate(
+                    [ref.to_float64(np.asarray(p, dtype=object)).reshape(-1) for p in parts])
+        self.base = numerics.emulated(base, mode, policy, seed=seed)
+        self._backends = {}
+        self.runs = 0
+
+    @property
+    def tensors(self) -> list:
+        return list(self.exact)
+
+    def backend(self, fmt):
+        if fmt.label not in self._backends:
+            self._backends[fmt.label] = numerics.emulated(fmt, self.mode, self.policy,
+                                                          seed=self.seed)
+        return self._backends[fmt.label]
+
+    def __call__(self, by_node: dict) -> dict:
+        """{tensor: normwise relative error} with node k computing in ``by_node[k]`` (a
+        format; binary32 where absent)."""
+        g = self.g
+        low = {k: f for k, f in by_node.items() if f.label != BASE}
+        override = {k: self.backend(f) for k, f in low.items()}
+
+        def pre(kind, k, j, v):
+            fmt = low.get(k)
+            if fmt is None:
+                return v
+            ports = g.nodes[k].op.inputs if kind == "argument" else g.nodes[k].op.outputs
+            if kind not in ("argument", "cotangent") or not ports[j].scalar:
+                return v
+            return formats.round_to(np.asarray(v, dtype=np.float64), fmt)
+
+        rule = GraphRule(g, self.base)
+        got = {t: [] for t in self.exact}
+        for x, (c, _) in zip(self.xs, self.dirs):
+            tr = rule.trace([self.base.asarray(a) if p.scalar else a
+                             for a, p in zip(x, g.inputs)],
+                            c if self.want_grad else None, None, override,
+                            pre=pre if low else None)
+            for site in self.whole:
+                name = whole_name(site)
+                if name in got:
+                    got[name].append(np.asarray(value_at(tr, site),
+                                                dtype=np.float64).reshape(-1))
+        self.runs += 1
+        return {t: norm_rel(np.concatenate(v), self.exact[t]) for t, v in got.items()}
+
+
+def norm_rel(c, e) -> float:
+    """||c - e||_2 / ||e||_2 of binary64 arrays (elements NaN in both left out; inf where
+    the difference is not finite; 0 where both are 0, inf where only e is): the tensor
+    measure of engine/tensor_measures.py on the binary64 roundings of the exact values
+    (2**-53 relative: far below any budget)."""
+    both = np.isnan(c) & np.isnan(e)
+    c, e = c[~both], e[~both]
+    d = c - e
+    if not np.all(np.isfinite(d)):
+        return float("inf")
+    s = float(np.max(np.abs(e))) if e.size else 0.0
+    if s == 0.0:
+        return 0.0 if not np.any(d) else float("inf")
+    return float(np.linalg.norm(d / s) / np.linalg.norm(e / s))
+
+
+# ----- the search --------------------------------------------------------------------------------
+
+@dataclass
+class Advice:
+    """What ``advise`` found (``document`` writes it as JSON data)."""
+
+    units: list
+    candidates: list
+    limits: dict
+    assignment: dict                        # unit name -> format label
+    confirmed: dict                         # tensor -> error on the samples
+    held_back: dict                         # tensor -> error on the held-back samples
+    costs: dict                             # assignment, all_highest, all_lowest
+    unit_costs: dict                        # unit name -> {format label: seconds}
+    rules: list = field(default_factory=list)
+    front: list = field(default_factory=list)
+    met: bool = False
+    met_held_back: bool = False
+    reason: str = ""
+    runs: int = 0
+
+
+def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
+           held_back=2, mode="nearest_even", policy="fp32_accumulate", log=None) -> Advice:
+    """The cheapest assignment found whose measured errors meet ``budget`` (Limits) on
+    ``samples`` (sample_inputs' lists), validated on ``held_back`` draws (module
+    docstring); ``candidates``: check_candidates' formats; ``log(phase, done, total,
+    where)``: progress (orchestrate.Phases) or None."""
+    say = log or (lambda *a, **k: None)
+    if unit_kind not in UNIT_KINDS:
+        raise AdviseError(f"--unit {unit_kind}: give module or node")
+    _check_names(graph, budget)
+    units = units_of(graph, unit_kind)
+    cands = list(candidates)
+    low, high = cands[0], max(cands, key=lambda f: (f.precision, f.emax, f.bits))
+    want_grad = any(x.kind == "grad" for x in budget)
+    samples = samples if samples is not None else sample_inputs(graph, 2, seed)
+    measure = Errors(graph, samples, seed, mode, policy, want_grad, log)
+    limits = _limits(budget, measure.tensors)
+    unit_cost = {u.name: {f.label: sum(costs.node_seconds(graph.nodes[k].op, f.bits,
+                                                          want_grad) for k in u.nodes)
+                          for f in cands} for u in units}
+
+    def cost(assign):
+        return sum(unit_cost[u][f.label] for u, f in assign.items())
+
+    def by_node(assign):
+        return {k: assign[u.name] for u in units for k in u.nodes}
+
+    def usage(errs):
+        return max((errs[t] / lim for t, lim in limits.items()), default=0.0)
+
+    front = []
+
+    def run(assign, source):
+        errs = measure(by_node(assign))
+        front.append({"source": source, "cost": cost(assign), "usage": usage(errs)})
+        return errs
+
+    every = {f.label: {u.name: f for u in units} for f in cands}
+    say("everything in each candidate")
+    whole = {label: run(a, f"all {label}") for label, a in every.items()}
+    best, best_errs = every[high.label], whole[high.label]
+    met = usage(best_errs) <= 1.0
+    reason = ""
+    if not met:
+        reason = (f"the budget cannot be met: even every unit in {high.label} misses it "
+                  f"({_worst_text(best_errs, limits)}); the assignment is all {high.label}")
+    elif usage(whole[low.label]) <= 1.0:
+        best, best_errs = every[low.label], whole[low.label]
+    else:
+        best, best_errs = _search(units, cands, high, limits, measure, by_node, cost, run,
+                                  whole[high.label], best, best_errs, say)
+    rules = []
+    for text, kept in _hand_rules(graph, units, high):
+        assign = {u.name: (high if u.name in kept else low) for u in units}
+        errs = measure(by_node(assign))
+        front.append({"source": text, "cost": cost(assign), "usage": usage(errs)})
+        rules.append({"rule": text, "keep": sorted(kept), "cost": cost(assign),
+                      "errors": errs, "met": usage(errs) <= 1.0})
+    say("held-back samples")
+    held = sample_inputs(graph, held_back + 1, seed + HELD_BACK_SEED, around=samples[0])[1:]
+    check = Errors(graph, held, seed + HELD_BACK_SEED, mode, policy, want_grad, log)
+    held_errs = check(by_node(best))
+    return Advice(units=units, candidates=[f.label for f in cands], limits=limits,
+                  assignment={u: f.label for u, f in best.items()}, confirmed=best_errs,
+                  held_back=held_errs,
+                  costs={"assignment": cost(best), "all_highest": cost(every[high.label]),
+                         "all_lowest": cost(every[low.label])},
+                  unit_costs=unit_cost,
+                  rules=rules, front=front, met=met,
+                  met_held_back=met and all(held_errs[t] <= lim for t, lim in limits.items()),
+                  reason=reason, runs=measure.runs + check.runs)
+
+
+def _search(units, cands, high, limits, measure, by_node, cost, run, base_errs, best,
+            best_errs, log):
+    """The greedy descent on the singles' predictions, confirmed (module docstring):
+    (assignment, its measured errors), ``best`` (everything in ``high``, measured) when no
+    round's prediction is confirmed."""
+    lower = [f for f in cands if f is not high]
+    singles = {}
+    for i, u in enumerate(units):
+        log("each unit alone", float(i), float(len(units)), u.name)
+        for f in lower:
+            assign = {v.name: high for v in units} | {u.name: f}
+            got = measure(by_node(assign))
+            singles[(u.name, f.label)] = {t: max(0.0, got[t] - base_errs[t]) for t in limits}
+    scale = 1.0
+    tried = set()
+    for r in range(ROUNDS):
+        log("confirming", float(r), float(ROUNDS), f"round {r + 1}")
+        assign = _descend(units, cands, high, limits, singles, base_errs, cost, scale)
+        key = tuple(sorted((u, f.label) for u, f in assign.items()))
+        if key in tried:
+            scale /= 2
+            continue
+        tried.add(key)
+        errs = run(assign, f"confirmed round {r + 1}")
+        worst = max((errs[t] / lim for t, lim in limits.items()), default=0.0)
+        if worst <= 1.0:
+            if cost(assign) < cost(best):
+                return assign, errs
+            return best, best_errs
+        scale /= max(worst, 1.25)
+    return best, best_errs
+
+
+def _descend(units, cands, high, limits, singles, base_errs, cost, scale) -> dict:
+    """Greedy: from every unit in ``high``, lower one unit at a time to a cheaper candidate
+    -- the move saving the most cost per share of the budget it adds -- while every
+    predicted error (base + the lowered units' single excesses) stays within ``scale`` times
+    its limit."""
+    assign = {u.name: high for u in units}
+    excess = {t: 0.0 for t in limits}
+    while True:
+        best = None
+        for u in units:
+            now = assign[u.name]
+            here = singles.get((u.name, now.label), dict.fromkeys(limits, 0.0))
+            for f in cands:
+                saving = cost({u.name: now}) - cost({u.name: f})
+                if saving <= 0:
+                    continue
+                there = singles[(u.name, f.label)]
+                moved = {t: excess[t] - here[t] + there[t] for t in limits}
+                if any(base_errs[t] + moved[t] > scale * lim for t, lim in limits.items()):
+                    continue
+                added = max((max(0.0, there[t] - here[t]) / lim
+                             for t, lim in limits.items()), default=0.0)
+                merit = (saving / (added + 1e-12), saving)
+                if best is None or merit > best[0]:
+                    best = (merit, u.name, f, moved)
+        if best is None:
+            return assign
+        _, name, f, excess = best
+        assign[name] = f
+
+
+def _hand_rules(g, units, high) -> list:
+    """(text, names of the units kept in ``high``) of the rules users apply by hand."""
+    products = [k for k, n in enumerate(g.nodes) if n.op.product_operands]
+    ends = {products[0], products[-1]} if products else {0, len(g.nodes) - 1}
+    norms = {k for k, n in enumerate(g.nodes) if n.op.name in NORMALIZING}
+    return [(f"first and last layers in {high.label}",
+             {u.name for u in units if ends & set(u.nodes)}),
+            (f"normalizations and softmax in {high.label}",
+             {u.name for u in units if norms & set(u.nodes)})]
+
+
+def _check_names(graph, budget) -> None:
+    outs = [n for n, p in zip(graph.output_names, graph.outputs) if p.kind == "value"]
+    grads = [n for n, p in zip(graph.input_names, graph.inputs) if p.kind == "value"]
+    for x in budget:
+        known = outs if x.kind == "out" else grads
+        if x.name is not None and x.name not in known:
+            raise AdviseError(f"--budget {x.text}: the model has no "
+                              f"{'output' if x.kind == 'out' else 'differentiable input'} "
+                              f"{x.name!r} (it has: {', '.join(known) or 'none'})")
+    if not outs:
+        raise ModelError("the model has no float output to budget")
+
+
+def _worst_text(errs, limits) -> str:
+    t = max(limits, key=lambda t: errs[t] / limits[t])
+    return f"{t} {errs[t]:.3g} against {limits[t]:.3g}"
+
+
+def keep_list(advice, high_label) -> list:
+    """The module names (or node names) left in the highest candidate: torchao's
+    ``filter_fqns`` form (TOP_LEVEL is not a module and is left out)."""
+    return [u.name for u in advice.units
+            if advice.assignment[u.name] == high_label and u.name != TOP_LEVEL]
+
+
+def document(advice, target, budget, unit_kind, mode, policy, samples, seed) -> dict:
+    """The answer as JSON data (``advise --out``: ``assignment``, ``keep``, ``cost``,
+    ``confirmed``, ``met``, and how it was found)."""
+    high = max(advice.candidates, key=lambda n: (formats.get(n).precision,
+                                                 formats.get(n).emax))
+    return {
+        "schema": "roundoff-coverage/advice-1",
+        "target": target, "unit": unit_kind, "candidates": advice.candidates,
+        "mode": mode, "policy": policy, "samples": samples, "seed": seed,
+        "budget": [x.text for x in budget],
+        "assignment": advice.assignment,
+        "keep": keep_list(advice, high), "keep_format": high,
+        "cost": dict(advice.costs, unit="seconds on the H100 SXM roofline (engine/cost.py)"),
+        "confirmed": {t: {"budget": advice.limits.get(t), "samples": e,
+                          "held_back": advice.held_back.get(t)}
+                      for t, e in advice.confirmed.items()},
+        "met": advice.met, "met_held_back": advice.met_held_back,
+        "reason": advice.reason or None,
+        "rules": advice.rules, "front": advice.front,
+        "units": [{"unit": u.name, "nodes": len(u.nodes)} for u in advice.units],
+        "runs": advice.runs,
+    }
