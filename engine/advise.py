@@ -2,14 +2,10 @@
 nodes -- to keep in a higher precision so that the whole model's outputs and gradients meet
 an error budget against exact values, at the least cost (engine/cost.py).
 
-An **assignment** gives every unit a candidate format.  The model is the user's model in
-binary32 (its inputs, parameters and constants rounded once to binary32: the exact run
-starts from those values); a unit in candidate F computes as autocast does: each of its
-nodes reads its float arguments (and, in the reverse sweep, the cotangents of its outputs)
-rounded to nearest even into F, computes under numerics.emulated(F, mode, policy) and its
-results (values and gradient contributions) are F values, read as they are by binary32
-nodes and rounded into F by the next unit in F.  A unit in binary32 is the model as it is.
-Candidates are element formats at most as precise as binary32.
+An **assignment** gives every unit a candidate format; how a model computes under it is
+engine/assignment.py's (autocast: a unit in F reads its arguments rounded into F and
+computes in F).  The exact run starts from the model's binary32 values.  Candidates are
+element formats at most as precise as binary32.
 
 The **budget** (``parse_budget``): a largest normwise relative error ||y_hat - y||_2 /
 ||y||_2 (engine/tensor_measures.py's ``norm_rel``; or an SQNR in dB, 20 log10 of its
@@ -45,17 +41,16 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.routes.graph import GraphRule
 
 from . import cost as costs
+from .assignment import (BASE, TOP_LEVEL, UNIT_KINDS, AssignmentError, by_node,
+                         element_format, hooks, units_of)
 from .model import exact_traces, whole_name
 from .samples import ModelError, in_format, sample_inputs, tangent_directions
 from .sites import sites, value_at
 
-BASE = "binary32"                   # the model as the user has it
-TOP_LEVEL = "(top level)"           # the unit of the nodes outside every module
 ROUNDS = 6                          # confirmation rounds before falling back
 HELD_BACK_SEED = 0x686C64           # the held-back draws' seed offset ("hld")
 NORMALIZING = ("layerNorm", "batchNorm", "batchNormRunning", "softmax", "logSoftmax",
                "maskedSoftmax")
-UNIT_KINDS = ("module", "node")
 _LIMIT = re.compile(r"^(out|grad)(?:\[([^\]]+)\])?:(.+)$")
 
 
@@ -126,41 +121,15 @@ def _limits(budget, tensors) -> dict:
 
 # ----- units and candidates ----------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Unit:
-    """What one candidate is chosen for: a module (its own nodes, not its submodules') or
-    one node; ``nodes`` its node indices."""
-
-    name: str
-    nodes: tuple
-
-
-def units_of(g, kind: str) -> list:
-    """The units of graph ``g``: per module (each node in its innermost module; the nodes
-    outside every module together as TOP_LEVEL) or per node, in execution order."""
-    if kind == "node":
-        return [Unit(g.node_names[k], (k,)) for k in range(len(g.nodes))]
-    groups = {}
-    for k, m in enumerate(g.node_modules):
-        groups.setdefault(m or TOP_LEVEL, []).append(k)
-    return [Unit(m, tuple(ks)) for m, ks in groups.items()]
-
-
 def check_candidates(names) -> list:
     """The candidate formats of ``names``, cheapest first (narrowest, then least precise);
     AdviseError for one the advisor cannot assign."""
     out = []
     for name in names:
-        fmt = formats.get(name)                       # FormatError: an unknown name
-        if isinstance(fmt, formats.ScaledFormat):
-            raise AdviseError(f"candidate {name}: a scaled format; the advisor assigns "
-                              f"element formats (binary32, bfloat16, binary16, "
-                              f"float8_e4m3fn...)")
-        if fmt.precision > formats.get(BASE).precision or \
-                fmt.emax > formats.get(BASE).emax:
-            raise AdviseError(f"candidate {name}: more precise or wider than {BASE}, the "
-                              f"model's own format; candidates are at most {BASE}")
-        out.append(fmt)
+        try:
+            out.append(element_format(name))          # FormatError: an unknown name
+        except AssignmentError as exc:
+            raise AdviseError(f"candidate {exc}") from None
     if len({f.label for f in out}) != len(out):
         raise AdviseError("--candidates: a format is named twice")
     if len(out) < 2:
@@ -201,35 +170,17 @@ class Errors:
     def tensors(self) -> list:
         return list(self.exact)
 
-    def backend(self, fmt):
-        if fmt.label not in self._backends:
-            self._backends[fmt.label] = numerics.emulated(fmt, self.mode, self.policy,
-                                                          seed=self.seed)
-        return self._backends[fmt.label]
-
     def __call__(self, by_node: dict) -> dict:
         """{tensor: normwise relative error} with node k computing in ``by_node[k]`` (a
         format; binary32 where absent)."""
         g = self.g
-        low = {k: f for k, f in by_node.items() if f.label != BASE}
-        override = {k: self.backend(f) for k, f in low.items()}
-
-        def pre(kind, k, j, v):
-            fmt = low.get(k)
-            if fmt is None:
-                return v
-            ports = g.nodes[k].op.inputs if kind == "argument" else g.nodes[k].op.outputs
-            if kind not in ("argument", "cotangent") or not ports[j].scalar:
-                return v
-            return formats.round_to(np.asarray(v, dtype=np.float64), fmt)
-
+        override, pre = hooks(g, by_node, self.mode, self.policy, self.seed, self._backends)
         rule = GraphRule(g, self.base)
         got = {t: [] for t in self.exact}
         for x, (c, _) in zip(self.xs, self.dirs):
             tr = rule.trace([self.base.asarray(a) if p.scalar else a
                              for a, p in zip(x, g.inputs)],
-                            c if self.want_grad else None, None, override,
-                            pre=pre if low else None)
+                            c if self.want_grad else None, None, override, pre=pre)
             for site in self.whole:
                 name = whole_name(site)
                 if name in got:
@@ -301,8 +252,8 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
     def cost(assign):
         return sum(unit_cost[u][f.label] for u, f in assign.items())
 
-    def by_node(assign):
-        return {k: assign[u.name] for u in units for k in u.nodes}
+    def nodes_of(assign):
+        return by_node(units, assign)
 
     def usage(errs):
         return max((errs[t] / lim for t, lim in limits.items()), default=0.0)
@@ -310,7 +261,7 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
     front = []
 
     def run(assign, source):
-        errs = measure(by_node(assign))
+        errs = measure(nodes_of(assign))
         front.append({"source": source, "cost": cost(assign), "usage": usage(errs)})
         return errs
 
@@ -326,19 +277,19 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
     elif usage(whole[low.label]) <= 1.0:
         best, best_errs = every[low.label], whole[low.label]
     else:
-        best, best_errs = _search(units, cands, high, limits, measure, by_node, cost, run,
+        best, best_errs = _search(units, cands, high, limits, measure, nodes_of, cost, run,
                                   whole[high.label], best, best_errs, say)
     rules = []
     for text, kept in _hand_rules(graph, units, high):
         assign = {u.name: (high if u.name in kept else low) for u in units}
-        errs = measure(by_node(assign))
+        errs = measure(nodes_of(assign))
         front.append({"source": text, "cost": cost(assign), "usage": usage(errs)})
         rules.append({"rule": text, "keep": sorted(kept), "cost": cost(assign),
                       "errors": errs, "met": usage(errs) <= 1.0})
     say("held-back samples")
     held = sample_inputs(graph, held_back + 1, seed + HELD_BACK_SEED, around=samples[0])[1:]
     check = Errors(graph, held, seed + HELD_BACK_SEED, mode, policy, want_grad, log)
-    held_errs = check(by_node(best))
+    held_errs = check(nodes_of(best))
     return Advice(units=units, candidates=[f.label for f in cands], limits=limits,
                   assignment={u: f.label for u, f in best.items()}, confirmed=best_errs,
                   held_back=held_errs,
@@ -350,7 +301,7 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
                   reason=reason, runs=measure.runs + check.runs)
 
 
-def _search(units, cands, high, limits, measure, by_node, cost, run, base_errs, best,
+def _search(units, cands, high, limits, measure, nodes_of, cost, run, base_errs, best,
             best_errs, log):
     """The greedy descent on the singles' predictions, confirmed (module docstring):
     (assignment, its measured errors), ``best`` (everything in ``high``, measured) when no
@@ -361,7 +312,7 @@ def _search(units, cands, high, limits, measure, by_node, cost, run, base_errs, 
         log("each unit alone", float(i), float(len(units)), u.name)
         for f in lower:
             assign = {v.name: high for v in units} | {u.name: f}
-            got = measure(by_node(assign))
+            got = measure(nodes_of(assign))
             singles[(u.name, f.label)] = {t: max(0.0, got[t] - base_errs[t]) for t in limits}
     scale = 1.0
     tried = set()

@@ -112,6 +112,7 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.resolve import agree, compact
 from roundoff_coverage.routes.graph import GraphRule, Ref
 
+from . import assignment as assigned
 from . import attribution as shares_of
 from . import implementations as registry
 from . import reference
@@ -151,7 +152,7 @@ class Config:
 
 def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
             others=(), target=None, scheme=None, attribution="auto",
-            log=None) -> tuple[list, dict, dict]:
+            log=None, assignment=None) -> tuple[list, dict, dict]:
     """(rows, summary, phase seconds) of ``graph`` under one configuration on ``samples``
     (sample_inputs' lists); ``others``: implementations beside emulated that run the model
     from ``target`` (its factory) on the same samples (engine/implementations/: those whose
@@ -160,7 +161,9 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     ``attribution``: whether the forward route adds each node's share of each output's error
     and the outputs' closure (engine/attribution.py: ``auto``, ``share`` or ``none``);
     ``log``: called as the work goes, ``log(phase, done, total, where)``
-    (orchestrate.Phases), or None."""
+    (orchestrate.Phases), or None; ``assignment``: {node index: format}, each node
+    computing in its own format (engine/assignment.py) under ``scheme`` binary32 (the
+    rows' format is ``config.format``, ``assigned``)."""
     log = log or _quiet
     fmt = formats.get(config.format) if scheme is None else scheme
     scaled = recipe = None
@@ -188,17 +191,19 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     t0 = time.perf_counter()
     log("emulated run")
     rule = GraphRule(g, emu)
-    override = recipe and recipe.products(g)
+    override, mixed = recipe and recipe.products(g), None
+    if assignment:
+        override, mixed = assigned.hooks(g, assignment, config.mode, config.policy, seed)
     emulated = [rule.trace([emu.asarray(a) if is_float_port(p) else a
                             for a, p in zip(x, g.inputs)],
                            c if want_grad else None, t if want_tan else None, override,
                            post=scaled and scaled.hook(g, "emulated", s),
-                           pre=recipe and recipe.pre(g, "emulated", s))
+                           pre=recipe.pre(g, "emulated", s) if recipe else mixed)
                 for s, (x, (c, t)) in enumerate(zip(xs, dirs))]
     reads = [_rounded(g, fmt, tr, want_grad, want_tan) if scaled is None else
              scaled.reads(g, tr, c, want_grad, want_tan) for tr, (c, _) in zip(exact, dirs)]
     local = [rule.alone(r, override, post=scaled and scaled.hook(g, "local", s),
-                        pre=recipe and recipe.pre(g, "local", s))
+                        pre=recipe.pre(g, "local", s) if recipe else mixed)
              for s, r in enumerate(reads)]
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -548,6 +553,11 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
         summary["keep_note"] = (f"{config.policy} on {config.format}: keeping a product "
                                 f"leaves its operands unquantized; any kept node computes "
                                 f"in {KEEP_FORMAT}, its results stored in {fmt.label}")
+    elif config.format == assigned.ASSIGNED:
+        summary["keep_binary32"] = None
+        summary["keep_note"] = ("an assignment of formats to modules: which to keep in "
+                                "binary32 is roundoff-coverage advise's question")
+        return summary
     elif fmt.precision >= formats.get(KEEP_FORMAT).precision:
         summary["keep_binary32"] = None
         summary["keep_note"] = f"{config.format} is at least as precise as {KEEP_FORMAT}"

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from roundoff_coverage import routes
+from roundoff_coverage import formats, routes
 
 from . import budget, model, orchestrate, reference, results
 from .executors import one_line
@@ -64,6 +64,10 @@ class ModelSelection:
     # Shares of the outputs' errors and their closure (engine/attribution.py: auto, share,
     # none).
     attribution: str = "auto"
+    # ``model --assignment FILE``: the file, and ((node index, format label), ...) of the
+    # nodes not in binary32 (engine/assignment.py); formats is then (ASSIGNED,).
+    assignment_file: str | None = None
+    assignment: tuple = ()
 
     def configs(self) -> list:
         return [Config(f, m, p) for f in self.formats for m in self.modes for p in self.policies]
@@ -78,7 +82,10 @@ class ModelSelection:
                 "modes": list(self.modes), "policies": list(self.policies),
                 "routes": list(self.routes), "samples": self.samples,
                 "inputs": self.inputs, "implementations": list(self.implementations),
-                "attribution": self.attribution}
+                "attribution": self.attribution,
+                **({"assignment": self.assignment_file,
+                    "assigned": [list(p) for p in self.assignment]}
+                   if self.assignment_file else {})}
 
     def fingerprint(self) -> str:
         # A user scheme's definition decides its rows too.
@@ -250,20 +257,23 @@ def graph_of(artifact):
 
 
 def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
-         target=None, scheme=None, attribution="auto", progress=False) -> dict:
+         target=None, scheme=None, attribution="auto", progress=False,
+         assignment=()) -> dict:
     """One configuration measured: {"rows", "summary", "phases"} (JSON data); ``others``:
     the implementations run beside emulated, ``scheme`` the ScaledFormat of a user-defined
     format label ``fmt`` (model.measure); ``progress``: lines on stderr as its phases go
-    (orchestrate.Phases: the exact sweeps node by node, the keep experiments), with ETAs."""
+    (orchestrate.Phases: the exact sweeps node by node, the keep experiments), with ETAs;
+    ``assignment``: ((node index, format label), ...) of a mixed-precision run."""
 
     graph = graph_of(artifact)
     log = orchestrate.Phases(f"{fmt}|{mode}|{policy}") if progress else None
     given = read_inputs(inputs) if inputs else None
     xs = sample_inputs(graph, samples, seed, given)
     try:
-        got, summary, phases = model.measure(graph, Config(fmt, mode, policy), xs, seed,
-                                             tuple(routes_), tuple(others), target, scheme,
-                                             attribution, log)
+        got, summary, phases = model.measure(
+            graph, Config(fmt, mode, policy), xs, seed, tuple(routes_), tuple(others), target,
+            scheme, attribution, log,
+            {k: formats.get(label) for k, label in assignment} if assignment else None)
     except Exception as exc:                                  # noqa: BLE001 (data)
         return _error_result(fmt, mode, policy, one_line(exc))
     return results.clean({"rows": got, "summary": summary, "phases": phases})
@@ -288,7 +298,8 @@ def run(sel: ModelSelection, out: str, jobs: int | None = None, resume: bool = F
     units = [(config_key(c), (artifact, c.format, c.mode, c.policy, sel.samples, sel.seed,
                         sel.routes, sel.inputs,
                         others if first[(c.format, c.mode)] == c else (), sel.target,
-                        dict(sel.schemes).get(c.format), sel.attribution, progress))
+                        dict(sel.schemes).get(c.format), sel.attribution, progress,
+                        sel.assignment))
              for c in todo]
     ck = orchestrate.Checkpoint(orchestrate.checkpoint_path(out), sel, {},
                                 append=bool(keep))

@@ -11,7 +11,7 @@ import sys
 
 from roundoff_coverage import formats, routes
 
-from ...engine import implementations, model_run
+from ...engine import assignment, implementations, model_run
 from ...engine.attribution import CHOICES as ATTRIBUTION, GRADIENT_POLICY_WORK, POLICY_WORK
 from ...engine.model import Config, check
 from ...engine.samples import ModelError, sample_inputs
@@ -30,7 +30,7 @@ from .run import policy_names
 # run writes the bytes an uninterrupted one does, and the base of the resume command an
 # interrupted run prints.
 RESULT_OPTIONS = ("formats_file", "formats", "modes", "policies", "routes", "implementations",
-                  "samples", "inputs", "seed", "out", "artifact", "attribution")
+                  "samples", "inputs", "seed", "out", "artifact", "attribution", "assignment")
 MODES = ("nearest_even", "nearest_away", "toward_zero", "upward", "downward", "odd",
          "stochastic")
 
@@ -78,6 +78,10 @@ def add(sub, shared):
     p.add_argument("--artifact", metavar="PATH", type=path_arg,
                    help="where a captured model's graph artifact is written (default "
                         "<out>.graph.json)")
+    p.add_argument("--assignment", metavar="FILE", type=path_arg,
+                   help="measure the model under a format per module (or node): the "
+                        "answer `roundoff-coverage advise --out FILE` writes; the rows' "
+                        "format is 'assigned' (instead of --formats)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted run from <out>.partial.jsonl")
     p.add_argument("--html", metavar="DIR", type=path_arg,
@@ -162,7 +166,13 @@ def cmd_model(args) -> int:
 
     if args.list_unsupported:
         return list_unsupported(args.target)
+    if args.assignment and (args.formats or args.formats_file):
+        raise UsageError("--assignment gives every module its format: leave out --formats "
+                         "and --formats-file")
     sel = _selection(args, user_formats(args))
+    if args.assignment and sel.implementations != ("emulated",):
+        raise UsageError("--assignment: the emulated implementation only (torch runs the "
+                         "model in one dtype); leave out --implementations")
     out = writable(args.out or "results/model.json", "output file",
                    "the run keeps its checkpoint (and by default the graph artifact) beside "
                    "its results file")
@@ -185,6 +195,8 @@ def cmd_model(args) -> int:
         given = model_run.read_inputs(args.inputs) if args.inputs else None
         graph, sel.artifact = model_run.load_target(args.target, artifact)
         sel.artifact_hash = routes.graph_hash(sel.artifact)
+        if args.assignment:
+            _assign(sel, args.assignment, graph)
         count = sel.samples
         if given is not None:
             count = len(sample_inputs(graph, sel.samples, sel.seed, given))
@@ -192,7 +204,7 @@ def cmd_model(args) -> int:
         outcome = model_run.run(sel, out, jobs=args.jobs, resume=args.resume,
                                 progress=not args.quiet, executor=executor,
                                 scheduler=scheduler)
-    except ModelError as exc:
+    except (ModelError, assignment.AssignmentError) as exc:
         raise UsageError(str(exc)) from None
     except ValueError as exc:                      # a checkpoint of another run
         raise UsageError(str(exc)) from None
@@ -211,6 +223,17 @@ def cmd_model(args) -> int:
     if args.gate:
         return gate_after_run(args.gate, out)
     return EXIT_OK
+
+
+def _assign(sel, path, graph) -> None:
+    """``sel`` measuring the assignment file ``path`` (engine/assignment.py): one format,
+    ASSIGNED, computed under binary32 with each node's own format."""
+    _, by_node = assignment.read(path, graph)
+    sel.assignment_file = path
+    sel.assignment = tuple((k, f.label) for k, f in sorted(by_node.items())
+                           if f.label != assignment.BASE)
+    sel.formats = (assignment.ASSIGNED,)
+    sel.schemes = ((assignment.ASSIGNED, formats.get(assignment.BASE)),)
 
 
 def list_unsupported(target) -> int:

@@ -67,18 +67,9 @@ def test_a_mixed_assignment_measures_what_torch_computes_in_bfloat16(graph):
     product (bfloat16 @, which accumulates in float32 as the fp32_accumulate policy does, in
     its own order) rounded, then the bias added and rounded."""
     model, (x,) = torch_models.advised()
-    bf = torch.bfloat16
-
-    def linear(v, m):
-        return (v.to(bf) @ m.weight.to(bf).T) + m.bias.to(bf)
-
+    torch_rel = _torch_error(model, x)
     with torch.no_grad():
-        h = linear(x, model.inp).float()
-        s = model.shift(h)
-        p = model.peaked(h)
-        got = linear(s.to(bf) + p.to(bf), model.out).double()
         exact = model.double()(x.double())
-    torch_rel = float(torch.linalg.norm(got - exact) / torch.linalg.norm(exact))
     errors = advise.Errors(graph, sample_inputs(graph, 1, 0), 0, "nearest_even",
                            "fp32_accumulate", False, None)
     ours = errors(_by_node(graph, {"inp", "out", advise.TOP_LEVEL}))["output:out0"]
@@ -88,6 +79,21 @@ def test_a_mixed_assignment_measures_what_torch_computes_in_bfloat16(graph):
         f32 = torch_models.advised()[0](x).double()
     assert errors({})["output:out0"] == pytest.approx(
         float(torch.linalg.norm(f32 - exact) / torch.linalg.norm(exact)), rel=0.1)
+
+
+def _torch_error(model, x) -> float:
+    """The normwise relative error of the advised model's output with inp, the sum and out
+    in bfloat16 (shift and peaked in float32), computed by torch, against torch's float64."""
+    bf = torch.bfloat16
+
+    def linear(v, m):
+        return (v.to(bf) @ m.weight.to(bf).T) + m.bias.to(bf)
+
+    with torch.no_grad():
+        h = linear(x, model.inp).float()
+        got = linear(model.shift(h).to(bf) + model.peaked(h).to(bf), model.out).double()
+        exact = model.double()(x.double())
+    return float(torch.linalg.norm(got - exact) / torch.linalg.norm(exact))
 
 
 def test_a_budget_no_assignment_meets_is_reported_with_the_best_reachable(graph):
@@ -187,3 +193,46 @@ def test_advise_unmeetable_budget_exits_1(tmp_path, capsys):
     assert status == 1 and "cannot be met" in text
     doc = json.loads(out.read_text())
     assert doc["met"] is False and np.isfinite(doc["confirmed"]["output:out0"]["samples"])
+
+
+def test_model_measures_the_advised_assignment(tmp_path):
+    """``model --assignment`` runs the model under advise's answer: its whole-model output
+    row is torch's own mixed bfloat16 error (the oracle above) on the example inputs."""
+    answer = tmp_path / "advice.json"
+    answer.write_text(json.dumps({"unit": "module", "assignment": {
+        "inp": "bfloat16", "shift": "binary32", "peaked": "binary32",
+        advise.TOP_LEVEL: "bfloat16", "out": "bfloat16"}}))
+    out = tmp_path / "model.json"
+    assert main(["model", FACTORY, "--assignment", str(answer), "--samples", "1",
+                 "--routes", "forward", "--out", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    row = next(r for r in doc["rows"] if r["node"] == "output:out0"
+               and r["attribution"] == "propagated")
+    assert row["format"] == "assigned"
+    model, (x,) = torch_models.advised()
+    assert row["norm_rel"] == pytest.approx(_torch_error(model, x), rel=0.1)
+    # the shift module computes in binary32: its own (local) error is binary32's
+    local = {r["node"]: r["norm_rel"] for r in doc["rows"]
+             if r["attribution"] == "local" and r["route"] == "forward"}
+    assert local["add"] < 2 ** -23 and local["linear"] > 2 ** -12
+
+
+@pytest.mark.parametrize("content, says", [
+    ("{", "not JSON"),
+    ('{"rows": []}', "no 'assignment' table"),
+    ('{"unit": "module", "assignment": {"nope": "bfloat16"}}', "no module 'nope'"),
+    ('{"unit": "module", "assignment": {"inp": "bfloat16"}}', "no format for the module"),
+])
+def test_model_assignment_bad_file_is_one_line_and_exit_2(tmp_path, capsys, content, says):
+    answer = tmp_path / "advice.json"
+    answer.write_text(content)
+    status = main(["model", FACTORY, "--assignment", str(answer), "--out",
+                   str(tmp_path / "m.json"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and says in err and len(err.splitlines()) == 1
+
+
+def test_model_assignment_refuses_formats_beside_it(tmp_path, capsys):
+    status = main(["model", FACTORY, "--assignment", str(tmp_path / "a.json"), "--formats",
+                   "bfloat16", "--out", str(tmp_path / "m.json"), "--quiet"])
+    assert status == 2 and "leave out --formats" in capsys.readouterr().err

@@ -1,0 +1,131 @@
+"""Mixed precision: an assignment of a format to each unit of a graph (a module, or a node),
+how a run computes under it, and the assignment file that ``advise --out`` writes and
+``model --assignment`` reads (issue 39).
+
+The model is the user's model in binary32 (BASE: its inputs, parameters and constants
+rounded once to binary32).  A node whose unit is assigned format F computes as autocast
+does: it reads its float arguments (and, in the reverse sweep, the cotangents of its
+outputs, the tangents of its arguments in the forward-mode sweep) rounded to nearest even into F, computes under numerics.emulated(F, mode, policy),
+and its results -- values and gradient contributions -- are F values, read as they are by
+binary32 nodes (F is within binary32) and rounded again into the format of the next unit
+that reads them.  Nodes assigned binary32 are the model as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from roundoff_coverage import formats, numerics
+
+BASE = "binary32"                   # the model as the user has it
+ASSIGNED = "assigned"               # the format label of a model run's rows under an assignment
+TOP_LEVEL = "(top level)"           # the unit of the nodes outside every module
+UNIT_KINDS = ("module", "node")
+
+
+class AssignmentError(ValueError):
+    """A bad assignment or assignment file (one-line message)."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What one format is chosen for: a module (its own nodes, not its submodules') or
+    one node; ``nodes`` its node indices."""
+
+    name: str
+    nodes: tuple
+
+
+def units_of(g, kind: str) -> list:
+    """The units of graph ``g``: per module (each node in its innermost module; the nodes
+    outside every module together as TOP_LEVEL) or per node, in execution order."""
+    if kind not in UNIT_KINDS:
+        raise AssignmentError(f"unit kind {kind!r}: give module or node")
+    if kind == "node":
+        return [Unit(g.node_names[k], (k,)) for k in range(len(g.nodes))]
+    groups = {}
+    for k, m in enumerate(g.node_modules):
+        groups.setdefault(m or TOP_LEVEL, []).append(k)
+    return [Unit(m, tuple(ks)) for m, ks in groups.items()]
+
+
+def element_format(name):
+    """The format ``name`` as a unit's format: an element format at most as precise and as
+    wide as binary32 (FormatError for an unknown name, AssignmentError for another)."""
+    fmt = formats.get(name)
+    if isinstance(fmt, formats.ScaledFormat):
+        raise AssignmentError(f"{name}: a scaled format; a unit is assigned an element "
+                              f"format (binary32, bfloat16, binary16, float8_e4m3fn...)")
+    base = formats.get(BASE)
+    if fmt.precision > base.precision or fmt.emax > base.emax:
+        raise AssignmentError(f"{name}: more precise or wider than {BASE}, the model's own "
+                              f"format; a unit's format is at most {BASE}")
+    return fmt
+
+
+def hooks(g, by_node: dict, mode: str, policy: str, seed: int, backends=None) -> tuple:
+    """(override, pre) of GraphRule.trace and GraphRule.alone computing node k in
+    ``by_node[k]`` (a format; binary32 where absent or binary32) under a binary32 backend;
+    (None, None) when every node is binary32.  ``backends``: a dict reused across calls
+    (one emulated backend per format)."""
+    low = {k: f for k, f in by_node.items() if f.label != BASE}
+    if not low:
+        return None, None
+    backends = {} if backends is None else backends
+    for f in low.values():
+        if f.label not in backends:
+            backends[f.label] = numerics.emulated(f, mode, policy, seed=seed)
+    override = {k: backends[f.label] for k, f in low.items()}
+
+    def pre(kind, k, j, v):
+        fmt = low.get(k)
+        if fmt is None or kind not in ("argument", "argument_tangent", "cotangent"):
+            return v
+        ports = g.nodes[k].op.outputs if kind == "cotangent" else g.nodes[k].op.inputs
+        if not ports[j].scalar:
+            return v
+        return formats.round_to(np.asarray(v, dtype=np.float64), fmt)
+    return override, pre
+
+
+def by_node(units, assignment: dict) -> dict:
+    """{node index: format} of {unit name: format}."""
+    return {k: assignment[u.name] for u in units for k in u.nodes}
+
+
+def read(path, graph) -> tuple[str, dict]:
+    """(unit kind, {node index: format}) of an assignment file: ``advise --out``'s JSON
+    (``unit`` and ``assignment``: unit name -> format name), every unit of the graph named
+    once.  AssignmentError (one line) for anything else."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except OSError as exc:
+        raise AssignmentError(f"--assignment {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise AssignmentError(f"--assignment {path}: not JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("assignment"), dict):
+        raise AssignmentError(f"--assignment {path}: no 'assignment' table (give the file "
+                              f"`roundoff-coverage advise --out` writes)")
+    kind = doc.get("unit", "module")
+    if kind not in UNIT_KINDS:
+        raise AssignmentError(f"--assignment {path}: unit {kind!r} (give module or node)")
+    units = units_of(graph, kind)
+    names = {u.name for u in units}
+    given = doc["assignment"]
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise AssignmentError(f"--assignment {path}: the graph has no {kind} "
+                              f"{unknown[0]!r} (its {kind}s: {', '.join(sorted(names))})")
+    missing = sorted(names - set(given))
+    if missing:
+        raise AssignmentError(f"--assignment {path}: no format for the {kind} "
+                              f"{missing[0]!r} (every {kind} of the graph needs one)")
+    try:
+        chosen = {name: element_format(str(f)) for name, f in given.items()}
+    except (AssignmentError, formats.FormatError) as exc:
+        raise AssignmentError(f"--assignment {path}: {exc}") from None
+    return kind, by_node(units, chosen)
