@@ -222,6 +222,7 @@ class Advice:
     unit_costs: dict                        # unit name -> {format label: seconds}
     rules: list = field(default_factory=list)
     front: list = field(default_factory=list)
+    alone: dict = field(default_factory=dict)   # unit -> {format: usage, lowered alone}
     met: bool = False
     met_held_back: bool = False
     reason: str = ""
@@ -266,6 +267,7 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
         return errs
 
     every = {f.label: {u.name: f for u in units} for f in cands}
+    alone = {}
     say("everything in each candidate")
     whole = {label: run(a, f"all {label}") for label, a in every.items()}
     best, best_errs = every[high.label], whole[high.label]
@@ -278,7 +280,7 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
         best, best_errs = every[low.label], whole[low.label]
     else:
         best, best_errs = _search(units, cands, high, limits, measure, nodes_of, cost, run,
-                                  whole[high.label], best, best_errs, say)
+                                  whole[high.label], best, best_errs, say, alone)
     rules = []
     for text, kept in _hand_rules(graph, units, high):
         assign = {u.name: (high if u.name in kept else low) for u in units}
@@ -286,6 +288,7 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
         front.append({"source": text, "cost": cost(assign), "usage": usage(errs)})
         rules.append({"rule": text, "keep": sorted(kept), "cost": cost(assign),
                       "errors": errs, "met": usage(errs) <= 1.0})
+    front.append({"source": "chosen", "cost": cost(best), "usage": usage(best_errs)})
     say("held-back samples")
     held = sample_inputs(graph, held_back + 1, seed + HELD_BACK_SEED, around=samples[0])[1:]
     check = Errors(graph, held, seed + HELD_BACK_SEED, mode, policy, want_grad, log)
@@ -296,16 +299,17 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
                   costs={"assignment": cost(best), "all_highest": cost(every[high.label]),
                          "all_lowest": cost(every[low.label])},
                   unit_costs=unit_cost,
-                  rules=rules, front=front, met=met,
+                  rules=rules, front=front, alone=alone, met=met,
                   met_held_back=met and all(held_errs[t] <= lim for t, lim in limits.items()),
                   reason=reason, runs=measure.runs + check.runs)
 
 
 def _search(units, cands, high, limits, measure, nodes_of, cost, run, base_errs, best,
-            best_errs, log):
+            best_errs, log, alone):
     """The greedy descent on the singles' predictions, confirmed (module docstring):
     (assignment, its measured errors), ``best`` (everything in ``high``, measured) when no
-    round's prediction is confirmed."""
+    round's prediction is confirmed; ``alone`` receives each unit's usage of the budget
+    (largest error / limit) lowered alone to each candidate."""
     lower = [f for f in cands if f is not high]
     singles = {}
     for i, u in enumerate(units):
@@ -314,6 +318,8 @@ def _search(units, cands, high, limits, measure, nodes_of, cost, run, base_errs,
             assign = {v.name: high for v in units} | {u.name: f}
             got = measure(nodes_of(assign))
             singles[(u.name, f.label)] = {t: max(0.0, got[t] - base_errs[t]) for t in limits}
+            alone.setdefault(u.name, {})[f.label] = max(
+                (got[t] / lim for t, lim in limits.items()), default=0.0)
     scale = 1.0
     tried = set()
     for r in range(ROUNDS):
@@ -420,6 +426,9 @@ def document(advice, target, budget, unit_kind, mode, policy, samples, seed) -> 
         "met": advice.met, "met_held_back": advice.met_held_back,
         "reason": advice.reason or None,
         "rules": advice.rules, "front": advice.front,
-        "units": [{"unit": u.name, "nodes": len(u.nodes)} for u in advice.units],
+        "units": [{"unit": u.name, "nodes": len(u.nodes),
+                   "format": advice.assignment[u.name],
+                   "cost": advice.unit_costs[u.name][advice.assignment[u.name]],
+                   "alone": advice.alone.get(u.name, {})} for u in advice.units],
         "runs": advice.runs,
     }

@@ -10,7 +10,9 @@ from ...engine import advise, model_run, orchestrate, results
 from ...engine.samples import ModelError, sample_inputs
 from .common import (EXIT_FAILED, EXIT_OK, UsageError, name_list, path_arg, seed_of,
                      text_table, writable)
+from ..html import HtmlError, build_advice
 from .model import MODES
+from .report import check_report_dir
 from .run import policy_names
 
 
@@ -57,6 +59,8 @@ def add(sub, shared):
     p.add_argument("--artifact", metavar="PATH", type=path_arg,
                    help="where a captured model's graph artifact is written (default "
                         "<out>.graph.json)")
+    p.add_argument("--html", metavar="DIR", type=path_arg,
+                   help="also write the answer's page (advice.html) into DIR")
     p.add_argument("--quiet", action="store_true", help="no progress and no answer text")
     p.set_defaults(handler=cmd_advise)
 
@@ -83,6 +87,8 @@ def cmd_advise(args) -> int:
     seed = seed_of(args)
     out = writable(args.out or "results/advice.json", "output file")
     artifact = writable(args.artifact or out + ".graph.json", "artifact file")
+    if args.html:
+        check_report_dir(args.html)
     try:
         given = model_run.read_inputs(args.inputs) if args.inputs else None
         graph, _ = model_run.load_target(args.target, artifact)
@@ -99,9 +105,15 @@ def cmd_advise(args) -> int:
         results.write_data(out, doc)
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
+    if args.html:
+        try:
+            built = build_advice(doc, args.html)
+        except HtmlError as exc:
+            raise UsageError(str(exc)) from None
     if not args.quiet:
         print(answer_text(found, doc))
-        print(f"{found.runs} measured runs: {out}")
+        print(f"{found.runs} measured runs: {out}"
+              + (f"; page: {built.index}" if args.html else ""))
     return EXIT_OK if found.met and found.met_held_back else EXIT_FAILED
 
 

@@ -8,6 +8,7 @@ The report is a folder that opens from disk (file://) with no server and no netw
 - ``model.html`` for a model run (model_page.py): nodes in execution order with their
   local and propagated errors, module groups, where to keep precision;
 - ``compare.html`` with ``baseline``: what got better and worse (compare.py);
+- ``advice.html``: the precision advisor's answer (``build_advice``, advice_page.py);
 - ``assets/``: the style sheet, the table's script and its data (rows.js).
 
 Reports are pure functions of the result records (shared/STYLE.md rule 12): malformed rows
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 from roundoff_coverage.engine import results
 from roundoff_coverage.reports import gate
 
-from . import assets, compare, index, model, model_page, operator_page
+from . import advice_page, assets, compare, index, model, model_page, operator_page
 from .markup import esc, page, slug
 
-__all__ = ["build", "prepare", "HtmlError", "Built"]
+__all__ = ["build", "build_advice", "prepare", "HtmlError", "Built"]
 
 
 class HtmlError(ValueError):
@@ -86,6 +87,25 @@ def build(results_path, out_dir, baseline=None) -> Built:
         raise HtmlError(f"cannot write the report into {out_dir}: "
                         f"{exc.strerror or exc}") from None
     return Built(str(out_dir), os.path.join(str(out_dir), "index.html"), len(files),
+                 time.perf_counter() - t0)
+
+
+def build_advice(doc: dict, out_dir) -> Built:
+    """Write the page of the advisor's answer ``doc`` (``advise --out``'s JSON) into
+    ``out_dir`` as advice.html, with the style sheet."""
+    t0 = time.perf_counter()
+    prepare(out_dir)
+    files = {"assets/report.css": assets.CSS,
+             "advice.html": page("Precision advice", _guard(
+                 lambda: advice_page.page_body(doc), None, "advice", root=""))}
+    try:
+        for name, text in files.items():
+            with open(os.path.join(out_dir, name), "w", encoding="utf-8") as fh:
+                fh.write(text)
+    except OSError as exc:
+        raise HtmlError(f"cannot write the report into {out_dir}: "
+                        f"{exc.strerror or exc}") from None
+    return Built(str(out_dir), os.path.join(str(out_dir), "advice.html"), len(files),
                  time.perf_counter() - t0)
 
 

@@ -512,3 +512,75 @@ def along_graph(nodes, series, bands) -> str:
                    f'class="tick">{esc(route)}</text>')
     title = "Bits of agreement of each node's propagated error, in execution order"
     return _svg(w, h, title, "".join(out), "along-graph")
+
+
+# The advisor's cost/error front: where each measured assignment came from.
+FRONT_COLOURS = {"all": "#7f7f7f", "confirmed": "#3b528b", "rule": "#e08214",
+                 "chosen": "#21918c"}
+
+
+def front(points) -> str:
+    """The assignments the advisor measured (``advise --out``'s ``front``: source, cost in
+    seconds, usage = the largest error / its budget): cost on x (linear, in us), usage on a
+    log10 y axis with the budget's line at 1; every unit in one candidate grey, the search's
+    confirmed rounds blue, the hand rules orange, the answer green and larger."""
+    pts = [p for p in points if isinstance(p.get("cost"), (int, float))]
+    if not pts:
+        return ""
+    w, h, left, bottom, top = 520, 230, 52, 36, 14
+    us = [p["cost"] * 1e6 for p in pts]
+    x0, x1 = 0.0, max(us) * 1.08 or 1.0
+    finite = [p["usage"] for p in pts if isinstance(p["usage"], (int, float))
+              and 0 < p["usage"] < math.inf]
+    y0 = math.floor(math.log10(min(finite + [1.0]))) - 0.2
+    y1 = math.ceil(math.log10(max(finite + [1.0]))) + 0.2
+
+    def px(v):
+        return left + (w - left - 10) * (v - x0) / (x1 - x0)
+
+    def py(u):
+        lv = y1 if not isinstance(u, (int, float)) or u == math.inf else \
+            (y0 if u <= 0 else max(min(math.log10(u), y1), y0))
+        return h - bottom - (h - bottom - top) * (lv - y0) / (y1 - y0)
+    out = []
+    for dec in range(math.ceil(y0), math.floor(y1) + 1):
+        y = py(10.0 ** dec)
+        line = 'stroke="#b2182b" stroke-dasharray="4,3"' if dec == 0 else 'stroke="#ddd"'
+        out.append(f'<line x1="{left}" x2="{w - 10}" y1="{y:.1f}" y2="{y:.1f}" {line}/>'
+                   f'<text x="{left - 4}" y="{y + 3:.1f}" text-anchor="end" class="tick">'
+                   f'{esc(short(10.0 ** dec))}</text>')
+    for i in range(5):
+        v = x1 * i / 4
+        anchor = "end" if i == 4 else "middle"
+        out.append(f'<text x="{px(v):.1f}" y="{h - bottom + 13}" text-anchor="{anchor}" '
+                   f'class="tick">{esc(short(v))}</text>')
+    for p, v in sorted(zip(pts, us), key=lambda t: t[0]["source"] == "chosen"):
+        kind = _front_kind(p["source"])
+        r = 6 if kind == "chosen" else 4
+        tip = f"{p['source']}: cost {short(v)} us, largest error / budget {short(p['usage'])}"
+        out.append(f'<circle cx="{px(v):.1f}" cy="{py(p["usage"]):.1f}" r="{r}" '
+                   f'fill="{FRONT_COLOURS[kind]}" fill-opacity="0.85" stroke="#000" '
+                   f'stroke-width="{1 if kind == "chosen" else 0}"><title>{esc(tip)}</title>'
+                   f'</circle>')
+    x = left + 6
+    for kind, text in (("all", "one format everywhere"), ("confirmed", "search, measured"),
+                       ("rule", "hand rule"), ("chosen", "the answer")):
+        out.append(f'<circle cx="{x + 3}" cy="{top - 4}" r="3.5" fill="{FRONT_COLOURS[kind]}"'
+                   f'/><text x="{x + 10}" y="{top - 1}" class="tick">{esc(text)}</text>')
+        x += 22 + 5.5 * len(text)
+    out.append(_axes(w, h, left, bottom, top + 6, "cost (us, H100 roofline)",
+                     "largest error / budget"))
+    svg = _svg(w, h + 6, "Cost against error of the measured assignments", "".join(out),
+               "plot front")
+    return _figure(svg, "Every assignment the advisor measured on the samples: its cost on "
+                   "the H100 roofline (engine/cost.py) against its largest error relative to "
+                   "the budget (log scale; the dashed line is the budget: below it, met).",
+                   "front")
+
+
+def _front_kind(source: str) -> str:
+    if source == "chosen":
+        return "chosen"
+    if source.startswith("all "):
+        return "all"
+    return "confirmed" if source.startswith("confirmed") else "rule"

@@ -162,7 +162,8 @@ def test_multiply_adds_are_counted_by_hand():
 def test_advise_command_writes_the_answer(tmp_path, capsys):
     out = tmp_path / "advice.json"
     status = main(["advise", FACTORY, "--budget", "out:1e-2,grad:5e-2", "--samples", "1",
-                   "--held-back", "1", "--out", str(out), "--quiet"])
+                   "--held-back", "1", "--out", str(out), "--html", str(tmp_path / "page"),
+                   "--quiet"])
     assert status == 0
     doc = json.loads(out.read_text())
     assert doc["keep"] == ["shift", "peaked"] and doc["met"] is True
@@ -170,6 +171,13 @@ def test_advise_command_writes_the_answer(tmp_path, capsys):
     assert set(doc["cost"]) >= {"assignment", "all_highest", "all_lowest"}
     assert doc["confirmed"]["input:peaked.weight"]["budget"] == 5e-2
     assert math.isfinite(doc["confirmed"]["output:out0"]["held_back"])
+    page = (tmp_path / "page" / "advice.html").read_text()
+    assert "[&#x27;shift&#x27;, &#x27;peaked&#x27;]" in page and "<svg" in page
+    assert "could not be drawn" not in page
+    # the page is a pure function of the answer: a damaged answer still draws
+    from roundoff_coverage.reports.html import build_advice
+    built = build_advice({"front": [{"source": "chosen"}], "units": [{}]}, tmp_path / "bad")
+    assert "Precision advice" in open(built.index).read()
 
 
 @pytest.mark.parametrize("argv, says", [
