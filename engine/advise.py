@@ -13,16 +13,19 @@ inverse) for every output (``out``), every input and parameter gradient (``grad`
 of them by name (``out[logits]``, ``grad[fc.weight]``), each tensor joined over the samples.
 
 The **search** measures before it predicts: the exact run once on the samples; the
-emulated run of every unit alone at each lower candidate (the rest in the highest): each
-unit's own excess error on each budgeted tensor (``singles``); then, taking errors of
-different units as adding (first order: the triangle inequality of their separate effects),
-a greedy descent from everything in the highest candidate lowers the unit that saves the
-most cost per share of the budget it uses while the predicted errors stay within it.  The
-chosen assignment is then **confirmed**: measured as a whole against exact values.  Where it
-misses the budget (errors compound beyond first order), the descent is repeated within a
-budget scaled down by the miss, up to ROUNDS times; everything in the highest candidate is
-the fallback, measured first.  The answer is **validated** on held-back samples: draws
-around the first sample with another seed, their own exact run.
+emulated run of every unit alone at each lower candidate (the rest in the highest): how much
+each unit grows each budgeted tensor's squared error (``singles``).  Taking the errors of
+different units as independent (first order: their squared norms add), a greedy descent
+from everything in the highest candidate lowers the unit that saves the most cost per share
+of the budget it uses while the predicted errors stay within it.  The chosen assignment is
+then **confirmed**: measured as a whole against exact values.  Where it misses the budget
+(errors that compound or correlate), the descent is repeated within a budget scaled down by
+the miss, up to ROUNDS times; everything in the highest candidate, measured first, is the
+fallback.  A confirmed assignment is then **refined**, measured: each unit still above the
+cheapest candidate is tried one step cheaper (the largest savings first, at most REFINE
+runs), kept where the budget still holds.  A hand rule (below) that meets the budget at a
+lower cost than the search's answer replaces it.  The answer is **validated** on held-back
+samples: draws around the first sample with another seed, their own exact run.
 
 Beside the answer, the two rules users apply by hand, measured the same way: the first and
 the last product (the first and last layers) in the highest candidate, the rest in the
@@ -48,6 +51,7 @@ from .samples import ModelError, in_format, sample_inputs, tangent_directions
 from .sites import sites, value_at
 
 ROUNDS = 6                          # confirmation rounds before falling back
+REFINE = 24                         # measured one-unit lowerings after the confirmation
 HELD_BACK_SEED = 0x686C64           # the held-back draws' seed offset ("hld")
 NORMALIZING = ("layerNorm", "batchNorm", "batchNormRunning", "softmax", "logSoftmax",
                "maskedSoftmax")
@@ -239,136 +243,172 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
     if unit_kind not in UNIT_KINDS:
         raise AdviseError(f"--unit {unit_kind}: give module or node")
     _check_names(graph, budget)
-    units = units_of(graph, unit_kind)
-    cands = list(candidates)
-    low, high = cands[0], max(cands, key=lambda f: (f.precision, f.emax, f.bits))
     want_grad = any(x.kind == "grad" for x in budget)
     samples = samples if samples is not None else sample_inputs(graph, 2, seed)
     measure = Errors(graph, samples, seed, mode, policy, want_grad, log)
-    limits = _limits(budget, measure.tensors)
-    unit_cost = {u.name: {f.label: sum(costs.node_seconds(graph.nodes[k].op, f.bits,
-                                                          want_grad) for k in u.nodes)
-                          for f in cands} for u in units}
-
-    def cost(assign):
-        return sum(unit_cost[u][f.label] for u, f in assign.items())
-
-    def nodes_of(assign):
-        return by_node(units, assign)
-
-    def usage(errs):
-        return max((errs[t] / lim for t, lim in limits.items()), default=0.0)
-
-    front = []
-
-    def run(assign, source):
-        errs = measure(nodes_of(assign))
-        front.append({"source": source, "cost": cost(assign), "usage": usage(errs)})
-        return errs
-
-    every = {f.label: {u.name: f for u in units} for f in cands}
-    alone = {}
+    s = _Search(graph, units_of(graph, unit_kind), list(candidates), budget, measure, say)
+    high, low = s.high, s.low
+    every = {f.label: s.uniform(f) for f in s.cands}
     say("everything in each candidate")
-    whole = {label: run(a, f"all {label}") for label, a in every.items()}
+    whole = {label: s.run(a, f"all {label}") for label, a in every.items()}
     best, best_errs = every[high.label], whole[high.label]
-    met = usage(best_errs) <= 1.0
+    met = s.usage(best_errs) <= 1.0
     reason = ""
     if not met:
         reason = (f"the budget cannot be met: even every unit in {high.label} misses it "
-                  f"({_worst_text(best_errs, limits)}); the assignment is all {high.label}")
-    elif usage(whole[low.label]) <= 1.0:
+                  f"({_worst_text(best_errs, s.limits)}); the assignment is all {high.label}")
+    elif s.usage(whole[low.label]) <= 1.0:
         best, best_errs = every[low.label], whole[low.label]
     else:
-        best, best_errs = _search(units, cands, high, limits, measure, nodes_of, cost, run,
-                                  whole[high.label], best, best_errs, say, alone)
+        best, best_errs = s.refine(*s.search(whole[high.label], best, best_errs))
     rules = []
-    for text, kept in _hand_rules(graph, units, high):
-        assign = {u.name: (high if u.name in kept else low) for u in units}
-        errs = measure(nodes_of(assign))
-        front.append({"source": text, "cost": cost(assign), "usage": usage(errs)})
-        rules.append({"rule": text, "keep": sorted(kept), "cost": cost(assign),
-                      "errors": errs, "met": usage(errs) <= 1.0})
-    front.append({"source": "chosen", "cost": cost(best), "usage": usage(best_errs)})
+    for text, kept in _hand_rules(graph, s.units, high):
+        assign = {u.name: (high if u.name in kept else low) for u in s.units}
+        errs = s.run(assign, text)
+        rules.append({"rule": text, "keep": sorted(kept), "cost": s.cost(assign),
+                      "errors": errs, "met": s.usage(errs) <= 1.0})
+        if met and s.usage(errs) <= 1.0 and s.cost(assign) < s.cost(best):
+            best, best_errs = assign, errs          # a hand rule did better: it is the answer
+    s.front.append({"source": "chosen", "cost": s.cost(best), "usage": s.usage(best_errs)})
     say("held-back samples")
     held = sample_inputs(graph, held_back + 1, seed + HELD_BACK_SEED, around=samples[0])[1:]
     check = Errors(graph, held, seed + HELD_BACK_SEED, mode, policy, want_grad, log)
-    held_errs = check(nodes_of(best))
-    return Advice(units=units, candidates=[f.label for f in cands], limits=limits,
+    held_errs = check(by_node(s.units, best))
+    return Advice(units=s.units, candidates=[f.label for f in s.cands], limits=s.limits,
                   assignment={u: f.label for u, f in best.items()}, confirmed=best_errs,
                   held_back=held_errs,
-                  costs={"assignment": cost(best), "all_highest": cost(every[high.label]),
-                         "all_lowest": cost(every[low.label])},
-                  unit_costs=unit_cost,
-                  rules=rules, front=front, alone=alone, met=met,
-                  met_held_back=met and all(held_errs[t] <= lim for t, lim in limits.items()),
+                  costs={"assignment": s.cost(best), "all_highest": s.cost(every[high.label]),
+                         "all_lowest": s.cost(every[low.label])},
+                  unit_costs=s.unit_cost, rules=rules, front=s.front, alone=s.alone,
+                  met=met,
+                  met_held_back=met and all(held_errs[t] <= lim
+                                            for t, lim in s.limits.items()),
                   reason=reason, runs=measure.runs + check.runs)
 
 
-def _search(units, cands, high, limits, measure, nodes_of, cost, run, base_errs, best,
-            best_errs, log, alone):
-    """The greedy descent on the singles' predictions, confirmed (module docstring):
-    (assignment, its measured errors), ``best`` (everything in ``high``, measured) when no
-    round's prediction is confirmed; ``alone`` receives each unit's usage of the budget
-    (largest error / limit) lowered alone to each candidate."""
-    lower = [f for f in cands if f is not high]
-    singles = {}
-    for i, u in enumerate(units):
-        log("each unit alone", float(i), float(len(units)), u.name)
-        for f in lower:
-            assign = {v.name: high for v in units} | {u.name: f}
-            got = measure(nodes_of(assign))
-            singles[(u.name, f.label)] = {t: max(0.0, got[t] - base_errs[t]) for t in limits}
-            alone.setdefault(u.name, {})[f.label] = max(
-                (got[t] / lim for t, lim in limits.items()), default=0.0)
-    scale = 1.0
-    tried = set()
-    for r in range(ROUNDS):
-        log("confirming", float(r), float(ROUNDS), f"round {r + 1}")
-        assign = _descend(units, cands, high, limits, singles, base_errs, cost, scale)
-        key = tuple(sorted((u, f.label) for u, f in assign.items()))
-        if key in tried:
-            scale /= 2
-            continue
-        tried.add(key)
-        errs = run(assign, f"confirmed round {r + 1}")
-        worst = max((errs[t] / lim for t, lim in limits.items()), default=0.0)
-        if worst <= 1.0:
-            if cost(assign) < cost(best):
-                return assign, errs
-            return best, best_errs
-        scale /= max(worst, 1.25)
-    return best, best_errs
+class _Search:
+    """The search's state: the units, the candidates (cheapest first), the limits, the
+    units' costs, every measured assignment (``front``) and each unit's usage of the budget
+    lowered alone (``alone``)."""
 
+    def __init__(self, graph, units, cands, budget, measure, log):
+        self.units, self.cands, self.measure, self.log = units, cands, measure, log
+        self.low, self.high = cands[0], max(cands, key=lambda f: (f.precision, f.emax, f.bits))
+        self.limits = _limits(budget, measure.tensors)
+        backward = measure.want_grad
+        self.unit_cost = {u.name: {f.label: sum(costs.node_seconds(graph.nodes[k].op, f.bits,
+                                                                   backward)
+                                                for k in u.nodes) for f in cands}
+                          for u in units}
+        self.front, self.alone = [], {}
 
-def _descend(units, cands, high, limits, singles, base_errs, cost, scale) -> dict:
-    """Greedy: from every unit in ``high``, lower one unit at a time to a cheaper candidate
-    -- the move saving the most cost per share of the budget it adds -- while every
-    predicted error (base + the lowered units' single excesses) stays within ``scale`` times
-    its limit."""
-    assign = {u.name: high for u in units}
-    excess = {t: 0.0 for t in limits}
-    while True:
-        best = None
-        for u in units:
-            now = assign[u.name]
-            here = singles.get((u.name, now.label), dict.fromkeys(limits, 0.0))
-            for f in cands:
-                saving = cost({u.name: now}) - cost({u.name: f})
-                if saving <= 0:
+    def uniform(self, f) -> dict:
+        return {u.name: f for u in self.units}
+
+    def cost(self, assign) -> float:
+        return sum(self.unit_cost[u][f.label] for u, f in assign.items())
+
+    def usage(self, errs) -> float:
+        """The largest error / its limit (at most 1: the budget is met)."""
+        return max((errs[t] / lim for t, lim in self.limits.items()), default=0.0)
+
+    def run(self, assign, source) -> dict:
+        """The measured errors of ``assign``, kept in the front as ``source``."""
+        errs = self.measure(by_node(self.units, assign))
+        self.front.append({"source": source, "cost": self.cost(assign),
+                           "usage": self.usage(errs)})
+        return errs
+
+    def search(self, base_errs, best, best_errs) -> tuple:
+        """The greedy descent on the singles' predictions, confirmed (module docstring):
+        (assignment, its measured errors); ``best`` (everything in the highest, measured)
+        when no round's prediction is confirmed."""
+        high, limits = self.high, self.limits
+        singles = {}
+        for i, u in enumerate(self.units):
+            self.log("each unit alone", float(i), float(len(self.units)), u.name)
+            for f in self.cands:
+                if f is high:
                     continue
-                there = singles[(u.name, f.label)]
-                moved = {t: excess[t] - here[t] + there[t] for t in limits}
-                if any(base_errs[t] + moved[t] > scale * lim for t, lim in limits.items()):
+                got = self.measure(by_node(self.units, self.uniform(high) | {u.name: f}))
+                # errors of separate units add in quadrature to first order (independent
+                # roundings): a unit's share is the growth of the squared error
+                singles[(u.name, f.label)] = {t: max(0.0, got[t] ** 2 - base_errs[t] ** 2)
+                                              for t in limits}
+                self.alone.setdefault(u.name, {})[f.label] = self.usage(got)
+        scale, tried = 1.0, set()
+        for r in range(ROUNDS):
+            self.log("confirming", float(r), float(ROUNDS), f"round {r + 1}")
+            assign = self._descend(singles, base_errs, scale)
+            key = tuple(sorted((u, f.label) for u, f in assign.items()))
+            if key in tried:
+                scale /= 2
+                continue
+            tried.add(key)
+            errs = self.run(assign, f"confirmed round {r + 1}")
+            worst = self.usage(errs)
+            if worst <= 1.0:
+                return (assign, errs) if self.cost(assign) < self.cost(best) else \
+                    (best, best_errs)
+            scale /= max(worst, 1.25)
+        return best, best_errs
+
+    def _descend(self, singles, base_errs, scale) -> dict:
+        """Greedy: from every unit in the highest candidate, lower one unit at a time to a
+        cheaper candidate -- the move saving the most cost per share of the budget it adds
+        -- while every predicted error, sqrt(base**2 + the lowered units' single squared
+        growths), stays within ``scale`` times its limit."""
+        limits = self.limits
+        assign = self.uniform(self.high)
+        grown = dict.fromkeys(limits, 0.0)
+        zero = dict.fromkeys(limits, 0.0)
+        while True:
+            best = None
+            for u in self.units:
+                now = assign[u.name]
+                here = singles.get((u.name, now.label), zero)
+                for f in self.cands:
+                    saving = self.unit_cost[u.name][now.label] - self.unit_cost[u.name][f.label]
+                    if saving <= 0:
+                        continue
+                    there = singles[(u.name, f.label)]
+                    moved = {t: grown[t] - here[t] + there[t] for t in limits}
+                    if any(math.sqrt(base_errs[t] ** 2 + moved[t]) > scale * lim
+                           for t, lim in limits.items()):
+                        continue
+                    added = max((max(0.0, there[t] - here[t]) / lim ** 2
+                                 for t, lim in limits.items()), default=0.0)
+                    merit = (saving / (added + 1e-30), saving)
+                    if best is None or merit > best[0]:
+                        best = (merit, u.name, f, moved)
+            if best is None:
+                return assign
+            _, name, f, grown = best
+            assign[name] = f
+
+    def refine(self, assign, errs) -> tuple:
+        """Measured: each unit still above the cheapest candidate, the largest savings
+        first, tried one step cheaper at a time (at most REFINE runs); a trial that still
+        meets the budget is kept.  (assignment, its measured errors)."""
+        if self.usage(errs) > 1.0:
+            return assign, errs
+        runs = 0
+        order = sorted(self.units, key=lambda u: -(self.unit_cost[u.name][assign[u.name].label]
+                                                  - self.unit_cost[u.name][self.low.label]))
+        for u in order:
+            for f in self.cands:                     # cheapest first
+                now = assign[u.name]
+                if runs >= REFINE or \
+                        self.unit_cost[u.name][f.label] >= self.unit_cost[u.name][now.label]:
                     continue
-                added = max((max(0.0, there[t] - here[t]) / lim
-                             for t, lim in limits.items()), default=0.0)
-                merit = (saving / (added + 1e-12), saving)
-                if best is None or merit > best[0]:
-                    best = (merit, u.name, f, moved)
-        if best is None:
-            return assign
-        _, name, f, excess = best
-        assign[name] = f
+                self.log("refining", float(runs), float(REFINE), u.name)
+                runs += 1
+                trial = dict(assign) | {u.name: f}
+                got = self.run(trial, "refined")
+                if self.usage(got) <= 1.0:
+                    assign, errs = trial, got
+                    break
+        return assign, errs
 
 
 def _hand_rules(g, units, high) -> list:

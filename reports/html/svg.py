@@ -583,4 +583,4 @@ def _front_kind(source: str) -> str:
         return "chosen"
     if source.startswith("all "):
         return "all"
-    return "confirmed" if source.startswith("confirmed") else "rule"
+    return "confirmed" if source.startswith(("confirmed", "refined")) else "rule"
