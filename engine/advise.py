@@ -5,7 +5,9 @@ an error budget against exact values, at the least cost (engine/cost.py).
 An **assignment** gives every unit a candidate format; how a model computes under it is
 engine/assignment.py's (autocast: a unit in F reads its arguments rounded into F and
 computes in F).  The exact run starts from the model's binary32 values.  Candidates are
-element formats at most as precise as binary32.
+element formats at most as precise as binary32 and recipes on products
+(``scaled_recipe@mxfp8_e4m3``: the unit's products on quantized operands, the rest in
+bfloat16).
 
 The **budget** (``parse_budget``): a largest normwise relative error ||y_hat - y||_2 /
 ||y||_2 (engine/tensor_measures.py's ``norm_rel``; or an SQNR in dB, 20 log10 of its
@@ -17,15 +19,17 @@ emulated run of every unit alone at each lower candidate (the rest in the highes
 each unit grows each budgeted tensor's squared error (``singles``).  Taking the errors of
 different units as independent (first order: their squared norms add), a greedy descent
 from everything in the highest candidate lowers the unit that saves the most cost per share
-of the budget it uses while the predicted errors stay within it.  The chosen assignment is
-then **confirmed**: measured as a whole against exact values.  Where it misses the budget
-(errors that compound or correlate), the descent is repeated within a budget scaled down by
-the miss, up to ROUNDS times; everything in the highest candidate, measured first, is the
-fallback.  A confirmed assignment is then **refined**, measured: each unit still above the
-cheapest candidate is tried one step cheaper (the largest savings first, at most REFINE
-runs), kept where the budget still holds.  A hand rule (below) that meets the budget at a
-lower cost than the search's answer replaces it.  The answer is **validated** on held-back
-samples: draws around the first sample with another seed, their own exact run.
+of the budget it uses while the predicted errors stay within the budget times ``margin``
+(MARGIN: room for the samples the search has not seen).  The chosen assignment is then
+**confirmed**: measured as a whole against exact values.  Where it misses (errors that
+compound or correlate), the descent is repeated within a budget scaled down by the miss, up
+to ROUNDS times; everything in the highest candidate, measured first, is the fallback.  A
+confirmed assignment is then **refined**, measured: each unit still above the cheapest
+candidate is tried one step cheaper (the largest savings first, at most REFINE runs), kept
+where the errors stay within the budget times the margin.  A hand rule (below) that does so
+at a lower cost replaces the answer.  ``met``: the answer's errors on the samples are within
+the budget (the margin aside).  The answer is **validated** on held-back samples: draws
+around the first sample with another seed, their own exact run.
 
 Beside the answer, the two rules users apply by hand, measured the same way: the first and
 the last product (the first and last layers) in the highest candidate, the rest in the
@@ -44,14 +48,15 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.routes.graph import GraphRule
 
 from . import cost as costs
-from .assignment import (BASE, TOP_LEVEL, UNIT_KINDS, AssignmentError, by_node,
-                         element_format, hooks, units_of)
+from .assignment import (BASE, TOP_LEVEL, UNIT_KINDS, AssignmentError, RecipeCandidate,
+                         by_node, candidate, hooks, units_of)
 from .model import exact_traces, whole_name
 from .samples import ModelError, in_format, sample_inputs, tangent_directions
 from .sites import sites, value_at
 
 ROUNDS = 6                          # confirmation rounds before falling back
 REFINE = 24                         # measured one-unit lowerings after the confirmation
+MARGIN = 0.9                        # the share of the budget the search fills on the samples
 HELD_BACK_SEED = 0x686C64           # the held-back draws' seed offset ("hld")
 NORMALIZING = ("layerNorm", "batchNorm", "batchNormRunning", "softmax", "logSoftmax",
                "maskedSoftmax")
@@ -131,7 +136,7 @@ def check_candidates(names) -> list:
     out = []
     for name in names:
         try:
-            out.append(element_format(name))          # FormatError: an unknown name
+            out.append(candidate(name))               # FormatError: an unknown name
         except AssignmentError as exc:
             raise AdviseError(f"candidate {exc}") from None
     if len({f.label for f in out}) != len(out):
@@ -178,13 +183,14 @@ class Errors:
         """{tensor: normwise relative error} with node k computing in ``by_node[k]`` (a
         format; binary32 where absent)."""
         g = self.g
-        override, pre = hooks(g, by_node, self.mode, self.policy, self.seed, self._backends)
+        override, pre, post = hooks(g, by_node, self.mode, self.policy, self.seed,
+                                    self._backends)
         rule = GraphRule(g, self.base)
         got = {t: [] for t in self.exact}
         for x, (c, _) in zip(self.xs, self.dirs):
             tr = rule.trace([self.base.asarray(a) if p.scalar else a
                              for a, p in zip(x, g.inputs)],
-                            c if self.want_grad else None, None, override, pre=pre)
+                            c if self.want_grad else None, None, override, post=post, pre=pre)
             for site in self.whole:
                 name = whole_name(site)
                 if name in got:
@@ -231,14 +237,17 @@ class Advice:
     met_held_back: bool = False
     reason: str = ""
     runs: int = 0
+    margin: float = MARGIN
+    high: str = BASE                        # the highest candidate's label
 
 
 def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
-           held_back=2, mode="nearest_even", policy="fp32_accumulate", log=None) -> Advice:
+           held_back=2, mode="nearest_even", policy="fp32_accumulate", log=None,
+           margin=MARGIN) -> Advice:
     """The cheapest assignment found whose measured errors meet ``budget`` (Limits) on
-    ``samples`` (sample_inputs' lists), validated on ``held_back`` draws (module
-    docstring); ``candidates``: check_candidates' formats; ``log(phase, done, total,
-    where)``: progress (orchestrate.Phases) or None."""
+    ``samples`` (sample_inputs' lists) within ``margin`` of it, validated on ``held_back``
+    draws (module docstring); ``candidates``: check_candidates' formats; ``log(phase,
+    done, total, where)``: progress (orchestrate.Phases) or None."""
     say = log or (lambda *a, **k: None)
     if unit_kind not in UNIT_KINDS:
         raise AdviseError(f"--unit {unit_kind}: give module or node")
@@ -246,7 +255,10 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
     want_grad = any(x.kind == "grad" for x in budget)
     samples = samples if samples is not None else sample_inputs(graph, 2, seed)
     measure = Errors(graph, samples, seed, mode, policy, want_grad, log)
-    s = _Search(graph, units_of(graph, unit_kind), list(candidates), budget, measure, say)
+    if not 0 < margin <= 1:
+        raise AdviseError(f"--margin {margin}: give a share of the budget in (0, 1]")
+    s = _Search(graph, units_of(graph, unit_kind), list(candidates), budget, measure, say,
+                margin)
     high, low = s.high, s.low
     every = {f.label: s.uniform(f) for f in s.cands}
     say("everything in each candidate")
@@ -257,7 +269,7 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
     if not met:
         reason = (f"the budget cannot be met: even every unit in {high.label} misses it "
                   f"({_worst_text(best_errs, s.limits)}); the assignment is all {high.label}")
-    elif s.usage(whole[low.label]) <= 1.0:
+    elif s.usage(whole[low.label]) <= margin:
         best, best_errs = every[low.label], whole[low.label]
     else:
         best, best_errs = s.refine(*s.search(whole[high.label], best, best_errs))
@@ -267,7 +279,7 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
         errs = s.run(assign, text)
         rules.append({"rule": text, "keep": sorted(kept), "cost": s.cost(assign),
                       "errors": errs, "met": s.usage(errs) <= 1.0})
-        if met and s.usage(errs) <= 1.0 and s.cost(assign) < s.cost(best):
+        if met and s.usage(errs) <= margin and s.cost(assign) < s.cost(best):
             best, best_errs = assign, errs          # a hand rule did better: it is the answer
     s.front.append({"source": "chosen", "cost": s.cost(best), "usage": s.usage(best_errs)})
     say("held-back samples")
@@ -283,7 +295,8 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
                   met=met,
                   met_held_back=met and all(held_errs[t] <= lim
                                             for t, lim in s.limits.items()),
-                  reason=reason, runs=measure.runs + check.runs)
+                  reason=reason, runs=measure.runs + check.runs, margin=margin,
+                  high=high.label)
 
 
 class _Search:
@@ -291,16 +304,23 @@ class _Search:
     units' costs, every measured assignment (``front``) and each unit's usage of the budget
     lowered alone (``alone``)."""
 
-    def __init__(self, graph, units, cands, budget, measure, log):
+    def __init__(self, graph, units, cands, budget, measure, log, margin):
         self.units, self.cands, self.measure, self.log = units, cands, measure, log
+        self.margin = margin
         self.low, self.high = cands[0], max(cands, key=lambda f: (f.precision, f.emax, f.bits))
         self.limits = _limits(budget, measure.tensors)
         backward = measure.want_grad
-        self.unit_cost = {u.name: {f.label: sum(costs.node_seconds(graph.nodes[k].op, f.bits,
+        self.unit_cost = {u.name: {f.label: sum(costs.node_seconds(graph.nodes[k].op,
+                                                                   _bits(f, graph.nodes[k].op),
                                                                    backward)
                                                 for k in u.nodes) for f in cands}
                           for u in units}
         self.front, self.alone = [], {}
+        # a recipe changes only products: a unit without any is not offered one (it would
+        # be the recipe's storage format under another name)
+        self.offered = {u.name: [f for f in cands if not isinstance(f, RecipeCandidate)
+                                 or any(graph.nodes[k].op.product_operands for k in u.nodes)]
+                        for u in units}
 
     def uniform(self, f) -> dict:
         return {u.name: f for u in self.units}
@@ -327,7 +347,7 @@ class _Search:
         singles = {}
         for i, u in enumerate(self.units):
             self.log("each unit alone", float(i), float(len(self.units)), u.name)
-            for f in self.cands:
+            for f in self.offered[u.name]:
                 if f is high:
                     continue
                 got = self.measure(by_node(self.units, self.uniform(high) | {u.name: f}))
@@ -346,7 +366,7 @@ class _Search:
                 continue
             tried.add(key)
             errs = self.run(assign, f"confirmed round {r + 1}")
-            worst = self.usage(errs)
+            worst = self.usage(errs) / self.margin
             if worst <= 1.0:
                 return (assign, errs) if self.cost(assign) < self.cost(best) else \
                     (best, best_errs)
@@ -367,13 +387,13 @@ class _Search:
             for u in self.units:
                 now = assign[u.name]
                 here = singles.get((u.name, now.label), zero)
-                for f in self.cands:
+                for f in self.offered[u.name]:
                     saving = self.unit_cost[u.name][now.label] - self.unit_cost[u.name][f.label]
                     if saving <= 0:
                         continue
                     there = singles[(u.name, f.label)]
                     moved = {t: grown[t] - here[t] + there[t] for t in limits}
-                    if any(math.sqrt(base_errs[t] ** 2 + moved[t]) > scale * lim
+                    if any(math.sqrt(base_errs[t] ** 2 + moved[t]) > scale * self.margin * lim
                            for t, lim in limits.items()):
                         continue
                     added = max((max(0.0, there[t] - here[t]) / lim ** 2
@@ -390,13 +410,13 @@ class _Search:
         """Measured: each unit still above the cheapest candidate, the largest savings
         first, tried one step cheaper at a time (at most REFINE runs); a trial that still
         meets the budget is kept.  (assignment, its measured errors)."""
-        if self.usage(errs) > 1.0:
+        if self.usage(errs) > self.margin:
             return assign, errs
         runs = 0
         order = sorted(self.units, key=lambda u: -(self.unit_cost[u.name][assign[u.name].label]
                                                   - self.unit_cost[u.name][self.low.label]))
         for u in order:
-            for f in self.cands:                     # cheapest first
+            for f in self.offered[u.name]:           # cheapest first
                 now = assign[u.name]
                 if runs >= REFINE or \
                         self.unit_cost[u.name][f.label] >= self.unit_cost[u.name][now.label]:
@@ -405,10 +425,18 @@ class _Search:
                 runs += 1
                 trial = dict(assign) | {u.name: f}
                 got = self.run(trial, "refined")
-                if self.usage(got) <= 1.0:
+                if self.usage(got) <= self.margin:
                     assign, errs = trial, got
                     break
         return assign, errs
+
+
+def _bits(f, op) -> int:
+    """The width a node computes and stores at under candidate ``f``: a recipe's products
+    at their operands' element width, its other nodes at its storage format's."""
+    if isinstance(f, RecipeCandidate) and not op.product_operands:
+        return f.storage.bits
+    return f.bits
 
 
 def _hand_rules(g, units, high) -> list:
@@ -450,12 +478,12 @@ def keep_list(advice, high_label) -> list:
 def document(advice, target, budget, unit_kind, mode, policy, samples, seed) -> dict:
     """The answer as JSON data (``advise --out``: ``assignment``, ``keep``, ``cost``,
     ``confirmed``, ``met``, and how it was found)."""
-    high = max(advice.candidates, key=lambda n: (formats.get(n).precision,
-                                                 formats.get(n).emax))
+    high = advice.high
     return {
         "schema": "roundoff-coverage/advice-1",
         "target": target, "unit": unit_kind, "candidates": advice.candidates,
         "mode": mode, "policy": policy, "samples": samples, "seed": seed,
+        "margin": advice.margin,
         "budget": [x.text for x in budget],
         "assignment": advice.assignment,
         "keep": keep_list(advice, high), "keep_format": high,

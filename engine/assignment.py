@@ -9,6 +9,15 @@ outputs, the tangents of its arguments in the forward-mode sweep) rounded to nea
 and its results -- values and gradient contributions -- are F values, read as they are by
 binary32 nodes (F is within binary32) and rounded again into the format of the next unit
 that reads them.  Nodes assigned binary32 are the model as it is.
+
+A unit may also be assigned a recipe on its products (``scaled_recipe@mxfp8_e4m3``,
+``fp8_recipe@fp8_e4m3_tensor``: class RecipeCandidate), as engine/model_recipe.py runs a
+whole model under one: its product nodes read their operands quantized with the scheme
+(along their contraction axis; the cotangents their pullbacks receive with the gradient
+scheme along the last axis), their other float arguments rounded into the recipe's storage
+format (bfloat16), compute in binary32, and store their results (values, tangents and
+gradient contributions) into the storage format, as a GEMM's epilogue converts its FP32
+accumulator; its other nodes compute in the storage format as an element format would.
 """
 
 from __future__ import annotations
@@ -19,6 +28,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from roundoff_coverage import formats, numerics
+
+from .model_recipe import RecipeRun
+from .samples import ModelError
+from .sites import Config
 
 BASE = "binary32"                   # the model as the user has it
 ASSIGNED = "assigned"               # the format label of a model run's rows under an assignment
@@ -52,13 +65,57 @@ def units_of(g, kind: str) -> list:
     return [Unit(m, tuple(ks)) for m, ks in groups.items()]
 
 
+@dataclass(frozen=True)
+class RecipeCandidate:
+    """A recipe on a unit's products (module docstring): ``label`` POLICY@SCHEME,
+    ``policy`` the recipe's policy name, ``scheme`` the scaled format of the operands,
+    ``storage`` the recipe's storage format; ``bits``, ``precision`` and ``emax`` those of
+    the forward operands' elements (the search's order: cheapest first)."""
+
+    label: str
+    policy: str
+    scheme: object
+    storage: object
+    bits: int
+    precision: int
+    emax: int
+
+    def run(self, mode, seed) -> RecipeRun:
+        return RecipeRun(self.scheme, Config(self.label, mode, self.policy), seed)
+
+
+def candidate(name):
+    """A unit's format from its name: an element format at most as precise and as wide as
+    binary32, or POLICY@SCHEME, a recipe on the unit's products (RecipeCandidate).
+    FormatError for an unknown format name, AssignmentError for another refusal."""
+    if "@" not in name:
+        return element_format(name)
+    policy, _, scheme_name = name.partition("@")
+    recipe = numerics.policy.recipe(policy)
+    if recipe is None:
+        raise AssignmentError(f"{name}: {policy!r} is not a recipe (give "
+                              f"{' or '.join(sorted(numerics.policy.RECIPES))}@SCHEME)")
+    scheme = formats.get(scheme_name)
+    if not isinstance(scheme, formats.ScaledFormat):
+        raise AssignmentError(f"{name}: {scheme_name} is not a scaled format (give e.g. "
+                              f"{policy}@mxfp8_e4m3)")
+    try:
+        run = RecipeRun(scheme, Config(name, "nearest_even", policy), 0)
+    except ModelError as exc:
+        raise AssignmentError(f"{name}: {exc}") from None
+    element = run.fwd.element
+    return RecipeCandidate(f"{policy}@{scheme.label}", policy, scheme, run.storage,
+                           element.bits, element.precision, element.emax)
+
+
 def element_format(name):
     """The format ``name`` as a unit's format: an element format at most as precise and as
     wide as binary32 (FormatError for an unknown name, AssignmentError for another)."""
     fmt = formats.get(name)
     if isinstance(fmt, formats.ScaledFormat):
         raise AssignmentError(f"{name}: a scaled format; a unit is assigned an element "
-                              f"format (binary32, bfloat16, binary16, float8_e4m3fn...)")
+                              f"format (binary32, bfloat16, binary16, float8_e4m3fn...) or a "
+                              f"recipe on its products (scaled_recipe@{name})")
     base = formats.get(BASE)
     if fmt.precision > base.precision or fmt.emax > base.emax:
         raise AssignmentError(f"{name}: more precise or wider than {BASE}, the model's own "
@@ -67,28 +124,62 @@ def element_format(name):
 
 
 def hooks(g, by_node: dict, mode: str, policy: str, seed: int, backends=None) -> tuple:
-    """(override, pre) of GraphRule.trace and GraphRule.alone computing node k in
-    ``by_node[k]`` (a format; binary32 where absent or binary32) under a binary32 backend;
-    (None, None) when every node is binary32.  ``backends``: a dict reused across calls
-    (one emulated backend per format)."""
-    low = {k: f for k, f in by_node.items() if f.label != BASE}
-    if not low:
-        return None, None
+    """(override, pre, post) of GraphRule.trace and GraphRule.alone computing node k in
+    ``by_node[k]`` (a format or a RecipeCandidate; binary32 where absent) under a binary32
+    backend (module docstring); (None, None, None) when every node is binary32.
+    ``backends``: a dict reused across calls (one emulated backend per format, one
+    RecipeRun per recipe)."""
     backends = {} if backends is None else backends
-    for f in low.values():
-        if f.label not in backends:
-            backends[f.label] = numerics.emulated(f, mode, policy, seed=seed)
-    override = {k: backends[f.label] for k, f in low.items()}
+
+    def backend(fmt):
+        if fmt.label not in backends:
+            backends[fmt.label] = numerics.emulated(fmt, mode, policy, seed=seed)
+        return backends[fmt.label]
+
+    def recipe_run(cand):
+        key = ("recipe", cand.label)
+        if key not in backends:
+            backends[key] = cand.run(mode, seed)
+        return backends[key]
+    stored, recipes, override = {}, {}, {}
+    for k, f in by_node.items():
+        if isinstance(f, RecipeCandidate):
+            stored[k] = f.storage
+            if g.nodes[k].op.product_operands:
+                recipes[k] = recipe_run(f)
+                override[k] = recipes[k].compute
+            else:
+                override[k] = backend(f.storage)
+        elif f.label != BASE:
+            stored[k] = f
+            override[k] = backend(f)
+    if not override:
+        return None, None, None
+    quantize = {k: r.pre(g, "assigned", 0, record=False) for k, r in recipes.items()}
 
     def pre(kind, k, j, v):
-        fmt = low.get(k)
+        fmt = stored.get(k)
         if fmt is None or kind not in ("argument", "argument_tangent", "cotangent"):
             return v
-        ports = g.nodes[k].op.outputs if kind == "cotangent" else g.nodes[k].op.inputs
+        op = g.nodes[k].op
+        ports = op.outputs if kind == "cotangent" else op.inputs
         if not ports[j].scalar:
             return v
+        if k in quantize and (kind == "cotangent" or op.input_names[j] in op.product_operands):
+            return quantize[k](kind, k, j, v)
         return formats.round_to(np.asarray(v, dtype=np.float64), fmt)
-    return override, pre
+
+    def post(kind, k, j, v):
+        # a recipe's product computes in binary32 and stores its results in the storage
+        # format (the other nodes' results are in their format already)
+        if k not in recipes:
+            return v
+        op = g.nodes[k].op
+        port = (op.inputs if kind == "contribution" else op.outputs)[j]
+        if not port.scalar:
+            return v
+        return formats.round_to(np.asarray(v, dtype=np.float64), stored[k])
+    return override, pre, (post if recipes else None)
 
 
 def by_node(units, assignment: dict) -> dict:
@@ -125,7 +216,7 @@ def read(path, graph) -> tuple[str, dict]:
         raise AssignmentError(f"--assignment {path}: no format for the {kind} "
                               f"{missing[0]!r} (every {kind} of the graph needs one)")
     try:
-        chosen = {name: element_format(str(f)) for name, f in given.items()}
+        chosen = {name: candidate(str(f)) for name, f in given.items()}
     except (AssignmentError, formats.FormatError) as exc:
         raise AssignmentError(f"--assignment {path}: {exc}") from None
     return kind, by_node(units, chosen)

@@ -104,7 +104,6 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -123,7 +122,7 @@ from .measuring import measure_port
 from .model_recipe import RecipeRun
 from .model_scaled import Scaled
 from .samples import ModelError, in_format, is_float_port, tangent_directions
-from .sites import LOCAL, PROPAGATED, ROUTES, rounder_of, sites, value_at
+from .sites import LOCAL, PROPAGATED, ROUTES, Config, rounder_of, sites, value_at
 
 # The exact run settles by the reference policy (engine/reference.py: format precision + 64
 # bits, doubled at most twice); rows whose values still moved at the last doubling say so
@@ -137,15 +136,6 @@ LOCAL_FIELDS = ("node", "module", "op", "port", "norm_rel", "bits", "sqnr_db", "
                 "max_ulp", "mean_ulp", "cancelled", "cancelled_error")
 # The exceptional class of values NaN in both the exact and the computed run (_row).
 NAN_IN_BOTH = "nan_in_both"
-
-
-@dataclass(frozen=True)
-class Config:
-    """One unit of a model run: a format, a rounding mode and a policy."""
-
-    format: str
-    mode: str
-    policy: str
 
 
 # ----- one configuration -------------------------------------------------------------------------
@@ -191,18 +181,20 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     t0 = time.perf_counter()
     log("emulated run")
     rule = GraphRule(g, emu)
-    override, mixed = recipe and recipe.products(g), None
+    override, mixed, mixed_post = recipe and recipe.products(g), None, None
     if assignment:
-        override, mixed = assigned.hooks(g, assignment, config.mode, config.policy, seed)
+        override, mixed, mixed_post = assigned.hooks(g, assignment, config.mode,
+                                                     config.policy, seed)
     emulated = [rule.trace([emu.asarray(a) if is_float_port(p) else a
                             for a, p in zip(x, g.inputs)],
                            c if want_grad else None, t if want_tan else None, override,
-                           post=scaled and scaled.hook(g, "emulated", s),
+                           post=scaled.hook(g, "emulated", s) if scaled else mixed_post,
                            pre=recipe.pre(g, "emulated", s) if recipe else mixed)
                 for s, (x, (c, t)) in enumerate(zip(xs, dirs))]
     reads = [_rounded(g, fmt, tr, want_grad, want_tan) if scaled is None else
              scaled.reads(g, tr, c, want_grad, want_tan) for tr, (c, _) in zip(exact, dirs)]
-    local = [rule.alone(r, override, post=scaled and scaled.hook(g, "local", s),
+    local = [rule.alone(r, override,
+                        post=scaled.hook(g, "local", s) if scaled else mixed_post,
                         pre=recipe.pre(g, "local", s) if recipe else mixed)
              for s, r in enumerate(reads)]
     phases["emulation"] = time.perf_counter() - t0

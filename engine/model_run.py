@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from roundoff_coverage import formats, routes
+from roundoff_coverage import routes
 
 from . import budget, model, orchestrate, reference, results
+from .assignment import candidate
 from .executors import one_line
 from .model import Config
 from .samples import ModelError, sample_inputs
@@ -273,7 +274,7 @@ def unit(artifact, fmt, mode, policy, samples, seed, routes_, inputs, others=(),
         got, summary, phases = model.measure(
             graph, Config(fmt, mode, policy), xs, seed, tuple(routes_), tuple(others), target,
             scheme, attribution, log,
-            {k: formats.get(label) for k, label in assignment} if assignment else None)
+            {k: candidate(label) for k, label in assignment} if assignment else None)
     except Exception as exc:                                  # noqa: BLE001 (data)
         return _error_result(fmt, mode, policy, one_line(exc))
     return results.clean({"rows": got, "summary": summary, "phases": phases})

@@ -25,6 +25,15 @@ LOCAL, PROPAGATED = "local", "propagated"
 # ----- what is measured ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class Config:
+    """One unit of a model run: a format, a rounding mode and a policy."""
+
+    format: str
+    mode: str
+    policy: str
+
+
+@dataclass(frozen=True)
 class Site:
     """One measured quantity: ``route``, ``node`` (index, or -1 for the whole model),
     ``port`` (an output name; an argument name for gradients), and where its values are in

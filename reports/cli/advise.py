@@ -35,8 +35,10 @@ def add(sub, shared):
                         "one of them (out[NAME], grad[NAME]); a value like 1e-2 or an SQNR "
                         "like 40dB; e.g. out:1e-2,grad:5e-2")
     p.add_argument("--candidates", metavar="LIST",
-                   help="element formats to choose from, at most binary32 (default: "
-                        "binary32,bfloat16)")
+                   help="formats to choose from: element formats up to binary32, and "
+                        "recipes on a module's products as POLICY@SCHEME "
+                        "(scaled_recipe@mxfp8_e4m3, fp8_recipe@fp8_e4m3_tensor, "
+                        "scaled_recipe@nvfp4) (default: binary32,bfloat16)")
     p.add_argument("--unit", choices=advise.UNIT_KINDS, default="module",
                    help="what gets one format: a module (its own nodes) or a node "
                         "(default: module)")
@@ -46,6 +48,9 @@ def add(sub, shared):
     p.add_argument("--samples", metavar="N", type=int,
                    help="samples the search measures: the example inputs and draws around "
                         "them (default: 2)")
+    p.add_argument("--margin", metavar="F", type=float,
+                   help="the share of the budget the search may fill on the samples, room "
+                        f"for samples it has not seen (default {advise.MARGIN})")
     p.add_argument("--held-back", metavar="N", type=int,
                    help="held-back samples the answer is validated on: draws with another "
                         "seed (default: 2)")
@@ -96,7 +101,8 @@ def cmd_advise(args) -> int:
         model_run.check_memory(graph, len(xs))
         log = None if args.quiet else orchestrate.Phases("advise", delay=0.0, every=30.0)
         found = advise.advise(graph, budget, cands, args.unit, xs, seed,
-                              args.held_back or 2, mode[0], policy[0], log)
+                              args.held_back or 2, mode[0], policy[0], log,
+                              advise.MARGIN if args.margin is None else args.margin)
     except (advise.AdviseError, ModelError) as exc:
         raise UsageError(str(exc)) from None
     doc = advise.document(found, args.target, budget, args.unit, mode[0], policy[0],

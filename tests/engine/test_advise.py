@@ -244,3 +244,57 @@ def test_model_assignment_refuses_formats_beside_it(tmp_path, capsys):
     status = main(["model", FACTORY, "--assignment", str(tmp_path / "a.json"), "--formats",
                    "bfloat16", "--out", str(tmp_path / "m.json"), "--quiet"])
     assert status == 2 and "leave out --formats" in capsys.readouterr().err
+
+
+# ----- recipes as candidates ---------------------------------------------------------------------
+
+def _mxfp8(a):
+    """OCP MX (v1.0, section 6.3) by hand on the last axis, blocks of 32: the shared scale
+    2**(floor(log2(amax)) - 8) (8: E4M3's largest exponent), each element divided by it and
+    rounded to nearest even into E4M3 by ml_dtypes, clamped to +-448 first; dequantized."""
+    import ml_dtypes
+    blocks = a.reshape(a.shape[:-1] + (-1, 32))
+    amax = np.max(np.abs(blocks), axis=-1, keepdims=True)
+    scale = np.where(amax > 0, 2.0 ** (np.floor(np.log2(np.where(amax > 0, amax, 1))) - 8), 1)
+    elements = np.clip(blocks / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    return (elements.astype(np.float64) * scale).reshape(a.shape)
+
+
+def test_a_recipe_unit_measures_what_mxfp8_by_hand_computes():
+    """A linear layer under scaled_recipe@mxfp8_e4m3: its operands quantized to MXFP8 along
+    the contraction axis (the oracle: the OCP rule written out with ml_dtypes' E4M3
+    rounding), the product in float64 (exact here) rounded to binary32, the bias (rounded to
+    bfloat16) added in binary32, the result stored in bfloat16; the advisor's output error
+    against exact values agrees with the oracle's to 1%."""
+    import ml_dtypes
+    torch.manual_seed(1)
+    fc = torch.nn.Linear(64, 8)
+    x = torch.randn(6, 64)
+    g = routes.from_torch(fc, (x,))
+    xs = sample_inputs(g, 1, 0)
+    errors = advise.Errors(g, xs, 0, "nearest_even", "fp32_accumulate", False, None)
+    recipe = advise.check_candidates(["binary32", "scaled_recipe@mxfp8_e4m3"])[0]
+    ours = errors({0: recipe})["output:out0"]
+    w, b = fc.weight.detach().double().numpy(), fc.bias.detach().double().numpy()
+    xv = x.double().numpy()
+    product = (_mxfp8(xv) @ _mxfp8(w).T).astype(np.float32)
+    bias = b.astype(ml_dtypes.bfloat16).astype(np.float32)
+    got = (product + bias).astype(ml_dtypes.bfloat16).astype(np.float64)
+    exact = xv @ w.T + b
+    oracle = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+    assert 1e-3 < oracle and ours == pytest.approx(oracle, rel=0.01)
+
+
+def test_recipes_are_offered_only_to_units_with_products(graph):
+    found = advise.advise(graph, advise.parse_budget("out:5e-2,grad:8e-2"),
+                          advise.check_candidates(["binary32", "bfloat16",
+                                                   "scaled_recipe@mxfp8_e4m3"]),
+                          samples=sample_inputs(graph, 1, 0), held_back=1)
+    assert found.met
+    assert found.assignment[advise.TOP_LEVEL] in ("bfloat16", "binary32")
+    assert set(found.assignment.values()) <= {"binary32", "bfloat16",
+                                              "scaled_recipe@mxfp8_e4m3"}
+    for bad in (["binary32", "nope@mxfp8_e4m3"], ["binary32", "scaled_recipe@bfloat16"],
+                ["binary32", "fp8_recipe@mxfp4_e2m1"]):
+        with pytest.raises(advise.AdviseError):
+            advise.check_candidates(bad)
