@@ -7,6 +7,7 @@ the largest error / budget on the samples and on the held-back samples.
 
     python benchmarks/bench_advise.py [--model block] [--budget out:1e-2,grad:5e-2]
                                       [--candidates binary32,bfloat16] [--unit module]
+                                      [--samples 2] [--margin 0.9]
 
 Models: ``block`` (benchmarks/bench_model.py's transformer block), ``mlp`` and ``cnn``
 (tests/torch_models.py), ``gpt2`` (transformers, 2 layers of width 32: tests/zoo_models.py),
@@ -63,6 +64,7 @@ def main():
     ap.add_argument("--candidates", default="binary32,bfloat16")
     ap.add_argument("--unit", default="module")
     ap.add_argument("--samples", type=int, default=2)
+    ap.add_argument("--margin", default="0.9")
     args = ap.parse_args()
     env = dict(os.environ, BENCH_ADVISE_MODEL=args.model)
     target = f"{os.path.abspath(__file__)}:factory"
@@ -71,7 +73,8 @@ def main():
         advice = os.path.join(tmp, "advice.json")
         a = [sys.executable, "-m", "roundoff_coverage", "advise", target, "--budget",
              args.budget, "--candidates", args.candidates, "--unit", args.unit,
-             "--samples", str(args.samples), "--out", advice, "--quiet"]
+             "--samples", str(args.samples), "--margin", args.margin, "--out", advice,
+             "--quiet"]
         m = [sys.executable, "-m", "roundoff_coverage", "model", target, "--formats", lowest,
              "--routes", "forward,gradient", "--samples", str(args.samples), "--jobs", "1",
              "--out", os.path.join(tmp, "model.json"), "--quiet"]
