@@ -48,6 +48,7 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.routes.graph import GraphRule
 
 from . import cost as costs
+from .results import ADVICE_SCHEMA
 from .assignment import (BASE, TOP_LEVEL, UNIT_KINDS, AssignmentError, RecipeCandidate,
                          by_node, candidate, hooks, units_of)
 from .model import exact_traces, whole_name
@@ -480,7 +481,7 @@ def document(advice, target, budget, unit_kind, mode, policy, samples, seed) -> 
     ``confirmed``, ``met``, and how it was found)."""
     high = advice.high
     return {
-        "schema": "roundoff-coverage/advice-1",
+        "schema": ADVICE_SCHEMA,
         "target": target, "unit": unit_kind, "candidates": advice.candidates,
         "mode": mode, "policy": policy, "samples": samples, "seed": seed,
         "margin": advice.margin,

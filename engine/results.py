@@ -28,6 +28,7 @@ import numpy as np
 from . import operators, rows
 
 SCHEMA = "roundoff-coverage/1"
+ADVICE_SCHEMA = "roundoff-coverage/advice-1"     # the advisor's answer (engine/advise.py)
 # The row's fields, key and order: engine/rows.py declares them once.
 ROW_FIELDS, FLOAT_FIELDS, NESTED_FIELDS = rows.ROW_FIELDS, rows.FLOAT_FIELDS, rows.NESTED_FIELDS
 KEY_FIELDS, STATUSES = rows.KEY_FIELDS, rows.STATUSES

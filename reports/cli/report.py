@@ -3,7 +3,10 @@ file, and the report that ``run --html`` writes of its fresh results."""
 
 from __future__ import annotations
 
-from ..html import HtmlError, build, prepare
+import json
+
+from ...engine.results import ADVICE_SCHEMA
+from ..html import HtmlError, build, build_advice, prepare
 from .common import EXIT_OK, UsageError, path_arg
 
 
@@ -16,7 +19,8 @@ def add(sub, shared):
                                    "magnitude, bounds and worst-case reproducers.  It opens "
                                    "from disk, with no server and no network.")
     p.add_argument("results", metavar="RESULTS", type=path_arg,
-                   help="a results file (roundoff-coverage/1)")
+                   help="a results file (roundoff-coverage/1), or the answer of "
+                        "`advise --out` (its page, advice.html)")
     p.add_argument("--out", metavar="DIR", type=path_arg, required=True,
                    help="the report folder (created)")
     p.add_argument("--baseline", metavar="BASELINE", type=path_arg,
@@ -29,9 +33,32 @@ def add(sub, shared):
 def cmd_report(args) -> int:
     """``report RESULTS --out DIR [--baseline BASELINE]``: exit 0, or 2 for a file that is
     not a readable results file or a folder that cannot be written (the files are read
-    before the folder is made)."""
-    write_report(args.results, args.out, args.baseline, args.quiet)
+    before the folder is made).  An advisor's answer gets its page."""
+    advice = _advice(args.results)
+    if advice is None:
+        write_report(args.results, args.out, args.baseline, args.quiet)
+        return EXIT_OK
+    if args.baseline:
+        raise UsageError(f"--baseline compares results files; {args.results} is an "
+                         f"advisor's answer (leave out --baseline)")
+    try:
+        built = build_advice(advice, args.out)
+    except HtmlError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.quiet:
+        print(f"report: {built.index}")
     return EXIT_OK
+
+
+def _advice(path) -> dict | None:
+    """The advisor's answer in ``path`` (``advise --out``), or None for any other file (the
+    results reader then says what is wrong with it)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("schema") == ADVICE_SCHEMA else None
 
 
 def check_report_dir(path) -> None:

@@ -178,6 +178,9 @@ def test_advise_command_writes_the_answer(tmp_path, capsys):
     from roundoff_coverage.reports.html import build_advice
     built = build_advice({"front": [{"source": "chosen"}], "units": [{}]}, tmp_path / "bad")
     assert "Precision advice" in open(built.index).read()
+    # ``report`` draws an answer file too
+    assert main(["report", str(out), "--out", str(tmp_path / "again"), "--quiet"]) == 0
+    assert (tmp_path / "again" / "advice.html").read_text() == page
 
 
 @pytest.mark.parametrize("argv, says", [
