@@ -4,6 +4,7 @@ exact values, at the least cost (engine/advise.py, engine/cost.py)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 from ...engine import advise, model_run, orchestrate, results
@@ -113,7 +114,9 @@ def cmd_advise(args) -> int:
         raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
     if args.html:
         try:
-            built = build_advice(doc, args.html)
+            # the page of the file's data (keys sorted as written), as ``report`` draws it
+            built = build_advice(json.loads(json.dumps(results.clean(doc), sort_keys=True)),
+                                 args.html)
         except HtmlError as exc:
             raise UsageError(str(exc)) from None
     if not args.quiet:

@@ -63,7 +63,9 @@ def _choices(doc) -> str:
 
 def _errors(doc) -> str:
     rows = []
-    for t, v in (doc.get("confirmed") or {}).items():
+    confirmed = doc.get("confirmed") or {}
+    for t, v in sorted(confirmed.items(), key=lambda kv: (not kv[0].startswith("output:"),
+                                                           kv[0])):
         b = v.get("budget")
         rows.append([esc(t), "–" if b is None else esc(short(b)), esc(short(v.get("samples"))),
                      esc(short(v.get("held_back"))),

@@ -60,6 +60,22 @@ def test_the_advisor_keeps_exactly_the_modules_the_budget_needs(graph):
     assert [r["met"] for r in found.rules] == [False, False]
 
 
+def test_node_units_keep_only_nodes_of_the_designed_modules(graph):
+    """--unit node: every node its own unit; what stays in binary32 lies in shift and
+    peaked (their cancelling add and subtract, the saturated softmax), inp's and out's
+    linear layers go to bfloat16."""
+    found = advise.advise(graph, advise.parse_budget("out:1e-2,grad:5e-2"),
+                          advise.check_candidates(["binary32", "bfloat16"]), "node",
+                          samples=sample_inputs(graph, 2, 0), held_back=2)
+    assert found.met and found.met_held_back
+    kept = advise.keep_list(found, "binary32")
+    modules = {graph.node_names[k]: graph.node_modules[k] for k in range(len(graph.nodes))}
+    assert kept and {modules[n] for n in kept} <= {"shift", "peaked"}
+    assert "softmax" in kept
+    assert all(found.assignment[n] == "bfloat16" for n, m in modules.items()
+               if m in ("inp", "out"))
+
+
 def test_a_mixed_assignment_measures_what_torch_computes_in_bfloat16(graph):
     """The independent oracle: the assignment run by torch itself (inp, the sum and out in
     bfloat16, shift and peaked in float32) against torch's float64 run; the advisor's error
