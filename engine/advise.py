@@ -252,12 +252,12 @@ def advise(graph, budget, candidates, unit_kind="module", samples=None, seed=0,
     say = log or (lambda *a, **k: None)
     if unit_kind not in UNIT_KINDS:
         raise AdviseError(f"--unit {unit_kind}: give module or node")
+    if not 0 < margin <= 1:
+        raise AdviseError(f"--margin {margin}: give a share of the budget in (0, 1]")
     _check_names(graph, budget)
     want_grad = any(x.kind == "grad" for x in budget)
     samples = samples if samples is not None else sample_inputs(graph, 2, seed)
     measure = Errors(graph, samples, seed, mode, policy, want_grad, log)
-    if not 0 < margin <= 1:
-        raise AdviseError(f"--margin {margin}: give a share of the budget in (0, 1]")
     s = _Search(graph, units_of(graph, unit_kind), list(candidates), budget, measure, say,
                 margin)
     high, low = s.high, s.low

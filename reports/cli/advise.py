@@ -87,6 +87,8 @@ def cmd_advise(args) -> int:
     policy = policy_names(args.policy or "fp32_accumulate")
     if len(policy) != 1:
         raise UsageError("--policy: give one policy")
+    if args.margin is not None and not 0 < args.margin <= 1:
+        raise UsageError(f"--margin {args.margin}: give a share of the budget in (0, 1]")
     for option, value in (("--samples", args.samples), ("--held-back", args.held_back)):
         if value is not None and value < 1:
             raise UsageError(f"{option} must be >= 1 (got {value})")
