@@ -92,6 +92,12 @@ coverage run does (engine/draws.py, engine/evaluate.py):
 A scaled format with delayed scaling (an amax history), one whose dequantized values do
 not fit binary64, and ``fp8_recipe`` on a scheme without FP8 elements are ModelErrors.
 
+Assignments (``model --assignment FILE``, the precision advisor's answer: engine/assignment.py):
+each node computes in its unit's format (or under its unit's recipe) as autocast does, in a
+binary32 model; the configuration's format label is ``assigned``, measured in ulps of
+binary32, and a node's local error includes the rounding of what it reads into its own
+format (its cast); no keep experiments (which to keep is the advisor's question).
+
 Recipes (``scaled_recipe``, ``fp8_recipe``: numerics.policy.RECIPES; engine/model_recipe.py,
 class ``RecipeRun``): the model runs in the recipe's storage format (bfloat16) with its
 accumulation, and only the products' operands are quantized, each product node computing
