@@ -79,13 +79,7 @@ def build(results_path, out_dir, baseline=None) -> Built:
     if baseline is not None:
         files["compare.html"] = page("Comparison with the baseline",
                                      compare.page_body(cmp, summary, baseline))
-    try:
-        for name, text in files.items():
-            with open(os.path.join(out_dir, name), "w", encoding="utf-8") as fh:
-                fh.write(text)
-    except OSError as exc:
-        raise HtmlError(f"cannot write the report into {out_dir}: "
-                        f"{exc.strerror or exc}") from None
+    _write(out_dir, files)
     return Built(str(out_dir), os.path.join(str(out_dir), "index.html"), len(files),
                  time.perf_counter() - t0)
 
@@ -98,6 +92,13 @@ def build_advice(doc: dict, out_dir) -> Built:
     files = {"assets/report.css": assets.CSS,
              "advice.html": page("Precision advice", _guard(
                  lambda: advice_page.page_body(doc), None, "advice", root=""))}
+    _write(out_dir, files)
+    return Built(str(out_dir), os.path.join(str(out_dir), "advice.html"), len(files),
+                 time.perf_counter() - t0)
+
+
+def _write(out_dir, files) -> None:
+    """Write ``files`` ({path under out_dir: text}); HtmlError when impossible."""
     try:
         for name, text in files.items():
             with open(os.path.join(out_dir, name), "w", encoding="utf-8") as fh:
@@ -105,8 +106,6 @@ def build_advice(doc: dict, out_dir) -> Built:
     except OSError as exc:
         raise HtmlError(f"cannot write the report into {out_dir}: "
                         f"{exc.strerror or exc}") from None
-    return Built(str(out_dir), os.path.join(str(out_dir), "advice.html"), len(files),
-                 time.perf_counter() - t0)
 
 
 def prepare(out_dir) -> None:
