@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 from ...engine import advise, model_run, orchestrate, results
 from ...engine.samples import ModelError, sample_inputs
-from .common import (EXIT_FAILED, EXIT_OK, UsageError, name_list, path_arg, seed_of,
-                     text_table, writable)
+from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError, name_list,
+                     path_arg, seed_of, text_table, writable)
 from ..html import HtmlError, build_advice
 from .model import MODES
 from .report import check_report_dir
@@ -108,6 +109,11 @@ def cmd_advise(args) -> int:
                               advise.MARGIN if args.margin is None else args.margin)
     except (advise.AdviseError, ModelError) as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        # one process and no checkpoint: the answer is all or nothing
+        print(f"{PROG}: interrupted: {out} not written (the advice keeps no checkpoint); "
+              f"run the same command again", file=sys.stderr)
+        return EXIT_INTERRUPTED
     doc = advise.document(found, args.target, budget, args.unit, mode[0], policy[0],
                           len(xs), seed)
     try:
