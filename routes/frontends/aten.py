@@ -304,6 +304,45 @@ for _n in (1, 2, 3):
     _entry(f"aten.avg_pool{_n}d.default")((lambda n: lambda cx, a: _avg_pool(cx, a, n))(_n))
 
 
+@_entry("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default")
+def _adaptive_avg_pool(cx, a):
+    """Adaptive average pooling (PyTorch's windows: output cell i along an axis of n inputs
+    and m outputs averages inputs floor(i n / m) to ceil((i + 1) n / m) - 1).  Where m
+    divides n every window has n / m inputs: one average pool.  Otherwise the windows
+    differ in size (and may overlap): one average pool per output cell over its slice (its
+    window's sum divided by its count, as PyTorch's kernel computes it), the cells joined by
+    cat, innermost axis first."""
+    x, out = a.self, tuple(a.output_size)
+    shape, n = cx.shape(x), len(tuple(a.output_size))
+    sizes = shape[-n:]
+    if any(m <= 0 for m in out):
+        cx.refuse(f"output_size {list(out)} must be positive")
+
+    def pool(t, kernel):
+        return cx.apply("pool", t, shape=cx.shape(t), mode="average", kernel=kernel,
+                        stride=kernel, padding=(0,) * n, dilation=(1,) * n, ceil_mode=False,
+                        count_include_pad=True)
+    if all(s % m == 0 for s, m in zip(sizes, out)):
+        return pool(x, tuple(s // m for s, m in zip(sizes, out)))
+    windows = [[(i * s // m, -(-(i + 1) * s // m)) for i in range(m)]
+               for s, m in zip(sizes, out)]
+    lead = len(shape) - n
+
+    def cells(t, d):
+        """``t`` (already sliced along the axes before ``d``) pooled along axes d.. of the
+        window, joined along axis d."""
+        if d == n:
+            return pool(t, tuple(cx.shape(t)[lead:]))
+        parts = [cells(aten_tensors.sliced(cx, t, lead + d, lo, hi), d + 1) for lo, hi in windows[d]]
+        if len(parts) == 1:
+            return parts[0]
+        joined = list(cx.shape(parts[0]))
+        joined[lead + d] = len(parts)
+        return cx.apply("cat", *parts, shape=tuple(joined), axis=lead + d,
+                        sizes=[1] * len(parts), element="scalar")
+    return cells(x, 0)
+
+
 def _layer_norm(cx, a):
     xs = cx.shape(a.input)
     if tuple(a.normalized_shape) != xs[-1:]:

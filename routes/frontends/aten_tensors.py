@@ -190,7 +190,7 @@ def _expand(cx, a):
     return cx.like(a.self, cx.out_shape)
 
 
-def _sliced(cx, x, axis, start, stop, step=1):
+def sliced(cx, x, axis, start, stop, step=1):
     """x[start:stop:step] along ``axis`` (bounds already in [0, n]); an empty piece is a
     constant with no entries."""
     shape = cx.shape(x)
@@ -210,7 +210,7 @@ def _slice(cx, a):
     start = 0 if a.start is None else a.start
     stop = n if a.end is None else a.end
     start, stop = (min(max(axis_of(v, n) if v < 0 else v, 0), n) for v in (start, stop))
-    return _sliced(cx, a.self, axis, start, stop, a.step)
+    return sliced(cx, a.self, axis, start, stop, a.step)
 
 
 @_entry("aten.select.int")
@@ -245,7 +245,7 @@ def _cat(cx, a):
 def _pieces(cx, x, axis, sizes):
     out, start = [], 0
     for n in sizes:
-        out.append(_sliced(cx, x, axis, start, start + n))
+        out.append(sliced(cx, x, axis, start, start + n))
         start += n
     return tuple(out)
 
@@ -414,7 +414,7 @@ def _constant_pad(cx, a):
     for d in range(rank):                       # crops first
         lo, hi = max(-before[d], 0), cx.shape(x)[d] - max(-after[d], 0)
         if (lo, hi) != (0, cx.shape(x)[d]):
-            x = _sliced(cx, x, d, lo, hi)
+            x = sliced(cx, x, d, lo, hi)
     before, after = [max(v, 0) for v in before], [max(v, 0) for v in after]
     if not any(before) and not any(after):
         return x

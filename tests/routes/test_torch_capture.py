@@ -330,3 +330,39 @@ def test_importing_routes_does_not_import_torch():
     code = ("import sys, roundoff_coverage.routes as r; assert callable(r.from_torch); "
             "assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class AdaptivePool(nn.Module):
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def forward(self, x):
+        pool = {3: F.adaptive_avg_pool1d, 4: F.adaptive_avg_pool2d,
+                5: F.adaptive_avg_pool3d}[x.dim()]
+        return pool(torch.tanh(x), self.out) * 2.0
+
+
+@pytest.mark.parametrize("shape, out", [
+    ((2, 3, 4, 6), (2, 2)),            # windows of one size: one average pool
+    ((1, 2, 7, 5), (3, 3)),            # 7 -> 3: windows [0, 3), [2, 5), [4, 7) overlap
+    ((1, 2, 7), 3),                    # 1-d, through the 2-d kernel
+    ((1, 1, 4, 5, 6), (2, 3, 4)),      # 3-d, mixed
+    ((1, 2, 3, 2), (5, 3)),            # more outputs than inputs: windows repeat
+])
+def test_adaptive_average_pooling_matches_torch(shape, out):
+    """torch's adaptive average pooling windows (even ones as one pool, uneven ones cell by
+    cell) against torch's float64 values and gradients."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(*shape, generator=gen, dtype=torch.float64)
+    model = AdaptivePool(out)
+    g = routes.from_torch(model, (x,))
+    pools = [n for n in g.nodes if n.op.name == "pool"]
+    assert len(pools) == 1 if shape == (2, 3, 4, 6) else len(pools) > 1
+    xg = x.clone().requires_grad_(True)
+    y = model(xg)
+    cot = np.random.default_rng(4).standard_normal(tuple(y.shape))
+    want = torch.autograd.grad(y, [xg], torch.from_numpy(cot))
+    ys, got = _gradients(g, [cot])
+    assert _relative(ys[0], y) <= TOL
+    assert _worst_gradient(got, want) <= TOL
