@@ -103,7 +103,7 @@ def parse_budget(text: str) -> tuple[Limit, ...]:
                 rel = 10.0 ** (-float(value[:-2]) / 20.0)
             else:
                 rel = float(value)
-        except ValueError:
+        except (ValueError, OverflowError):
             rel = float("nan")
         if not (math.isfinite(rel) and rel > 0):
             raise AdviseError(f"--budget: {item!r}: the value must be a positive relative "

@@ -230,6 +230,12 @@ def advised():
     return Advised().eval(), (torch.randn(16, 8),)
 
 
+def language():
+    """(model, example args) of the embedding + cross entropy model (a factory: integer
+    inputs, token ids and targets)."""
+    return models()["embedding-cross-entropy"]
+
+
 def models() -> dict:
     """key -> (model, example arguments), seeded: the same weights on every call."""
     torch.manual_seed(0)

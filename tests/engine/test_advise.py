@@ -131,7 +131,7 @@ def test_budget_grammar():
     assert got[2].rel == pytest.approx(1e-2, rel=1e-15)      # 40 dB SQNR: 10**(-40/20)
     limits = advise._limits(got, ["output:y", "input:fc.weight", "input:x"])
     assert limits == {"output:y": 1e-2, "input:fc.weight": 0.1, "input:x": got[2].rel}
-    for bad in ("", "out", "out:0", "out:-1", "out:nan", "weights:1e-2", "out:abc",
+    for bad in ("", "out", "out:0", "out:-1", "out:nan", "weights:1e-2", "out:abc", "out:-1e6dB",
                 "out:1e-2,out:1e-3", "grad[]:1"):
         with pytest.raises(advise.AdviseError):
             advise.parse_budget(bad)

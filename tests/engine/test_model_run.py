@@ -6,6 +6,8 @@ and the command on a captured torch model (rows, report, gate, refusals)."""
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 import signal
 import subprocess
@@ -319,6 +321,35 @@ def test_torch_runs_the_model_beside_the_emulated_run(captured, tmp_path):
     want = float(np.max(np.abs(got.detach().numpy() - ref.numpy()) / ulp))
     r = next(x for x in rows if x["node"] == "output:out0" and x["implementation"] == "torch"
              and x["route"] == "forward")
+    assert r["max_ulp"] == pytest.approx(want, rel=1e-6, abs=1e-9)
+
+
+def test_torch_reads_integer_inputs_in_their_own_dtype(tmp_path):
+    """Token ids and class targets go back to torch as int64 (an embedding and a cross
+    entropy refuse floats): torch's rows are measured, and its loss in bfloat16 is torch's
+    own bfloat16 run of the model against torch's float64 run on the same rounded values."""
+    torch = pytest.importorskip("torch")
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "lang.json"
+    done = _cli("model", os.path.join(tests, "torch_models.py") + ":language", "--out",
+                str(out), "--samples", "1", "--routes", "forward", "--implementations",
+                "torch", "--attribution", "none", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    eager = [r for r in rows if r["implementation"] == "torch"]
+    assert eager and all(r["status"] == "ok" for r in eager)
+    r = next(x for x in eager if x["node"] == "output:out0")
+    sys.path.insert(0, tests)
+    try:
+        import torch_models
+    finally:
+        sys.path.remove(tests)
+    model, (ids, target) = torch_models.language()
+    assert ids.dtype == torch.int64 and target.dtype == torch.int64
+    with torch.no_grad():
+        ref = model.to(torch.bfloat16).double()(ids, target)   # parameters rounded once
+        got = model.to(torch.bfloat16)(ids, target).double()
+    want = abs(float(got - ref)) / 2.0 ** (math.floor(math.log2(abs(float(ref)))) - 7)
     assert r["max_ulp"] == pytest.approx(want, rel=1e-6, abs=1e-9)
 
 
