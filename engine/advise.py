@@ -131,13 +131,14 @@ def _limits(budget, tensors) -> dict:
 
 # ----- units and candidates ----------------------------------------------------------------------
 
-def check_candidates(names) -> list:
+def check_candidates(names, known=None) -> list:
     """The candidate formats of ``names``, cheapest first (narrowest, then least precise);
-    AdviseError for one the advisor cannot assign."""
+    ``known``: a --formats-file's formats by name; AdviseError for one the advisor cannot
+    assign."""
     out = []
     for name in names:
         try:
-            out.append(candidate(name))               # FormatError: an unknown name
+            out.append(candidate(name, known))        # FormatError: an unknown name
         except AssignmentError as exc:
             raise AdviseError(f"candidate {exc}") from None
     if len({f.label for f in out}) != len(out):

@@ -84,18 +84,21 @@ class RecipeCandidate:
         return RecipeRun(self.scheme, Config(self.label, mode, self.policy), seed)
 
 
-def candidate(name):
+def candidate(name, known=None):
     """A unit's format from its name: an element format at most as precise and as wide as
-    binary32, or POLICY@SCHEME, a recipe on the unit's products (RecipeCandidate).
-    FormatError for an unknown format name, AssignmentError for another refusal."""
+    binary32, or POLICY@SCHEME, a recipe on the unit's products (RecipeCandidate); ``known``:
+    the formats of a --formats-file by name (an element format of it is named by its spec,
+    e5m6, so that an assignment file reads without that file).  FormatError for an unknown
+    format name, AssignmentError for another refusal."""
     if "@" not in name:
-        return element_format(name)
+        fmt = element_format(name, known)
+        return formats.get(fmt.spec) if known and name in known else fmt
     policy, _, scheme_name = name.partition("@")
     recipe = numerics.policy.recipe(policy)
     if recipe is None:
         raise AssignmentError(f"{name}: {policy!r} is not a recipe (give "
                               f"{' or '.join(sorted(numerics.policy.RECIPES))}@SCHEME)")
-    scheme = formats.get(scheme_name)
+    scheme = formats.get(scheme_name, known=known) if known else formats.get(scheme_name)
     if not isinstance(scheme, formats.ScaledFormat):
         raise AssignmentError(f"{name}: {scheme_name} is not a scaled format (give e.g. "
                               f"{policy}@mxfp8_e4m3)")
@@ -108,10 +111,11 @@ def candidate(name):
                            element.bits, element.precision, element.emax)
 
 
-def element_format(name):
+def element_format(name, known=None):
     """The format ``name`` as a unit's format: an element format at most as precise and as
-    wide as binary32 (FormatError for an unknown name, AssignmentError for another)."""
-    fmt = formats.get(name)
+    wide as binary32 (FormatError for an unknown name, AssignmentError for another);
+    ``known``: a --formats-file's formats by name."""
+    fmt = formats.get(name, known=known) if known else formats.get(name)
     if isinstance(fmt, formats.ScaledFormat):
         raise AssignmentError(f"{name}: a scaled format; a unit is assigned an element "
                               f"format (binary32, bfloat16, binary16, float8_e4m3fn...) or a "

@@ -11,7 +11,7 @@ import sys
 from ...engine import advise, model_run, orchestrate, results
 from ...engine.samples import ModelError, sample_inputs
 from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError, name_list,
-                     path_arg, seed_of, text_table, writable)
+                     path_arg, seed_of, text_table, user_formats, writable)
 from ..html import HtmlError, build_advice
 from .model import MODES
 from .report import check_report_dir
@@ -40,7 +40,8 @@ def add(sub, shared):
                    help="formats to choose from: element formats up to binary32, and "
                         "recipes on a module's products as POLICY@SCHEME "
                         "(scaled_recipe@mxfp8_e4m3, fp8_recipe@fp8_e4m3_tensor, "
-                        "scaled_recipe@nvfp4) (default: binary32,bfloat16)")
+                        "scaled_recipe@nvfp4); a --formats-file format is named by its spec "
+                        "in the answer (default: binary32,bfloat16)")
     p.add_argument("--unit", choices=advise.UNIT_KINDS, default="module",
                    help="what gets one format: a module (its own nodes) or a node "
                         "(default: module)")
@@ -79,7 +80,7 @@ def cmd_advise(args) -> int:
         budget = advise.parse_budget(args.budget)
         names = [n.strip() for n in (args.candidates or "binary32,bfloat16").split(",")
                  if n.strip()]
-        cands = advise.check_candidates(names)
+        cands = advise.check_candidates(names, user_formats(args))
     except advise.AdviseError as exc:
         raise UsageError(str(exc)) from None
     mode = name_list(args.mode, "rounding mode", MODES, ("nearest_even",), "--mode")

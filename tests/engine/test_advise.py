@@ -140,6 +140,10 @@ def test_budget_grammar():
 def test_candidates_are_element_formats_at_most_binary32():
     got = advise.check_candidates(["binary32", "binary16", "bfloat16", "float8_e4m3fn"])
     assert [f.label for f in got] == ["float8_e4m3fn", "bfloat16", "binary16", "binary32"]
+    # a --formats-file format is named by its spec (an answer file reads without it)
+    user = {"half12": formats.BinaryFormat(5, 6, name="half12")}
+    assert [f.label for f in advise.check_candidates(["binary32", "half12"], user)] == \
+        ["e5m6", "binary32"]
     for bad in (["binary64", "bfloat16"], ["mxfp8_e4m3", "binary32"], ["bfloat16"],
                 ["bfloat16", "bfloat16"]):
         with pytest.raises(advise.AdviseError):
