@@ -203,11 +203,12 @@ class Errors:
 
 
 def norm_rel(c, e) -> float:
-    """||c - e||_2 / ||e||_2 of binary64 arrays (elements NaN in both left out; inf where
-    the difference is not finite; 0 where both are 0, inf where only e is): the tensor
-    measure of engine/tensor_measures.py on the binary64 roundings of the exact values
-    (2**-53 relative: far below any budget)."""
-    both = np.isnan(c) & np.isnan(e)
+    """||c - e||_2 / ||e||_2 of binary64 arrays (elements NaN in both, or the same infinity
+    in both -- an attention mask's fill -- left out; inf where the difference is not
+    finite; 0 where both are 0, inf where only e is): the tensor measure of
+    engine/tensor_measures.py on the binary64 roundings of the exact values (2**-53
+    relative: far below any budget)."""
+    both = (np.isnan(c) & np.isnan(e)) | (np.isinf(e) & (c == e))
     c, e = c[~both], e[~both]
     d = c - e
     if not np.all(np.isfinite(d)):

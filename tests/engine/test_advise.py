@@ -121,6 +121,17 @@ def test_a_budget_no_assignment_meets_is_reported_with_the_best_reachable(graph)
     assert set(found.assignment.values()) == {"binary32"}
 
 
+def test_norm_rel_leaves_out_what_both_runs_agree_is_not_a_number():
+    inf, nan = float("inf"), float("nan")
+    e = np.array([3.0, 4.0, -inf, nan, 0.0])
+    c = np.array([3.0, 4.0 + 5e-3 * 5, -inf, nan, 0.0])
+    assert advise.norm_rel(c, e) == pytest.approx(5e-3 * 5 / 5.0, rel=1e-12)
+    assert advise.norm_rel(np.array([inf]), np.array([1.0])) == inf
+    assert advise.norm_rel(np.array([1.0]), np.array([-inf])) == inf
+    assert advise.norm_rel(np.zeros(3), np.zeros(3)) == 0.0
+    assert advise.norm_rel(np.array([0.0, 1e-30]), np.zeros(2)) == inf
+
+
 # ----- the budget and the candidates -------------------------------------------------------------
 
 def test_budget_grammar():
