@@ -12,7 +12,8 @@ One unit of work is a configuration (format, mode, policy) over every sample.  P
   N(0, 1) per value input, rounded into the format;
 - the exact run: GraphRule.trace under numerics.reference at format precision + 64 bits
   and at twice that, doubled (at most twice: engine/reference.py) until every recorded value
-  agrees to 2**-32 ulp (numerics.settle: agreement is evidence, not proof);
+  agrees to 2**-32 ulp, at no less than 2**-p of its tensor's scale (numerics.settle:
+  agreement is evidence, not proof);
 - the emulated run: the same trace under numerics.emulated(format, mode, policy);
 - per node and route, two errors against the exact trace:
   **propagated**: the node's value (forward), its pullback's output for each argument
@@ -327,7 +328,7 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
         return out
     settled = reference.settle(fn, len(xs), fmt, graph=True)
     moving = {s: {site for site, a, b in zip(what, before[s], last[s])
-                  if not agree(a, b, fmt)}
+                  if not agree(a, b, fmt, floor=reference.floor(fmt))}
               for s, ok in enumerate(settled.settled) if not ok and s in before}
     return [kept[s] for s in range(len(xs))], settled.precs, moving
 

@@ -5,20 +5,24 @@ Every run settles its exact values here (``settle``), by ``numerics.settle``'s l
 item at the format's precision + EXTRA bits and at twice that, doubled while two
 successive evaluations differ by more than 2**-32 ulp of the format.  Operators (the
 coverage run, ``bound``) may double up to MAX_PREC bits; a whole graph's sweeps (model
-runs) at most MODEL_DOUBLINGS times: a value whose exact value is 0 reached through
-cancellation (the gradient of a key bias of attention: softmax ignores a constant added to
-a row of scores) shrinks by 2**-prec at each doubling and never agrees with the next
-evaluation; at 4 * (p + 64) bits it lies far below 2**(qmin - 64), where the measurement
-clamps exact values (numerics.metrics.clamp_exact), so its measured error is that of an
-exact 0, and doubling further would only cost time.
+runs) at most MODEL_DOUBLINGS times, and a graph's values are compared in ulps at no less
+than 2**-p of their tensor's scale (``floor``; p the format's precision): the model run's
+tensor measures leave the elements below that level out of their ulp statistics
+(engine/tensor_measures.py, "cancelled"), and a value whose exact value is 0 reached
+through cancellation (the gradient of a key bias of attention: softmax ignores a constant
+added to a row of scores) shrinks by 2**-prec at each doubling, so it would never agree
+with the next evaluation in its own ulps and would cost the whole graph a third sweep at
+4 * (p + 64) bits for nothing.  A value still moving after the last doubling keeps its last
+evaluation (the rows' reason says so); an exact 0's residue there lies far below
+2**(qmin - 64), where the measurement clamps exact values (numerics.metrics.clamp_exact).
 """
 
 from __future__ import annotations
 
 from .. import numerics
 
-__all__ = ["EXTRA", "MAX_PREC", "MODEL_DOUBLINGS", "start", "settle", "COVERAGE", "MODEL",
-           "BOUND"]
+__all__ = ["EXTRA", "MAX_PREC", "MODEL_DOUBLINGS", "start", "settle", "floor", "COVERAGE",
+           "MODEL", "BOUND"]
 
 EXTRA = 64                 # bits beyond the format's precision at the first evaluation
 MAX_PREC = 2048            # the highest precision an operator's reference may reach
@@ -30,7 +34,8 @@ COVERAGE = ("numerics.reference by numerics.settle: each draw at format precisio
             "highest precision a row's draws needed")
 MODEL = ("numerics.reference by numerics.settle over every value of the graph's "
          "sweeps: each sample at format precision + 64 bits and at twice that, "
-         "doubled at most twice while two evaluations differ by more than 2**-32 ulp")
+         "doubled at most twice while two evaluations differ by more than 2**-32 ulp "
+         "(at no less than 2**-p of the tensor's scale)")
 BOUND = ("routes.bounds.domain over the box, against numerics.reference by "
          "numerics.settle at points drawn in the box (format precision + 64 bits, "
          "doubled until two evaluations agree to 2**-32 ulp, at most 2048 bits)")
@@ -44,7 +49,17 @@ def start(fmt) -> int:
 def settle(fn, n, fmt, *, first=None, graph=False):
     """``numerics.settle(fn, n, fmt, ...)`` under this policy: from ``start(fmt)`` bits, up
     to MAX_PREC (an operator) or MODEL_DOUBLINGS doublings (``graph``: a whole graph's
-    sweeps).  ``first``: the values at the start precision, when the caller has them."""
+    sweeps, compared at no less than ``floor(fmt)`` of each tensor's scale).  ``first``: the
+    values at the start precision, when the caller has them."""
     lo = start(fmt)
-    hi = lo << MODEL_DOUBLINGS if graph else MAX_PREC
-    return numerics.settle(fn, n, fmt, lo, hi, first=first)
+    if graph:
+        return numerics.settle(fn, n, fmt, lo, lo << MODEL_DOUBLINGS, first=first,
+                               floor=floor(fmt))
+    return numerics.settle(fn, n, fmt, lo, MAX_PREC, first=first)
+
+
+def floor(fmt) -> float:
+    """The share of a tensor's scale below which a graph's exact values are compared in
+    ulps at that level (module docstring): 2**-p, the tensor measures' cancellation
+    threshold."""
+    return 2.0 ** -fmt.precision

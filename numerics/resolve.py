@@ -145,7 +145,8 @@ class Settled:
 SETTLE_ULPS = 2.0 ** -32
 
 
-def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None):
+def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None,
+           floor=None):
     """The exact values of ``n`` items to within ``tol`` ulps of ``fmt``, by resolve's loop:
     ``fn(prec, items)`` evaluates the items (a list of indices) at ``prec`` bits and returns
     one value per item (nested tuples / lists of arrays: mpf or float values, integers,
@@ -167,6 +168,13 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None):
     resolve's interval certification would refuse; the coverage run does not pay for an
     interval evaluation of every route.
     ``first``: the values at start_prec when the caller has them already.
+    ``floor``: a share of an array's scale (its largest |value|) below which entries are
+    compared in ulps at that floor instead of at themselves -- for measurements that leave
+    such entries out of their ulp statistics (engine/tensor_measures.py's cancelled
+    elements, below 2**-p of the scale): an exact 0 reached by cancellation, whose residue
+    shrinks with every doubling and so never agrees with the next one in its own ulps,
+    then settles at the first doubling.  Compared on Compact arrays (the model run's
+    copies); other values ignore it.
     """
     fmt = formats.get(fmt)
     if not 2 <= start_prec <= max_prec:
@@ -183,7 +191,7 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None):
         again = fn(prec, todo)
         moving = []
         for k, v in zip(todo, again):
-            if _agree(values[k], v, fmt, tol):
+            if _agree(values[k], v, fmt, tol, floor):
                 settled[k] = True
             else:
                 moving.append(k)
@@ -268,36 +276,41 @@ def _expanded(a):
     return out
 
 
-def _agree_compact(a: Compact, b: Compact, fmt, tol) -> bool:
+def _agree_compact(a: Compact, b: Compact, fmt, tol, floor=None) -> bool:
     """_close of every entry on two Compacts, in binary64: hi - hi is exact where the values
     are within a factor 2 (Sterbenz) and far beyond the tolerance otherwise; lo - lo adds an
-    error of at most 2**-106 of the value."""
+    error of at most 2**-106 of the value.  ``floor`` (settle): entries below floor times
+    the array's largest |value| are compared in ulps at that level."""
     if a.hi.shape != b.hi.shape:
         return False
     with np.errstate(all="ignore"):
         diff = np.abs((a.hi - b.hi) + (a.lo - b.lo))
-        ulp = np.maximum(np.abs(b.hi) * 2.0 ** (1 - fmt.precision), 2.0 ** fmt.qmin)
+        size = np.abs(b.hi)
+        if floor is not None and size.size:
+            size = np.maximum(size, floor * float(np.max(size)))
+        ulp = np.maximum(size * 2.0 ** (1 - fmt.precision), 2.0 ** fmt.qmin)
     return bool(np.all(diff <= tol * ulp))
 
 
-def agree(a, b, fmt, tol=SETTLE_ULPS) -> bool:
+def agree(a, b, fmt, tol=SETTLE_ULPS, floor=None) -> bool:
     """Whether two evaluations of one value (settle's items: nested tuples and lists of
     arrays) agree to within ``tol`` ulps of ``fmt``: settle's test, for a caller that keeps
-    its own evaluations."""
-    return _agree(a, b, formats.get(fmt), tol)
+    its own evaluations (``floor``: settle's)."""
+    return _agree(a, b, formats.get(fmt), tol, floor)
 
 
-def _agree(a, b, fmt, tol) -> bool:
-    """Whether two evaluations of one item agree to within ``tol`` ulps of fmt."""
+def _agree(a, b, fmt, tol, floor=None) -> bool:
+    """Whether two evaluations of one item agree to within ``tol`` ulps of fmt (``floor``:
+    settle's)."""
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, (tuple, list)):
         return isinstance(b, (tuple, list)) and len(a) == len(b) and \
-            all(_agree(x, y, fmt, tol) for x, y in zip(a, b))
+            all(_agree(x, y, fmt, tol, floor) for x, y in zip(a, b))
     if isinstance(a, Compact) or isinstance(b, Compact):
         a, b = compact(a), compact(b)
         if isinstance(a, Compact) and isinstance(b, Compact):
-            return _agree_compact(a, b, fmt, tol)
+            return _agree_compact(a, b, fmt, tol, floor)
         a, b = _expanded(a), _expanded(b)      # one has a NaN, an infinity, a tiny value...
     x, y = np.asarray(a), np.asarray(b)
     if x.shape != y.shape:

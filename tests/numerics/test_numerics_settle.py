@@ -180,3 +180,32 @@ def test_a_compact_copy_against_values_without_binary64_pieces():
     assert isinstance(near, Compact)
     assert agree(near, tiny, "bfloat16") and agree(tiny, near, "bfloat16")
     assert not agree(near, tiny, "binary64")
+
+
+def test_a_floor_settles_a_cancelled_zero_but_not_a_value_at_scale():
+    # Item 0: [3, r] where r = 2**-prec / 3 is the residue of an exact 0 (it shrinks with
+    # every doubling); item 1: [3, 1 + 2**-(prec / 8)], an entry at the array's scale that
+    # moves by 2**-9, 2**-18 (far beyond 2**-32 ulp) at every doubling.  Without a floor
+    # item 0 never agrees in r's own ulps (the floor is 2**qmin); with floor 2**-8
+    # (bfloat16's p) r is compared in ulps at 3 * 2**-8: 2**-72 / 3 apart at 72 and 144
+    # bits, within 2**-32 * 3 * 2**-15.  Item 1 never settles either way.
+    from roundoff_coverage.numerics.resolve import compact
+    fmt = formats.get("bfloat16")
+
+    def fn(prec, items):
+        bk = numerics.reference(prec)
+        out = []
+        for k in items:
+            third = bk.divide(bk.asarray(np.array([1.0])), bk.asarray(np.array([3.0])))[0]
+            moving = mpmath.ldexp(third, -prec) if k == 0 else \
+                1 + mpmath.ldexp(1, -(prec // 8))
+            a = np.array([mpmath.mpf(3), moving], dtype=object)
+            out.append((compact(a),))
+        return out
+    plain = numerics.settle(fn, 2, fmt, 72, 288)
+    floored = numerics.settle(fn, 2, fmt, 72, 288, floor=2.0 ** -fmt.precision)
+    assert plain.precs == [288, 288] and plain.settled == [False, False]
+    assert floored.precs == [144, 288] and floored.settled == [True, False]
+    # the floor is the share the model run's reference uses: the tensor measures' threshold
+    from roundoff_coverage.engine import reference
+    assert reference.floor(fmt) == 2.0 ** -8
