@@ -170,8 +170,8 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None,
     ``first``: the values at start_prec when the caller has them already.
     ``floor``: a share of an array's scale (its largest |value|) below which entries are
     compared in ulps at that floor instead of at themselves -- for measurements that leave
-    such entries out of their ulp statistics (engine/tensor_measures.py's cancelled
-    elements, below 2**-p of the scale): an exact 0 reached by cancellation, whose residue
+    such entries out of their ulp statistics (a tensor's elements below 2**-p of its
+    scale, counted as cancelled): an exact 0 reached by cancellation, whose residue
     shrinks with every doubling and so never agrees with the next one in its own ulps,
     then settles at the first doubling.  Compared on Compact arrays (the model run's
     copies); other values ignore it.
