@@ -52,7 +52,7 @@ from .results import ADVICE_SCHEMA
 from .assignment import (BASE, TOP_LEVEL, UNIT_KINDS, AssignmentError, RecipeCandidate,
                          by_node, candidate, hooks, units_of)
 from .model import exact_traces, whole_name
-from .samples import ModelError, in_format, sample_inputs, tangent_directions
+from .samples import ModelError, prepared, sample_inputs
 from .sites import sites, value_at
 
 ROUNDS = 6                          # confirmation rounds before falling back
@@ -157,10 +157,8 @@ class Errors:
 
     def __init__(self, graph, samples, seed, mode, policy, want_grad, log):
         base = formats.get(BASE)
-        self.g = g = in_format(graph, base)
-        self.xs = [[formats.round_to(x, base) if p.scalar else x
-                    for x, p in zip(s, g.inputs)] for s in samples]
-        self.dirs = [tangent_directions(g, base, x, seed, s) for s, x in enumerate(self.xs)]
+        g, self.xs, self.dirs = prepared(graph, base, samples, seed)
+        self.g = g
         self.want_grad, self.mode, self.policy, self.seed = want_grad, mode, policy, seed
         exact, _, _ = exact_traces(g, base, self.xs, self.dirs, want_grad, False,
                                    *((log,) if log else ()))

@@ -128,7 +128,7 @@ from .executors import one_line
 from .measuring import measure_port
 from .model_recipe import RecipeRun
 from .model_scaled import Scaled
-from .samples import ModelError, in_format, is_float_port, tangent_directions
+from .samples import ModelError, is_float_port, prepared
 from .sites import LOCAL, PROPAGATED, ROUTES, Config, rounder_of, sites, value_at
 
 # The exact run settles by the reference policy (engine/reference.py: format precision + 64
@@ -175,10 +175,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     else:
         if recipe is None:
             check(config, fmt)
-        g = in_format(graph, fmt)
-        xs = [[formats.round_to(x, fmt) if is_float_port(p) else x for x, p in zip(s, g.inputs)]
-              for s in samples]
-        dirs = [tangent_directions(g, fmt, x, seed, s) for s, x in enumerate(xs)]
+        g, xs, dirs = prepared(graph, fmt, samples, seed)
     want_grad, want_tan = "gradient" in routes, "tangent" in routes
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
     phases = {}

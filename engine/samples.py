@@ -100,6 +100,16 @@ def in_format(graph, fmt):
     return g
 
 
+def prepared(graph, fmt, samples, seed) -> tuple:
+    """(graph, inputs, directions) of a run in ``fmt``: ``graph`` with its float constants
+    rounded into fmt (in_format), each sample's float inputs rounded into fmt, and each
+    sample's (cotangents, tangents) (tangent_directions)."""
+    g = in_format(graph, fmt)
+    xs = [[formats.round_to(x, fmt) if is_float_port(p) else x for x, p in zip(s, g.inputs)]
+          for s in samples]
+    return g, xs, [tangent_directions(g, fmt, x, seed, s) for s, x in enumerate(xs)]
+
+
 def tangent_directions(graph, fmt, xs, seed, s):
     """(cotangents per output, tangents per input) of sample ``s``, rounded into fmt."""
     rng = np.random.default_rng([seed, s, 0x636F74])

@@ -10,7 +10,7 @@ import sys
 
 from ...engine import advise, model_run, orchestrate, results
 from ...engine.samples import ModelError, sample_inputs
-from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError, name_list,
+from .common import (EXIT_FAILED, add_seed_out, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError, name_list,
                      path_arg, seed_of, text_table, user_formats, writable)
 from ..html import HtmlError, build_advice
 from .model import MODES
@@ -60,10 +60,7 @@ def add(sub, shared):
     p.add_argument("--inputs", metavar="NPZ", type=path_arg,
                    help="input arrays by input name (.npz); a stack with one more leading "
                         "axis gives several samples")
-    p.add_argument("--seed", metavar="N", type=int, help="seed of every random stream "
-                                                         "(default 0)")
-    p.add_argument("--out", metavar="PATH", type=path_arg,
-                   help="the answer as JSON (default results/advice.json)")
+    add_seed_out(p, "results/advice.json")
     p.add_argument("--artifact", metavar="PATH", type=path_arg,
                    help="where a captured model's graph artifact is written (default "
                         "<out>.graph.json)")
