@@ -42,11 +42,16 @@ Translations beyond one operator each:
   per-channel weight and bias (mul, add);
 - batch norm in training mode: ``batchNorm``, and the running statistics' update from mean,
   sub, square, reduce, div, scale and add nodes (routes.frontends.torch returns them);
-- ``native_dropout`` / ``dropout`` in training mode: ``dropout`` with the mask input.
+- ``native_dropout`` / ``dropout`` in training mode: ``dropout`` with the mask input;
+- ``elu`` (ELU, SELU, CELU) is ``elu`` then ``scale``; ``leaky_relu`` and RReLU in eval mode
+  are ``leakyReLU``; layer norm over several trailing axes views them as one;
+- ``linalg_vector_norm`` (F.normalize, cosine similarity, distances): reductions of abs,
+  square or pow, ord 2 with a zero gradient at a zero vector, as torch's.
 
 Refused here (one line each; aten_tensors lists its own): a softmax into another dtype,
-half_to_float; arithmetic on integer tensors; addmm with beta or alpha other than 1; linear with a weight
-that is not a matrix; layer norm over more than the last axis; convolution padding given as
+half_to_float; arithmetic on integer tensors; elu with input_scale; RReLU in training; a norm
+of ord <= 0; addmm with beta or alpha other than 1; linear with a weight
+that is not a matrix; layer norm over axes other than the last ones; convolution padding given as
 a string, output_padding of a convolution that is not transposed; divisor_override; batch
 norm without running statistics in eval mode, with momentum=None, or with one value per
 channel in training mode; attention dropout (dropout_p > 0), attn_mask together with
@@ -63,11 +68,12 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from . import aten_tensors, registrar
+from . import aten_resample, aten_tensors, registrar
 from .aten_tensors import axes_of, axis_of, per_axis
 
-# The tensor entries (shape, movement, conversions, comparisons: aten_tensors), then these.
-TABLE: dict[str, Callable] = dict(aten_tensors.TABLE)
+# The tensor entries (shape, movement, conversions, comparisons: aten_tensors), adaptive
+# pooling and interpolation (aten_resample), then these.
+TABLE: dict[str, Callable] = {**aten_tensors.TABLE, **aten_resample.TABLE}
 BOUNDS: dict[str, Callable] = {}
 MASKS: dict[str, Callable] = {}
 _entry = registrar(TABLE, "aten table")
@@ -77,7 +83,7 @@ _entry = registrar(TABLE, "aten table")
 _UNARY = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "exp": "exp", "log": "log",
           "neg": "neg", "abs": "abs", "sqrt": "sqrt", "rsqrt": "rsqrt",
           "reciprocal": "reciprocal", "sin": "sin", "cos": "cos", "erf": "erf", "silu": "silu",
-          "log1p": "log1p", "expm1": "expm1", "square": "square"}
+          "log1p": "log1p", "expm1": "expm1", "square": "square", "sign": "sign"}
 
 
 def _unary(op_name):
@@ -94,6 +100,36 @@ for _aten, _op in _UNARY.items():
 @_entry("aten.gelu.default")
 def _gelu(cx, a):
     return cx.apply("gelu", a.self, shape=cx.out_shape, approximate=a.approximate)
+
+
+@_entry("aten.elu.default")
+def _elu(cx, a):
+    """elu (ELU, SELU, CELU's aten form): torch's kernel gives scale * x for x > 0 and
+    scale * alpha * expm1(input_scale * x) otherwise, so elu at alpha then ``scale`` by
+    scale (SELU's 1.0507...); the same real function, the product rounded once more."""
+    cx.scalar_result()
+    if a.input_scale != 1:
+        cx.refuse(f"input_scale={a.input_scale} is not translated (only 1)")
+    s = cx.out_shape
+    y = cx.apply("elu", a.self, float(a.alpha), shape=s)
+    return y if a.scale == 1 else cx.apply("scale", y, float(a.scale), shape=s)
+
+
+@_entry("aten.leaky_relu.default")
+def _leaky_relu(cx, a):
+    cx.scalar_result()
+    return cx.apply("leakyReLU", a.self, float(a.negative_slope), shape=cx.out_shape)
+
+
+@_entry("aten.rrelu_with_noise_functional.default")
+def _rrelu(cx, a):
+    """RReLU in eval mode is leaky_relu with the slope (lower + upper) / 2 (torch's
+    rrelu_with_noise when not training); in training it draws a slope per entry."""
+    if a.training:
+        cx.refuse("RReLU in training mode draws random slopes; only eval mode is translated")
+    slope = (float(a.lower) + float(a.upper)) / 2
+    y = cx.apply("leakyReLU", a.self, slope, shape=cx.shape(a.self))
+    return y, cx.missing("the noise output of rrelu_with_noise is not translated")
 
 
 def _binary(op_name):
@@ -197,6 +233,39 @@ def _sum(cx, a):
     shape = cx.shape(a.self)
     return cx.apply("reduce", a.self, shape=shape, op="sum",
                     axes=axes_of(a.get("dim"), len(shape)), keepdim=bool(a.get("keepdim", False)))
+
+
+@_entry("aten.linalg_vector_norm.default")
+def _vector_norm(cx, a):
+    """linalg_vector_norm (F.normalize, cosine similarity, distances): ord 2 is
+    sqrt(sum(x^2)), 1 sum(|x|), inf / -inf max / min |x|, another p > 0
+    pow(sum(pow(|x|, p)), 1 / p).  At a zero vector torch's backward gives a zero gradient
+    where the chain rule through sqrt would give 0 * inf: ord 2 reads
+    select(s > 0, sqrt(select(s > 0, s, 1)), 0) -- the same values, and no gradient where
+    s = 0."""
+    cx.scalar_result()
+    if a.get("dtype") is not None and not cx.same_dtype(a.self):
+        cx.refuse(f"a norm into {a.dtype} is not translated (it rounds)")
+    x, shape, p = a.self, cx.shape(a.self), float(a.ord)
+    axes, keep = axes_of(a.get("dim"), len(shape)), bool(a.keepdim)
+    s = cx.out_shape
+
+    def total(op_name, v):
+        return cx.apply("reduce", v, shape=shape, op=op_name, axes=axes, keepdim=keep)
+    if p in (math.inf, -math.inf):
+        return total("max" if p > 0 else "min", cx.apply("abs", x, shape=shape))
+    if p == 1:
+        return total("sum", cx.apply("abs", x, shape=shape))
+    if p == 2:
+        squares = total("sum", cx.apply("square", x, shape=shape))
+        positive = cx.apply("gt", squares, cx.like(0.0, s), shape=s)
+        safe = cx.apply("select", positive, squares, cx.like(1.0, s), shape=s)
+        return cx.apply("select", positive, cx.apply("sqrt", safe, shape=s),
+                        cx.like(0.0, s), shape=s)
+    if not p > 0:
+        cx.refuse(f"ord={a.ord} is not translated (only p > 0 and +-inf)")
+    powers = cx.apply("pow", cx.apply("abs", x, shape=shape), cx.like(p, shape), shape=shape)
+    return cx.apply("pow", total("sum", powers), cx.like(1.0 / p, s), shape=s)
 
 
 def _matmul(cx, x, y):
@@ -304,54 +373,26 @@ for _n in (1, 2, 3):
     _entry(f"aten.avg_pool{_n}d.default")((lambda n: lambda cx, a: _avg_pool(cx, a, n))(_n))
 
 
-@_entry("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default")
-def _adaptive_avg_pool(cx, a):
-    """Adaptive average pooling (PyTorch's windows: output cell i along an axis of n inputs
-    and m outputs averages inputs floor(i n / m) to ceil((i + 1) n / m) - 1).  Where m
-    divides n every window has n / m inputs: one average pool.  Otherwise the windows
-    differ in size (and may overlap): one average pool per output cell over its slice (its
-    window's sum divided by its count, as PyTorch's kernel computes it), the cells joined by
-    cat, innermost axis first."""
-    x, out = a.self, tuple(a.output_size)
-    shape, n = cx.shape(x), len(tuple(a.output_size))
-    sizes = shape[-n:]
-    if any(m <= 0 for m in out):
-        cx.refuse(f"output_size {list(out)} must be positive")
-
-    def pool(t, kernel):
-        return cx.apply("pool", t, shape=cx.shape(t), mode="average", kernel=kernel,
-                        stride=kernel, padding=(0,) * n, dilation=(1,) * n, ceil_mode=False,
-                        count_include_pad=True)
-    if all(s % m == 0 for s, m in zip(sizes, out)):
-        return pool(x, tuple(s // m for s, m in zip(sizes, out)))
-    windows = [[(i * s // m, -(-(i + 1) * s // m)) for i in range(m)]
-               for s, m in zip(sizes, out)]
-    lead = len(shape) - n
-
-    def cells(t, d):
-        """``t`` (already sliced along the axes before ``d``) pooled along axes d.. of the
-        window, joined along axis d."""
-        if d == n:
-            return pool(t, tuple(cx.shape(t)[lead:]))
-        parts = [cells(aten_tensors.sliced(cx, t, lead + d, lo, hi), d + 1) for lo, hi in windows[d]]
-        if len(parts) == 1:
-            return parts[0]
-        joined = list(cx.shape(parts[0]))
-        joined[lead + d] = len(parts)
-        return cx.apply("cat", *parts, shape=tuple(joined), axis=lead + d,
-                        sizes=[1] * len(parts), element="scalar")
-    return cells(x, 0)
-
-
 def _layer_norm(cx, a):
-    xs = cx.shape(a.input)
-    if tuple(a.normalized_shape) != xs[-1:]:
-        cx.refuse(f"normalized_shape must be the last axis [{xs[-1] if xs else ''}] (got "
-                  f"{list(a.normalized_shape)})")
-    c = (xs[-1],)
-    weight = cx.ones(c) if a.weight is None else a.weight
-    bias = cx.zeros(c) if a.bias is None else a.bias
-    return cx.apply("layerNorm", a.input, weight, bias, float(a.eps), shape=xs)
+    """layerNorm over the last axis; over the last k > 1 axes (``normalized_shape`` of k
+    extents, LayerNorm([H, W])) the input is viewed with those axes as one, and so are the
+    weight and bias: the same statistics over the same entries."""
+    xs, norm = cx.shape(a.input), tuple(a.normalized_shape)
+    k = len(norm)
+    if k == 0 or xs[len(xs) - k:] != norm:
+        cx.refuse(f"normalized_shape {list(norm)} must be the last axes of the input "
+                  f"{list(xs)}")
+    c = (math.prod(norm),)
+
+    def flat(v, fill):
+        if v is None:
+            return fill(c)
+        return cx.apply("reshape", v, shape=norm, to=c) if cx.is_ref(v) and k > 1 else \
+            (v if k == 1 else type(v)(v.tensor.reshape(c), v.name))
+    x = a.input if k == 1 else cx.apply("reshape", a.input, shape=xs, to=xs[:-k] + c)
+    y = cx.apply("layerNorm", x, flat(a.weight, cx.ones), flat(a.bias, cx.zeros),
+                 float(a.eps), shape=cx.shape(x))
+    return y if k == 1 else cx.apply("reshape", y, shape=cx.shape(x), to=xs)
 
 
 _entry("aten.layer_norm.default")(_layer_norm)

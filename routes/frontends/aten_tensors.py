@@ -29,9 +29,9 @@ here; ``cx`` is the capture (routes.frontends.torch).
   ``bitwise_and/or/xor`` and ``logical_*`` of Booleans are ``logicalAnd/Or/Xor``,
   ``bitwise_not`` / ``logical_not`` ``logicalNot``;
 - ``clamp`` with number bounds (a missing bound is infinite; ``clamp_min``, ``clamp_max``)
-  is ``clamp``: the gradient passes where lo <= x <= hi, as torch's; ``hardtanh`` (ReLU6)
-  passes it only strictly inside, as torch's hardtanh_backward: select(lo < x < hi, x,
-  clamp(detach(x))).
+  is ``clamp``: the gradient passes where lo <= x <= hi, as torch's; with tensor bounds
+  ``max`` then ``min``; ``hardtanh`` (ReLU6) passes it only strictly inside, as torch's
+  hardtanh_backward: select(lo < x < hi, x, clamp(detach(x))).
 
 - operators that only copy entries (``as_strided``, nearest upsampling, ``roll``,
   ``repeat``, pixel and channel shuffles, ``index_select`` by constant indices) are
@@ -40,9 +40,12 @@ here; ``cx`` is the capture (routes.frontends.torch).
   ``flip``; ``constant_pad_nd`` is ``pad`` (zeros), a slice for negative pads, and for
   another value select(inside, padded, value).
 
+- ``slice_scatter`` (step 1) is select(inside, pad(src), x); ``isnan``, ``isinf``,
+  ``isfinite`` are ``isNaN``, ``isInf``, ``isFinite``.
+
 Refused here: copy with broadcasting; conversions that round; integer arithmetic (by the
-arithmetic entries); index.Tensor with computed indices; clamp with tensor bounds; cat of
-index tensors; comparisons of index tensors.
+arithmetic entries); index.Tensor with computed indices; cat of index tensors; comparisons
+of index tensors; slice_scatter with a step.
 """
 
 from __future__ import annotations
@@ -213,6 +216,33 @@ def _slice(cx, a):
     return sliced(cx, a.self, axis, start, stop, a.step)
 
 
+@_entry("aten.slice_scatter.default")
+def _slice_scatter(cx, a):
+    """x with x[start:end] along ``dim`` replaced by src: select(inside, pad(src), x), an
+    exact choice of entries; the gradient of the replaced entries goes to src, the others'
+    to x (as torch's slice_scatter backward)."""
+    x, src, shape = a.self, a.src, cx.shape(a.self)
+    axis = axis_of(a.dim, len(shape))
+    n = shape[axis]
+    start, stop, step = slice(a.start, a.end, a.step).indices(n)
+    if step != 1:
+        cx.refuse(f"slice_scatter with step {step} is not translated (only 1)")
+    if stop <= start:
+        return x
+    kind = cx.kind(x)
+    if kind == "index" or cx.kind(src) == "index":
+        cx.refuse("slice_scatter of index tensors is not translated")
+    element = "bool" if kind == "bool" else "scalar"
+    before = [0] * len(shape)
+    after = [0] * len(shape)
+    before[axis], after[axis] = start, n - stop
+    inner = cx.shape(src)
+    padded = cx.move("pad", cx.like(src, inner), shape=inner, before=before, after=after)
+    inside = cx.inside_mask(inner, before, after)
+    return cx.apply("select", inside, padded, cx.like(x, shape), shape=shape,
+                    element=element)
+
+
 @_entry("aten.select.int")
 def _select(cx, a):
     shape = cx.shape(a.self)
@@ -314,6 +344,19 @@ for _aten in ("eq", "ne", "lt", "le", "gt", "ge"):
     _entry(f"aten.{_aten}.Tensor", f"aten.{_aten}.Scalar")(_comparison(_aten))
 
 
+def _predicate(op_name):
+    """isnan, isinf, isfinite of numbers: Booleans (IEEE's classes)."""
+    def translate(cx, a):
+        if cx.kind(a.self) != "scalar":
+            cx.refuse(f"{op_name} of Booleans or integers is not translated")
+        return cx.apply(op_name, a.self, shape=cx.out_shape)
+    return translate
+
+
+for _aten, _op in (("isnan", "isNaN"), ("isinf", "isInf"), ("isfinite", "isFinite")):
+    _entry(f"aten.{_aten}.default")(_predicate(_op))
+
+
 def _connective(op_name):
     def translate(cx, a):
         s = cx.out_shape
@@ -335,18 +378,29 @@ _entry("aten.bitwise_not.default", "aten.logical_not.default")(_connective("logi
 
 # ----- clamping ----------------------------------------------------------------------------------
 def _clamped(cx, x, lo, hi):
+    """clamp with number bounds; with tensor bounds (clamp.Tensor: cosine similarity's
+    eps) min(max(x, lo), hi), each bound broadcast (the values of torch's clamp; at a tie
+    the gradient goes where ``max`` and ``min`` send it)."""
     cx.scalar_result()
-    if cx.is_ref(lo) or cx.is_ref(hi) or not all(isinstance(v, (int, float, type(None)))
-                                                   for v in (lo, hi)):
-        cx.refuse("clamp with tensor bounds is not translated (only numbers)")
+    if not all(isinstance(v, (int, float, type(None))) for v in (lo, hi)):
+        s = cx.out_shape
+        y = cx.like(x, s)
+        for op_name, bound in (("max", lo), ("min", hi)):
+            if bound is not None:
+                bound = float(bound) if isinstance(bound, (int, float)) else bound
+                y = cx.apply(op_name, y, cx.like(bound, s), shape=s)
+        return y
     lo = -float("inf") if lo is None else float(lo)
     hi = float("inf") if hi is None else float(hi)
     return cx.apply("clamp", x, lo, hi, shape=cx.shape(x))
 
 
-_entry("aten.clamp.default")(lambda cx, a: _clamped(cx, a.self, a.min, a.max))
-_entry("aten.clamp_min.default")(lambda cx, a: _clamped(cx, a.self, a.min, None))
-_entry("aten.clamp_max.default")(lambda cx, a: _clamped(cx, a.self, None, a.max))
+_entry("aten.clamp.default", "aten.clamp.Tensor")(
+    lambda cx, a: _clamped(cx, a.self, a.min, a.max))
+_entry("aten.clamp_min.default", "aten.clamp_min.Tensor")(
+    lambda cx, a: _clamped(cx, a.self, a.min, None))
+_entry("aten.clamp_max.default", "aten.clamp_max.Tensor")(
+    lambda cx, a: _clamped(cx, a.self, None, a.max))
 
 
 @_entry("aten.hardtanh.default")

@@ -605,6 +605,21 @@ class _Capture:
                                                      for i in indices])
         return Const(picked, f"{self.node.name}.positions")
 
+    def interpolation(self, n, m, align_corners, scale) -> Const:
+        """The (m, n) weights of PyTorch's linear interpolation of n entries to m (its
+        upsample_linear1d, which every linear mode shares per axis, run in float64 on the
+        identity: source positions, clamping and ``align_corners`` as PyTorch computes
+        them; ``scale`` the user's scale factor, which PyTorch reads when given)."""
+        t = self.torch
+        eye = t.eye(n, dtype=t.float64).reshape(n, 1, n)
+        with t.no_grad():
+            y = t.ops.aten.upsample_linear1d.vec(eye, None if scale else [m], align_corners,
+                                                 [scale] if scale else None)
+        if y.shape[-1] != m:
+            self.refuse(f"interpolation of {n} entries by {scale} gives {y.shape[-1]}, "
+                        f"not the {m} the program records")
+        return Const(y[:, 0, :].T.contiguous(), f"{self.node.name}.weights")
+
     def by_positions(self, x) -> Ref:
         """The node, an operator that only copies entries of its first operand ``x``
         (as_strided, nearest upsampling, index_select by constant indices, roll, repeat,

@@ -8,7 +8,6 @@ listing every refusal at once, and one ``model`` run of GPT-2 in bfloat16 end to
 
 from __future__ import annotations
 
-import copy
 import json
 import textwrap
 
@@ -17,16 +16,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from roundoff_coverage import numerics, reports, routes  # noqa: E402
+from roundoff_coverage import reports, routes  # noqa: E402
 from conftest import one_error, run_cli  # noqa: E402
+from torch_float64 import TOL, worst_difference  # noqa: E402
 from zoo_models import ZOO, libraries, needs  # noqa: E402
-
-TOL = 1e-10
-# A gradient that is zero mathematically (an attention key bias: softmax ignores a shift
-# along the keys) is rounding noise in both runs: each tensor's difference is measured
-# against max(its largest entry, FLOOR x the model's largest gradient entry).
-FLOOR = 1e-3
-
 
 def _built(key):
     lib = needs(key)
@@ -35,82 +28,9 @@ def _built(key):
     return ZOO[key]()
 
 
-class _Float64Throughout(torch.overrides.TorchFunctionMode):
-    """torch's float64 run of a model whose code converts to binary32 on purpose (Llama's
-    RMSNorm, a softmax with dtype=float32): a conversion to float32 of a tensor that
-    depends on the inputs or parameters (requires grad) stays in float64, as the captured
-    float32 model computes it at its own dtype (no rounding there); shape-only constants
-    (rotary tables) keep the float32 the capture folded them in."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        tracked = any(isinstance(a, torch.Tensor) and a.requires_grad and
-                      a.dtype == torch.float64 for a in args)
-        if tracked:
-            if func is torch.Tensor.float:
-                func = torch.Tensor.double
-            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
-            kwargs = {k: torch.float64 if v is torch.float32 else v for k, v in kwargs.items()}
-        return func(*args, **kwargs)
-
-
-def _torch_float64(model, args, cotangents, kwargs=None):
-    """(outputs, {input or parameter name: gradient}) of torch's float64 run: the model
-    widened exactly (``.double()``), the floating arguments requiring gradients."""
-    m = copy.deepcopy(model).double()
-    flat, spec = torch.utils._pytree.tree_flatten((tuple(args), dict(kwargs or {})))
-    flat = [a.detach().double().requires_grad_(True)
-            if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in flat]
-    with _Float64Throughout():
-        args, kwargs = torch.utils._pytree.tree_unflatten(flat, spec)
-        out = m(*args, **kwargs)
-    leaves = torch.utils._pytree.tree_leaves(out)
-    params = dict(m.named_parameters(remove_duplicate=False))
-    tensors = [a for a in flat if isinstance(a, torch.Tensor)]   # the graph's inputs
-    held = {**params, **{f"arg{i}": a for i, a in enumerate(tensors) if a.requires_grad}}
-    pairs = [(y, torch.from_numpy(c)) for y, c in zip(leaves, cotangents) if c is not None]
-    grads = torch.autograd.grad([y for y, _ in pairs], list(held.values()),
-                                [c for _, c in pairs], allow_unused=True)
-    return leaves, dict(zip(held, grads))
-
-
-def _relative(ours, theirs, floor=1e-300) -> float:
-    ours = np.asarray(ours, dtype=np.float64)
-    theirs = np.zeros(ours.shape) if theirs is None else theirs.detach().numpy()
-    assert ours.shape == theirs.shape
-    if ours.size == 0:
-        return 0.0
-    return float(np.max(np.abs(ours - theirs)) / max(np.max(np.abs(theirs)), floor))
-
-
-def _worst_difference(model, args, kwargs=None) -> tuple:
-    """(graph, {output or input name: normwise relative difference}) of the capture run in
-    binary64 against torch's float64 run: forward outputs and every gradient."""
-    g = routes.from_torch(model, args, kwargs)
-    rng = np.random.default_rng(7)
-    cots = [rng.standard_normal(p.shape) if p.kind == "value" else None for p in g.outputs]
-    leaves, grads = _torch_float64(model, args, cots, kwargs)
-
-    rule = g.rule(numerics.emulated("binary64"))
-    assert rule is not None
-    ys, pullback = rule.prepare(g.example_inputs, [p.differentiable for p in g.inputs])
-    got = pullback(cots)
-
-    assert len(ys) == len(leaves)
-    worst = {f"output {n}": _relative(y, t) for n, y, t in zip(g.output_names, ys, leaves)}
-    scale = FLOOR * max(float(t.abs().max()) for t in grads.values() if t is not None)
-    for i, (name, port, ours) in enumerate(zip(g.input_names, g.inputs, got)):
-        if not port.differentiable:
-            continue
-        theirs = grads[f"arg{i}"] if f"arg{i}" in grads and name not in grads \
-            else grads[name]
-        worst[name] = _relative(ours, theirs, scale)
-    return g, worst
-
-
 @pytest.mark.parametrize("key", list(ZOO))
 def test_captured_model_matches_torch_float64_values_and_gradients(key):
-    g, worst = _worst_difference(*_built(key))
+    g, worst = worst_difference(*_built(key))
     print(f"{key}: {len(g.nodes)} nodes, max normwise relative difference "
           f"{max(worst.values()):.2e} ({max(worst, key=worst.get)})")
     assert max(worst.values()) <= TOL, worst
@@ -137,7 +57,7 @@ class _GroupedAttention(torch.nn.Module):
 def test_grouped_query_attention_matches_torch_float64(causal):
     torch.manual_seed(0)
     model, x = _GroupedAttention(causal).eval(), torch.randn(2, 5, 8)
-    g, worst = _worst_difference(model, (x,))
+    g, worst = worst_difference(model, (x,))
     assert sum(n.op.name == "broadcast" for n in g.nodes) >= 2      # keys and values
     assert max(worst.values()) <= TOL, worst
 
@@ -186,7 +106,7 @@ class _MovedIds(torch.nn.Module):
 def test_ids_moved_before_the_embedding_stay_indices():
     torch.manual_seed(0)
     model, ids = _MovedIds(), torch.randint(0, 300, (2, 5))
-    g, worst = _worst_difference(model, (ids,))
+    g, worst = worst_difference(model, (ids,))
     assert str(g.inputs[0]) == "index<300>[2,5]"
     # moved as int64 words between encodeIndex and decodeIndex
     assert [n.op.name for n in g.nodes][:3] == ["encodeIndex", "slice", "decodeIndex"]

@@ -1,0 +1,95 @@
+"""torch.nn layers and functions beyond the zoo's models, captured by routes.from_torch and
+run in binary64 against torch's own float64 run (the oracle: values and every gradient,
+normwise relative difference <= 1e-10; tests/torch_float64.py): activations translated
+onto elu / leakyReLU / sign, layer norm over several axes, adaptive max pooling, linear
+interpolation, vector norms (a zero vector's gradient is zero, as torch's), tensor clamp
+bounds, slice_scatter (circular padding), KL divergence (isnan)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from roundoff_coverage import numerics, routes  # noqa: E402
+from torch_float64 import TOL, worst_difference  # noqa: E402
+
+nn, F = torch.nn, torch.nn.functional
+
+
+def _randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+class _Function(nn.Module):
+    """A module computing ``f(*args)`` (with a weight so that gradients reach a parameter)."""
+
+    def __init__(self, f, n=6):
+        super().__init__()
+        self.f = f
+        self.weight = nn.Parameter(1.0 + 0.1 * _randn(n, seed=9))
+
+    def forward(self, *args):
+        return self.f(args[0] * self.weight, *args[1:])
+
+
+def _zero_row(x):
+    x = x.clone()
+    x[1] = 0.0
+    return x
+
+
+V = _randn(4, 6)
+IMAGE = _randn(2, 3, 6, 5, seed=1)
+LAYERS = {
+    "elu": (nn.ELU(0.7), V), "selu": (nn.SELU(), V), "celu": (nn.CELU(0.5), V),
+    "leaky-relu": (nn.LeakyReLU(0.2), V), "rrelu-eval": (nn.RReLU(0.1, 0.3), V),
+    "softshrink": (nn.Softshrink(0.3), V),
+    "layer-norm-2-axes": (nn.LayerNorm([6, 5]), IMAGE),
+    "lp-pool": (nn.LPPool2d(2, 2), IMAGE),
+    "adaptive-max-even": (nn.AdaptiveMaxPool2d((3, 5)), IMAGE),
+    "adaptive-max-uneven": (nn.AdaptiveMaxPool2d((4, 3)), IMAGE),
+    "adaptive-max-1d": (nn.AdaptiveMaxPool1d(4), _randn(2, 3, 7)),
+    "bilinear-scale": (nn.Upsample(scale_factor=2, mode="bilinear"), IMAGE),
+    "bilinear-corners": (nn.Upsample(size=(7, 9), mode="bilinear", align_corners=True), IMAGE),
+    "bilinear-shrink": (nn.Upsample(size=(4, 3), mode="bilinear"), IMAGE),
+    "bilinear-fraction": (nn.Upsample(scale_factor=1.7, mode="bilinear"), IMAGE),
+    "linear-1d": (nn.Upsample(scale_factor=3, mode="linear"), _randn(2, 3, 5)),
+    "trilinear": (nn.Upsample(size=(3, 4, 5), mode="trilinear"), _randn(1, 2, 2, 3, 4)),
+    "cosine-similarity": (_Function(F.cosine_similarity), (V, V.flip(0))),
+    "pairwise-distance": (_Function(F.pairwise_distance), (V, V.flip(0))),
+    "triplet-loss": (_Function(F.triplet_margin_loss), (V, V.flip(0), V.flip(1))),
+    "norm-zero-row": (_Function(lambda x: torch.linalg.vector_norm(x, dim=-1)), _zero_row(V)),
+    "norm-1": (_Function(lambda x: torch.linalg.vector_norm(x, 1, dim=0)), V),
+    "norm-inf": (_Function(lambda x: torch.linalg.vector_norm(x, float("inf"))), V),
+    "norm-3": (_Function(lambda x: torch.linalg.vector_norm(x, 3, dim=1, keepdim=True)), V),
+    "normalize": (_Function(F.normalize), _zero_row(V)),
+    "clamp-tensor": (_Function(lambda x, lo: torch.clamp(x, lo, lo + 1.0)), (V, V.flip(1))),
+    "kl-divergence": (_Function(lambda x, t: F.kl_div(F.log_softmax(x, -1), t,
+                                                      reduction="batchmean")),
+                      (V, F.softmax(V.flip(0), -1))),
+    "circular-padding": (nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular"), IMAGE),
+}
+
+
+@pytest.mark.parametrize("key", list(LAYERS))
+def test_layer_matches_torch_float64_values_and_gradients(key):
+    torch.manual_seed(0)
+    layer, args = LAYERS[key]
+    args = args if isinstance(args, tuple) else (args,)
+    g, worst = worst_difference(layer.eval(), args)
+    assert max(worst.values()) <= TOL, worst
+
+
+def test_a_zero_vector_has_a_zero_norm_gradient_not_nan():
+    """torch's linalg_vector_norm backward gives 0 at a zero vector; the capture's
+    select(s > 0, sqrt(select(s > 0, s, 1)), 0) does too (plain sqrt would give NaN)."""
+    x = _zero_row(V).double()
+    g = routes.from_torch(_Function(lambda v: torch.linalg.vector_norm(v, dim=-1)).double(),
+                          (x,))
+    rule = g.rule(numerics.emulated("binary64"))
+    ys, pullback = rule.prepare(g.example_inputs, [p.differentiable for p in g.inputs])
+    grads = pullback([np.ones(4)])
+    (x_grad,) = [d for name, d in zip(g.input_names, grads) if name != "weight"]
+    assert np.all(np.isfinite(x_grad)) and not x_grad[1].any() and x_grad[0].any()
