@@ -2,7 +2,8 @@
 
 The target is a graph artifact (routes.load_graph) or ``file.py:factory`` (or
 ``module:factory``), a function of no arguments returning ``(model, example_args)`` -- a
-torch ``nn.Module`` and a tuple of tensors, captured with routes.from_torch, or a JAX
+torch ``nn.Module`` and a tuple of tensors (or ``(model, args, kwargs)``: a transformers
+model's ``labels=``), captured with routes.from_torch, or a JAX
 function and its arguments, imported with routes.from_jax -- or a routes.Graph with
 ``example_inputs``.  A captured model is saved as an artifact first (by
 default beside the results file, ``<out>.graph.json``): every unit of work reads the graph
@@ -109,9 +110,9 @@ def load_target(target: str, artifact_out: str):
     made = factory_product(target)
     graph = made if isinstance(made, routes.Graph) else None
     if graph is None:
-        model, args, is_torch = made
+        model, args, kwargs, is_torch = made
         try:
-            graph = routes.from_torch(model, args) if is_torch else \
+            graph = routes.from_torch(model, args, kwargs) if is_torch else \
                 routes.from_jax(model, args)
         except ImportError as exc:
             raise ModelError(f"{target}: a JAX function needs jax (the [jax] extra): "
@@ -126,9 +127,10 @@ def load_target(target: str, artifact_out: str):
 
 def factory_product(target: str):
     """What the factory ``file.py:factory`` (or ``module:factory``) returns: a routes.Graph,
-    or (model, example args as a tuple, whether the model is a torch nn.Module; else a JAX
-    function).  ModelError (one line) for a factory that cannot be called or returns
-    something else."""
+    or (model, example args as a tuple, example keyword arguments as a dict -- a torch
+    model's factory may return (model, args, kwargs): a transformers model's ``labels=`` --,
+    whether the model is a torch nn.Module; else a JAX function).  ModelError (one line)
+    for a factory that cannot be called or returns something else."""
     try:
         factory = importable(target)
     except MeasureError as exc:
@@ -142,10 +144,13 @@ def factory_product(target: str):
                          f"{' '.join(str(exc).split())[:200]}") from None
     if isinstance(made, routes.Graph):
         return made
-    if not (isinstance(made, tuple) and len(made) == 2):
-        raise ModelError(f"{target}: the factory must return (model, example_args) or a "
-                         f"routes.Graph (got {type(made).__name__})")
-    model, args = made
+    if not (isinstance(made, tuple) and len(made) in (2, 3)) or \
+            len(made) == 3 and not isinstance(made[2], dict):
+        raise ModelError(f"{target}: the factory must return (model, example_args), "
+                         f"(model, example_args, example_kwargs as a dict) or a routes.Graph "
+                         f"(got {type(made).__name__}"
+                         f"{' of ' + str(len(made)) if isinstance(made, tuple) else ''})")
+    model, args, kwargs = made if len(made) == 3 else made + ({},)
     args = args if isinstance(args, tuple) else (args,)
     # A torch nn.Module (torch only when the factory imported it) is captured by from_torch;
     # any other callable is a JAX function, imported by from_jax.
@@ -155,7 +160,9 @@ def factory_product(target: str):
     if not is_torch and not callable(model):
         raise ModelError(f"{target}: the factory's model must be a torch nn.Module or a "
                          f"JAX function (got {type(model).__name__})")
-    return model, args, is_torch
+    if kwargs and not is_torch:
+        raise ModelError(f"{target}: keyword arguments are taken for torch models only")
+    return model, args, kwargs, is_torch
 
 
 def unsupported(target: str) -> list:
@@ -167,11 +174,11 @@ def unsupported(target: str) -> list:
         raise ModelError(f"{target}: --list-unsupported reads a file.py:factory (or "
                          f"module:factory) returning a torch model and its example args")
     made = factory_product(target)
-    if isinstance(made, routes.Graph) or not made[2]:
+    if isinstance(made, routes.Graph) or not made[3]:
         raise ModelError(f"{target}: --list-unsupported lists what a torch model's capture "
                          f"refuses; the factory gives a graph or a JAX function")
     try:
-        return routes.unsupported_torch(made[0], made[1])
+        return routes.unsupported_torch(made[0], made[1], made[2])
     except routes.RouteError as exc:
         raise ModelError(f"{target}: {exc}") from None
 

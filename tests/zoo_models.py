@@ -100,11 +100,11 @@ def image(size=32, seed=2, batch=1):
 
 def _seeded(build):
     """``build`` run with torch's global generator seeded (the libraries draw their initial
-    weights from it), the model in eval mode."""
+    weights from it), the model in eval mode: (model, args) or (model, args, kwargs)."""
     def make():
         torch.manual_seed(0)
-        model, args = build(libraries())
-        return model.eval(), args
+        model, *rest = build(libraries())
+        return (model.eval(), *rest)
     return make
 
 
@@ -122,6 +122,40 @@ def llama(lib):
                             max_position_embeddings=32, bos_token_id=0, eos_token_id=0,
                             pad_token_id=0)
     return tf.LlamaForCausalLM(config), (_ids(),)
+
+
+def gpt2_labels(lib):
+    """GPT-2 given labels: its loss shifts them, pads them with -100 and ignores those
+    (integer words, cross entropy with ignore_index); one label is -100 already."""
+    model, (ids,) = gpt2(lib)
+    labels = ids.clone()
+    labels[0, 2] = -100
+    return model, (ids,), {"labels": labels}
+
+
+def roberta(lib):
+    """RoBERTa: positions counted from input_ids by integer arithmetic (ne, cumsum, mul,
+    add), token types gathered by them; the second sequence padded with pad_token_id."""
+    tf = lib["transformers"]
+    config = tf.RobertaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                              intermediate_size=48, vocab_size=VOCAB,
+                              max_position_embeddings=SEQ + 2, pad_token_id=1)
+    ids = _ids()
+    ids[ids == 1] = 2
+    ids[1, SEQ - 2:] = 1
+    mask = (ids != 1).long()
+    return tf.RobertaModel(config), (ids, mask)
+
+
+def bart(lib):
+    """BART: decoder inputs shifted from input_ids (slice_scatter of words, a start token,
+    -100 replaced by the pad id)."""
+    tf = lib["transformers"]
+    config = tf.BartConfig(d_model=32, encoder_layers=1, decoder_layers=1,
+                           encoder_attention_heads=2, decoder_attention_heads=2,
+                           encoder_ffn_dim=48, decoder_ffn_dim=48, vocab_size=VOCAB,
+                           max_position_embeddings=16)
+    return tf.BartModel(config), (_ids(),)
 
 
 def bert(lib):
@@ -213,7 +247,9 @@ def lstm_bidirectional(lib):
 
 # key -> (library it needs, builder)
 _BUILDERS = {
-    "gpt2": ("transformers", gpt2), "llama": ("transformers", llama),
+    "gpt2": ("transformers", gpt2), "gpt2-labels": ("transformers", gpt2_labels),
+    "roberta": ("transformers", roberta), "bart": ("transformers", bart),
+    "llama": ("transformers", llama),
     "bert": ("transformers", bert), "vit": ("transformers", vit),
     "swin": ("transformers", swin),
     "resnet18": ("torchvision", resnet18),

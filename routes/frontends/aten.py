@@ -68,12 +68,14 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from . import aten_resample, aten_tensors, registrar
+from . import aten_integers, aten_resample, aten_tensors, registrar
+from .aten_integers import WORD, integral, words
 from .aten_tensors import axes_of, axis_of, per_axis
 
 # The tensor entries (shape, movement, conversions, comparisons: aten_tensors), adaptive
-# pooling and interpolation (aten_resample), then these.
-TABLE: dict[str, Callable] = {**aten_tensors.TABLE, **aten_resample.TABLE}
+# pooling and interpolation (aten_resample), integer ones (aten_integers), then these.
+TABLE: dict[str, Callable] = {**aten_tensors.TABLE, **aten_resample.TABLE,
+                              **aten_integers.TABLE}
 BOUNDS: dict[str, Callable] = {}
 MASKS: dict[str, Callable] = {}
 _entry = registrar(TABLE, "aten table")
@@ -135,6 +137,8 @@ def _rrelu(cx, a):
 def _binary(op_name):
     """x op y with PyTorch's broadcasting; ``alpha`` (add, sub) scales y first."""
     def translate(cx, a):
+        if integral(cx.out_dtype):
+            return aten_integers.binary(cx, a, op_name)
         cx.scalar_result()
         s = cx.out_shape
         other = a.other
@@ -151,10 +155,28 @@ def _binary(op_name):
 
 
 for _aten, _op in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "div"),
-                   ("maximum", "max"), ("minimum", "min")):
+                   ("remainder", "remainder"), ("maximum", "max"), ("minimum", "min")):
     _entry(*[f"aten.{_aten}.{o}" for o in (("Tensor", "Scalar") if _aten in
-                                              ("add", "sub", "mul", "div") else ("default",))]
+                                              ("add", "sub", "mul", "div", "remainder")
+                                              else ("default",))]
            )(_binary(_op))
+
+
+@_entry("aten.div.Tensor_mode", "aten.div.Scalar_mode", "aten.floor_divide.default")
+def _divide_rounded(cx, a):
+    """div with rounding_mode trunc or floor (``//``): ``div`` at that rounding mode, on
+    words for integers (PyTorch's integer quotient; a zero divisor is refused when the
+    graph runs), on numbers otherwise."""
+    s = cx.out_shape
+    mode = a.get("rounding_mode") or "floor"
+    if integral(cx.out_dtype):
+        return aten_integers.wrap(cx, cx.apply(
+            "div", words(cx, a.self, s), words(cx, a.other, s), shape=s, rounding_mode=mode,
+            element=WORD), cx.out_dtype)
+    cx.scalar_result()
+    other = float(a.other) if isinstance(a.other, (int, float)) else a.other
+    return cx.apply("div", cx.like(a.self, s), cx.like(other, s), shape=s,
+                    rounding_mode=mode)
 
 
 @_entry("aten.pow.Tensor_Scalar")
@@ -172,8 +194,11 @@ def _pow(cx, a):
 
 @_entry("aten.where.self")
 def _where(cx, a):
-    cx.scalar_result()
     s = cx.out_shape
+    if integral(cx.out_dtype):
+        return cx.apply("select", cx.like(a.condition, s), words(cx, a.self, s),
+                        words(cx, a.other, s), shape=s, element=WORD)
+    cx.scalar_result()
     return cx.apply("select", cx.like(a.condition, s), cx.like(a.self, s), cx.like(a.other, s),
                     shape=s)
 
@@ -229,8 +254,12 @@ def _mean(cx, a):
 
 @_entry("aten.sum.dim_IntList", "aten.sum.default")
 def _sum(cx, a):
-    cx.scalar_result()
     shape = cx.shape(a.self)
+    if integral(cx.out_dtype):
+        total = aten_integers.total(cx, words(cx, a.self), axes_of(a.get("dim"), len(shape)),
+                                    bool(a.get("keepdim", False)))
+        return aten_integers.wrap(cx, total, cx.out_dtype)
+    cx.scalar_result()
     return cx.apply("reduce", a.self, shape=shape, op="sum",
                     axes=axes_of(a.get("dim"), len(shape)), keepdim=bool(a.get("keepdim", False)))
 
@@ -631,20 +660,100 @@ _REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
 
 @_entry("aten.cross_entropy_loss.default")
 def _cross_entropy(cx, a):
-    if a.weight is not None:
-        cx.refuse("class weights are not translated")
-    if a.label_smoothing:
-        cx.refuse(f"label_smoothing={a.label_smoothing} is not translated")
     shape = cx.shape(a.self)
     reduction = _REDUCTIONS[a.reduction]
     if cx.shape(a.target) == shape and cx.is_scalar(a.target):
+        if a.weight is not None or a.label_smoothing:
+            cx.refuse("class weights and label smoothing with class probabilities are not "
+                      "translated")
         return cx.apply("crossEntropyProbabilities", a.self, a.target, shape=shape,
                         reduction=reduction)
     classes = shape[1] if len(shape) >= 2 else shape[0]
-    if 0 <= a.ignore_index < classes:
-        cx.refuse(f"ignore_index={a.ignore_index} names a class; it is not translated")
-    return cx.apply("crossEntropy", a.self, cx.indices(a.target, classes), shape=shape,
-                    reduction=reduction)
+    if a.weight is None and not a.label_smoothing and cx.kind(a.target) == "index":
+        # Index targets below the class count never equal an ignore_index outside
+        # [0, classes): the registered operator is the whole loss.
+        if 0 <= a.ignore_index < classes:
+            return _class_loss(cx, a, reduction, from_logits=True)
+        return cx.apply("crossEntropy", a.self, cx.indices(a.target, classes), shape=shape,
+                        reduction=reduction)
+    return _class_loss(cx, a, reduction, from_logits=True)
+
+
+@_entry("aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default")
+def _nll_loss(cx, a):
+    missing = cx.missing("the total weight output of nll_loss is not translated")
+    return _class_loss(cx, a, _REDUCTIONS[a.reduction], from_logits=False), missing
+
+
+def _class_loss(cx, a, reduction, from_logits):
+    """Cross entropy (``from_logits``: log-softmax over the class axis first) or NLL of
+    class indices with PyTorch's class weights, ignore_index and label smoothing
+    (LossNLL.cpp): per entry -w[t] logp[t], 0 where t == ignore_index; mean divides the
+    sum by the sum of w[t] over the entries not ignored; label smoothing eps mixes
+    (1 - eps) times that with eps / C times the smoothing loss -sum_c w[c] logp[c] (0
+    where ignored; mean: over the same weight sum, or the count without weights).  The
+    target is read as int64 words, compared with ignore_index, replaced by class 0 where
+    ignored and decoded below the class count; logp[t] is a gather of the flattened
+    log-probabilities at position (entry) * C + t."""
+    x = a.self
+    shape = cx.shape(x)
+    cls = 1 if len(shape) >= 2 else 0
+    classes = shape[cls]
+    if from_logits:
+        x = cx.apply("logSoftmax", x, shape=shape, axis=cls)
+    # The class axis last, the entries flattened: logp (M, C); targets (M,).
+    rest = shape[:cls] + shape[cls + 1:]
+    m = math.prod(rest)
+    if cls != len(shape) - 1:
+        perm = tuple(d for d in range(len(shape)) if d != cls) + (cls,)
+        x = cx.apply("permute", x, shape=shape, perm=perm, element="scalar")
+    moved = rest + (classes,)
+    t = words(cx, a.target)
+    if rest != (m,):
+        t = cx.apply("reshape", t, shape=rest, to=(m,), element=WORD)
+    keep = cx.apply("ne", t, words(cx, int(a.ignore_index), (m,)), shape=(m,), element=WORD)
+    safe = cx.apply("select", keep, t, words(cx, 0, (m,)), shape=(m,), element=WORD)
+    flat = cx.apply("reshape", x, shape=moved, to=(m * classes,))
+    rows = cx.offsets((m,), (classes,), skip=None)          # entry r starts at r * C
+    where = cx.apply("add", safe, rows, shape=(m,), element=WORD)
+    at = cx.apply("decodeIndex", where, shape=(m,), bounds=(m * classes,), element=WORD)
+    picked = cx.apply("gather", flat, at, shape=(m * classes,), axes=(0,), batch=0,
+                      index_shape=(m,))
+    kept = cx.apply("cast", keep, shape=(m,))              # 1 kept, 0 ignored
+    w = kept
+    if a.weight is not None:
+        index = cx.apply("decodeIndex", safe, shape=(m,), bounds=(classes,), element=WORD)
+        chosen = cx.apply("gather", a.weight, index, shape=(classes,), axes=(0,), batch=0,
+                          index_shape=(m,))
+        w = cx.apply("mul", chosen, kept, shape=(m,))
+    losses = cx.apply("neg", cx.apply("mul", picked, w, shape=(m,)), shape=(m,))
+    denominator = None
+
+    def reduced(v):
+        nonlocal denominator
+        if reduction == "none":
+            return v if rest == (m,) else cx.apply("reshape", v, shape=(m,), to=rest)
+        total = cx.apply("reduce", v, shape=(m,), op="sum", axes=(0,), keepdim=False)
+        if reduction == "sum":
+            return total
+        if denominator is None:
+            denominator = cx.apply("reduce", w, shape=(m,), op="sum", axes=(0,),
+                                   keepdim=False)
+        return cx.apply("div", total, denominator, shape=())
+    loss = reduced(losses)
+    eps = float(a.get("label_smoothing") or 0.0)
+    if not eps:
+        return loss
+    logp = cx.apply("reshape", flat, shape=(m * classes,), to=(m, classes))
+    if a.weight is not None:
+        row = cx.apply("reshape", a.weight, shape=(classes,), to=(1, classes)) \
+            if cx.is_ref(a.weight) else a.weight
+        logp = cx.apply("mul", logp, cx.like(row, (m, classes)), shape=(m, classes))
+    smooth = cx.apply("reduce", logp, shape=(m, classes), op="sum", axes=(1,), keepdim=False)
+    smooth = cx.apply("neg", cx.apply("mul", smooth, kept, shape=(m,)), shape=(m,))
+    s = cx.shape(loss)
+    return cx.apply("add", cx.apply("scale", loss, 1.0 - eps, shape=s),
+                    cx.apply("scale", reduced(smooth), eps / classes, shape=s), shape=s)
 
 
 def _class_bound(node, arg):
@@ -654,4 +763,5 @@ def _class_bound(node, arg):
     return shape[1] if len(shape) >= 2 else shape[0]
 
 
-BOUNDS["aten.cross_entropy_loss.default"] = _class_bound
+BOUNDS["aten.cross_entropy_loss.default"] = BOUNDS["aten.nll_loss_forward.default"] = \
+    BOUNDS["aten.nll_loss2d_forward.default"] = _class_bound

@@ -43,7 +43,7 @@ here; ``cx`` is the capture (routes.frontends.torch).
 - ``slice_scatter`` (step 1) is select(inside, pad(src), x); ``isnan``, ``isinf``,
   ``isfinite`` are ``isNaN``, ``isInf``, ``isFinite``.
 
-Refused here: copy with broadcasting; conversions that round; integer arithmetic (by the
+Refused here: conversions that round; integer arithmetic (by the
 arithmetic entries); index.Tensor with computed indices; cat of index tensors; comparisons
 of index tensors; slice_scatter with a step.
 """
@@ -53,6 +53,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import registrar
+from .aten_integers import WORD, integral, is_integer, numbers, words, wrap
 
 TABLE: dict[str, Callable] = {}
 _entry = registrar(TABLE, "aten table")
@@ -100,9 +101,14 @@ def _same(cx, a):
 
 @_entry("aten.copy.default")
 def _copy(cx, a):
-    if cx.shape(a.src) != cx.shape(a.self):
-        cx.refuse("copy with broadcasting is not translated")
-    return a.src
+    """copy(self, src): src broadcast to self's shape, in self's type (integers as words;
+    integers into a floating tensor as numbers)."""
+    shape, src = cx.shape(a.self), a.src
+    if integral(cx.out_dtype):
+        src = words(cx, src)
+    elif is_integer(cx, src):
+        src = numbers(cx, words(cx, src))
+    return cx.like(src, shape)
 
 
 def _widens(source, target) -> bool:
@@ -117,6 +123,13 @@ def _to_copy(cx, a):
     if source is None or source == target:
         return x
     kind = cx.kind(x)
+    if kind == "integer":                 # words the model computed (aten_integers)
+        if _is_bool(target):
+            s = cx.shape(x)
+            return cx.apply("ne", x, words(cx, 0, s), shape=s, element=WORD)
+        return wrap(cx, x, target) if integral(target) else numbers(cx, x)
+    if kind == "bool" and integral(target):
+        return words(cx, x)
     if _is_bool(target):
         if kind == "bool":
             return x
@@ -229,10 +242,9 @@ def _slice_scatter(cx, a):
         cx.refuse(f"slice_scatter with step {step} is not translated (only 1)")
     if stop <= start:
         return x
-    kind = cx.kind(x)
-    if kind == "index" or cx.kind(src) == "index":
-        cx.refuse("slice_scatter of index tensors is not translated")
-    element = "bool" if kind == "bool" else "scalar"
+    element = "bool" if cx.kind(x) == "bool" else "scalar"
+    if integral(cx.out_dtype):                         # integers: as words
+        x, src, element = words(cx, x), words(cx, src), WORD
     before = [0] * len(shape)
     after = [0] * len(shape)
     before[axis], after[axis] = start, n - stop
@@ -263,8 +275,9 @@ def _cat(cx, a):
     if len(parts) == 1:
         return parts[0]
     kinds = {cx.kind(t) for t in parts}
-    if "index" in kinds:
-        cx.refuse("cat of index tensors is not translated")
+    if kinds & {"index", "integer"}:                    # integers: joined as words
+        return cx.apply("cat", *[words(cx, t) for t in parts], shape=cx.out_shape, axis=axis,
+                        sizes=[cx.shape(t)[axis] for t in parts], element=WORD)
     element = "bool" if kinds == {"bool"} else "scalar"
     if element == "scalar" and "bool" in kinds:
         cx.refuse("cat of Booleans with numbers is not translated")
@@ -328,9 +341,11 @@ def _comparison(op_name):
     def translate(cx, a):
         s = cx.out_shape
         x, y = a.self, a.other
+        if is_integer(cx, x) or is_integer(cx, y):       # integers: compared as words
+            if isinstance(y, float) and y.is_integer():
+                y = int(y)
+            return cx.apply(op_name, words(cx, x, s), words(cx, y, s), shape=s, element=WORD)
         kinds = {cx.kind(v) for v in (x, y)}
-        if "index" in kinds:
-            cx.refuse("comparisons of index tensors are not translated")
         element = "bool" if kinds == {"bool"} else "scalar"
         if element == "scalar" and "bool" in kinds:
             cx.refuse("comparisons of Booleans with numbers are not translated")
@@ -473,14 +488,17 @@ def _constant_pad(cx, a):
     if not any(before) and not any(after):
         return x
     kind = cx.kind(x)
-    if kind == "index":
-        cx.refuse("padding index tensors is not translated")
+    if kind in ("index", "integer"):                   # integers: padded as words
+        x, kind = words(cx, x), "integer"
     inner = cx.shape(x)
     padded = cx.move("pad", x, shape=inner, before=before, after=after)
     value = a.value if a.value is not None else 0
     if value == 0 and not (isinstance(value, float) and str(value).startswith("-")):
         return padded
     inside = cx.inside_mask(inner, before, after)
+    if kind == "integer":
+        return cx.apply("select", inside, padded, words(cx, int(value), cx.out_shape),
+                        shape=cx.out_shape, element=WORD)
     fill = cx.like(bool(value) if kind == "bool" else float(value), cx.out_shape)
     return cx.apply("select", inside, padded, fill, shape=cx.out_shape,
                     element="bool" if kind == "bool" else "scalar")

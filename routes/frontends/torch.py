@@ -10,10 +10,12 @@ first).  Then each node of the exported program becomes registered operators:
   parameter names of ``forward``), then its parameters, named by their ``state_dict`` keys,
   then one mask per dropout that draws one (below); tied parameters (one tensor under
   several names) are one input, named by the first; a floating tensor is a value port, an
-  integer tensor an index port when every use reads it as indices (an embedding's row
-  count, cross entropy's class count bound it; uses are followed through shape-only
-  movement), else a frozen port holding its integers as numbers (a mask compared, cast or
-  multiplied; positions), a Boolean tensor a Boolean port; the no-op checks torch.export
+  integer tensor an index port when a use reads it as indices (an embedding's row count,
+  cross entropy's class count bound it; uses are followed through shape-only movement;
+  other uses read the indices converted), an int64 word port when it enters integer
+  arithmetic or its example holds values outside its bound (a loss's ignored labels),
+  else a frozen port holding its integers as numbers (a mask compared, cast or
+  multiplied), a Boolean tensor a Boolean port; the no-op checks torch.export
   inserts (``_assert_tensor_metadata``...: aten_tensors.NOOPS) are skipped;
 - graph outputs: the model's outputs, then the running statistics a batch norm in training
   mode updates (below); named by the model's fields (``logits``, ``last_hidden_state``,
@@ -76,13 +78,14 @@ from ..errors import RouteError
 from ..graph import Graph, Ref
 from ..registry import op as make_op
 from .aten import BOUNDS, MASKS, TABLE
+from .aten_integers import integral, numbers
 from .aten_tensors import NOOPS
 from .torch_export import (ExportError, exported as _export, integer_uses, module_path,
                            output_names, source_line)
 
 
 def ref_element(graph, ref, refuse) -> str:
-    """The element sort (``scalar`` or ``bool``) of graph value ``ref`` that a movement
+    """The element sort (``scalar``, ``bool`` or a word type) of graph value ``ref`` that a movement
     primitive moves; ``refuse(reason)`` for any other port kind (a frontend's one-line
     refusal)."""
     port = graph.port(ref)
@@ -90,6 +93,8 @@ def ref_element(graph, ref, refuse) -> str:
         return "scalar"
     if port.kind == "bool":
         return "bool"
+    if port.kind == "integer":
+        return ("int" if port.signed else "uint") + str(port.width)
     refuse(f"moving a {port.kind} tensor is not translated")
 
 
@@ -209,6 +214,7 @@ class _Capture:
         self.updates = []                      # (output node name, buffer) updated by the graph
         self.updated = ()                      # the buffers of the outputs after the model's
         self.dtypes = {}                       # Ref -> the torch dtype of the tensor it holds
+        self.booleans = {}                     # words Ref -> the Booleans it holds as 1, 0
         self.refusals = None                   # a list: refusals listed, not raised
 
     # ----- the program's inputs and outputs -----------------------------------------------------
@@ -326,34 +332,39 @@ class _Capture:
 
     def _input_port(self, node, leaf):
         """The port of a user input: value (floating), Boolean, index (an integer tensor
-        whose every use reads it as indices: an embedding's ids, a cross entropy's classes,
-        through shape-only movement) or frozen (an integer tensor read as numbers: a mask
-        compared, cast or multiplied, positions; its values held exactly in binary64)."""
+        read as indices with one bound -- an embedding's ids, a cross entropy's classes,
+        through shape-only movement -- and, if at all, as numbers or in integer arithmetic
+        through conversions of the indices), integer words (int64: a tensor in integer
+        arithmetic -- positions counted, labels padded -- or an index tensor whose example
+        holds values outside its bound, as a loss's ignored labels -100) or frozen (an
+        integer tensor read only as numbers: a mask compared, cast or multiplied; its
+        values held exactly in binary64)."""
         shape = tuple(leaf.shape)
         if leaf.is_floating_point():
             return P.value(shape)
         if leaf.dtype == self.torch.bool:
             return P.boolean(shape)
-        bounds, numeric = set(), []
+        bounds, arithmetic = set(), False
         for user, via in integer_uses(node):
             bound = BOUNDS[str(user.target)](user, via) if str(user.target) in BOUNDS else None
-            if bound is None:
-                numeric.append(str(user.target))
-            else:
+            if bound is not None:
                 bounds.add(bound)
-        if not bounds:
-            if leaf.numel() and int(leaf.abs().max()) > 2 ** 53:
-                self._refuse_input(f"integer input {node.name} holds integers beyond 2**53, "
-                                   f"which binary64 does not hold exactly")
+            else:
+                arithmetic |= integral(getattr(user.meta.get("val"), "dtype", None))
+        if len(bounds) > 1:
+            self._refuse_input(f"integer input {node.name} is read as indices with several "
+                               f"bounds {sorted(bounds)}; only one reading is translated")
             return P.frozen(shape)
-        if len(bounds) > 1 or numeric:
-            uses = ", ".join(sorted(set(numeric))) if numeric else \
-                f"bounds {sorted(bounds)}"
-            self._refuse_input(f"integer input {node.name} is read both as indices and as "
-                               f"numbers ({uses}), or as indices with several bounds; only "
-                               f"one reading is translated")
+        if leaf.numel() and int(leaf.abs().max()) > 2 ** 53:
+            self._refuse_input(f"integer input {node.name} holds integers beyond 2**53, "
+                               f"which binary64 does not hold exactly")
             return P.frozen(shape)
-        return P.index((bounds.pop(),), shape)
+        if bounds:
+            bound = bounds.pop()
+            if not leaf.numel() or (int(leaf.min()) >= 0 and int(leaf.max()) < bound):
+                return P.index((bound,), shape)
+            return P.integer(True, 64, shape)
+        return P.integer(True, 64, shape) if arithmetic else P.frozen(shape)
 
     def _refuse_input(self, reason):
         """An input's refusal: raised, or kept when the capture lists every refusal."""
@@ -620,6 +631,32 @@ class _Capture:
                         f"not the {m} the program records")
         return Const(y[:, 0, :].T.contiguous(), f"{self.node.name}.weights")
 
+    def integers(self, v, shape=None) -> Const:
+        """An int64 constant: a Python integer or Boolean, or an integer or Boolean Const
+        (broadcast to ``shape`` when given)."""
+        t = self.torch
+        if isinstance(v, Const):
+            if v.tensor.is_floating_point():
+                self.refuse(f"constant {v.name} holds numbers where integers are read")
+            tensor, name = v.tensor.to(t.int64), v.name
+        elif isinstance(v, (bool, int)):
+            tensor, name = t.tensor(int(v), dtype=t.int64), f"{self.node.name}.integer"
+        else:
+            self.refuse(f"{v!r} read as an integer is not translated")
+        return Const(tensor if shape is None else tensor.expand(tuple(shape)), name)
+
+    def offsets(self, shape, strides, skip) -> Const:
+        """int64 words of ``shape``: sum over the axes but ``skip`` of coordinate x stride
+        (the flat offset of an entry, its coordinate along ``skip`` left out)."""
+        t = self.torch
+        out = t.zeros(tuple(shape), dtype=t.int64)
+        for d, n in enumerate(shape):
+            if d != skip:
+                view = [1] * len(shape)
+                view[d] = n
+                out = out + t.arange(n, dtype=t.int64).reshape(view) * int(strides[d])
+        return Const(out, f"{self.node.name}.offsets")
+
     def by_positions(self, x) -> Ref:
         """The node, an operator that only copies entries of its first operand ``x``
         (as_strided, nearest upsampling, index_select by constant indices, roll, repeat,
@@ -722,6 +759,9 @@ class _Capture:
         if isinstance(v, Const):
             return self._materialize(v, P.index((bound,), tuple(v.tensor.shape)))
         port = self.graph.port(v)
+        if port.kind == "integer":             # words the model computed (aten_integers)
+            return self.apply("decodeIndex", v, shape=port.shape, bounds=(bound,),
+                              element=ref_element(self.graph, v, self.refuse))
         if port.kind != "index" or port.bounds != (bound,):
             self.refuse(f"indices below {bound} expected, got {port}")
         return v
@@ -735,6 +775,12 @@ class _Capture:
 
     def _ref(self, v, port) -> Ref:
         if isinstance(v, Ref):
+            held = self.graph.port(v)
+            if port.scalar and held.kind == "integer":      # integers promoted to numbers
+                return numbers(self, v)
+            if port.scalar and held.kind == "index" and len(held.bounds) == 1:
+                return self.apply("cast", v, shape=held.shape, source="index",
+                                  bounds=held.bounds)
             return v
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             v = Const(self.torch.full(port.shape, v, dtype=self.torch.float64),
@@ -758,7 +804,7 @@ class _Capture:
                 array = tensor.to(self.torch.float64).numpy().copy()
             else:
                 array = tensor.numpy().copy()
-                if port is not None and port.kind == "index":
+                if port is not None and port.kind in ("index", "integer"):
                     array = array.astype(np.int64)
             const.refs[key] = self.graph.constant(array, port, name=const.name)
         return const.refs[key]

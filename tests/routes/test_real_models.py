@@ -167,6 +167,36 @@ def test_list_unsupported_names_every_operator_at_once(tmp_path, capsys, monkeyp
     one_error(err, "aten.lgamma.default", "node lgamma", "gaps.py:8")
 
 
+def test_a_factory_may_give_keyword_arguments(tmp_path, capsys, monkeypatch):
+    """(model, args, kwargs): the keyword arguments reach the model (a loss with labels
+    given by name; -100 marks an ignored label); a third item that is not a dict is a
+    one-line error, exit 2."""
+    (tmp_path / "kw.py").write_text(textwrap.dedent("""
+        import torch
+        class Classifier(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 3)
+            def forward(self, x, labels=None):
+                return torch.nn.functional.cross_entropy(self.lin(x), labels)
+        def make():
+            torch.manual_seed(0)
+            return Classifier(), (torch.randn(3, 4),), {"labels": torch.tensor([0, -100, 2])}
+        def bad():
+            return Classifier(), (torch.randn(3, 4),), [1]
+    """))
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_cli(capsys, "model", "kw.py:make", "--formats", "bfloat16",
+                               "--routes", "forward", "--out", "r.json", "--quiet")
+    assert status == 0, err
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    loss = [r for r in rows if r["node"] == "output:out0" and r["route"] == "forward"]
+    assert loss and loss[0]["status"] == "ok" and loss[0]["norm_rel"] < 2 ** -6
+    status, _, err = run_cli(capsys, "model", "kw.py:bad", "--out", "s.json")
+    assert status == 2
+    one_error(err, "(model, example_args, example_kwargs as a dict)")
+
+
 @pytest.mark.parametrize("key", ["gpt2", "bert"])
 def test_model_command_runs_a_transformers_model_in_bfloat16(key, tmp_path, capsys,
                                                             monkeypatch):

@@ -3,7 +3,9 @@ run in binary64 against torch's own float64 run (the oracle: values and every gr
 normwise relative difference <= 1e-10; tests/torch_float64.py): activations translated
 onto elu / leakyReLU / sign, layer norm over several axes, adaptive max pooling, linear
 interpolation, vector norms (a zero vector's gradient is zero, as torch's), tensor clamp
-bounds, slice_scatter (circular padding), KL divergence (isnan)."""
+bounds, slice_scatter (circular padding), KL divergence (isnan), class-index losses with
+weights, ignore_index and label smoothing, and integer arithmetic against torch's own
+integers."""
 
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ def _zero_row(x):
 
 
 V = _randn(4, 6)
+TARGETS = torch.tensor([0, 1, 2, 5])
+IGNORED = torch.tensor([0, -100, 2, 5])
+WEIGHTS = torch.tensor([0.5, 1.0, 2.0, 0.25, 1.5, 3.0])
 IMAGE = _randn(2, 3, 6, 5, seed=1)
 LAYERS = {
     "elu": (nn.ELU(0.7), V), "selu": (nn.SELU(), V), "celu": (nn.CELU(0.5), V),
@@ -70,6 +75,23 @@ LAYERS = {
                                                       reduction="batchmean")),
                       (V, F.softmax(V.flip(0), -1))),
     "circular-padding": (nn.Conv2d(3, 4, 3, padding=1, padding_mode="circular"), IMAGE),
+    # Class-index losses: weights, ignore_index (-100 in the targets: an integer word input;
+    # or a class), label smoothing, every reduction, an image's per-pixel targets.
+    "nll": (_Function(lambda x, t: F.nll_loss(F.log_softmax(x, -1), t)), (V, TARGETS)),
+    "nll-ignored": (_Function(lambda x, t: F.nll_loss(F.log_softmax(x, -1), t)),
+                    (V, IGNORED)),
+    "ce-smoothing": (_Function(lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1)),
+                     (V, TARGETS)),
+    "ce-weights": (_Function(lambda x, t: F.cross_entropy(x, t, weight=WEIGHTS.to(x.dtype))),
+                   (V, IGNORED)),
+    "ce-everything": (_Function(lambda x, t: F.cross_entropy(
+        x, t, weight=WEIGHTS.to(x.dtype), ignore_index=2, label_smoothing=0.2)), (V, TARGETS)),
+    "ce-smoothing-sum": (_Function(lambda x, t: F.cross_entropy(
+        x, t, weight=WEIGHTS.to(x.dtype), label_smoothing=0.3, reduction="sum")), (V, IGNORED)),
+    "ce-none": (_Function(lambda x, t: F.cross_entropy(x, t, reduction="none",
+                                                       label_smoothing=0.1)), (V, IGNORED)),
+    "ce-pixels": (_Function(lambda x, t: F.cross_entropy(x, t), n=3),
+                  (_randn(2, 6, 3, 3, seed=4), torch.tensor([[[0, 5, -100]] * 3, [[1, 2, 3]] * 3]))),
 }
 
 
@@ -93,3 +115,24 @@ def test_a_zero_vector_has_a_zero_norm_gradient_not_nan():
     grads = pullback([np.ones(4)])
     (x_grad,) = [d for name, d in zip(g.input_names, grads) if name != "weight"]
     assert np.all(np.isfinite(x_grad)) and not x_grad[1].any() and x_grad[0].any()
+
+
+class _Wrapping(nn.Module):
+    """int32 arithmetic that overflows (PyTorch wraps it), a cumulative sum, a sum, a
+    comparison, a floor division and a gather by computed positions, from integer ids."""
+
+    def forward(self, ids):
+        big = ids.int() * 1_000_000_007 + 12345
+        counted = torch.cumsum((ids != 3).int(), dim=1) * ids
+        picked = torch.gather(ids * 10, 1, (counted // 2 + ids) % ids.shape[1])
+        return big, counted, counted.sum(-1), picked
+
+
+def test_integer_arithmetic_is_torchs_bit_for_bit():
+    """Words against torch's own integer results (an independent oracle): int32 products
+    that wrap, a cumulative count, a sum, a gather by computed positions."""
+    ids = torch.tensor([[1, 3, 4, 0, 3], [2, 2, 3, 1, 4]])
+    g = routes.from_torch(_Wrapping(), (ids,))
+    ys, _ = g.rule(numerics.emulated("binary64")).prepare(g.example_inputs, [False])
+    for ours, theirs in zip(ys, _Wrapping()(ids)):
+        np.testing.assert_array_equal(np.asarray(ours, dtype=np.int64), theirs.numpy())

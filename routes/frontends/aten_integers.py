@@ -1,0 +1,203 @@
+"""Integer tensors a model computes (the conventions of routes.frontends.aten): RoBERTa's
+positions counted from ``input_ids``, BART's decoder inputs shifted from the labels, a
+loss's labels padded with -100, lengths summed from a mask.  torch is never imported here;
+``cx`` is the capture (routes.frontends.torch).
+
+Integer results are int64 words (spec: "Ports And Element Sorts": add, sub, mul, max, min,
+the comparisons, select, pad, slice, cat and the movement operators at element int64
+compute PyTorch's integer meaning, wrapping, without gradients).  ``words`` reads an
+operand as words: an index tensor through ``encodeIndex``, Booleans as select(b, 1, 0), an
+integer constant or number as a constant.  A result of a narrower type (int32, int16,
+int8, uint8) is wrapped to it after each operation, as PyTorch's arithmetic in that type
+wraps: the low bits sign-extended (shift left then arithmetic shift right by 64 - width)
+or masked (uint8).  Words are read as indices through ``decodeIndex`` (an embedding, a
+gather: a word outside the bound is refused when the graph runs) and as numbers through
+``numbers``.
+
+Operations without an element argument are composed exactly from those that have one:
+
+- ``cumsum`` is the scan of Hillis and Steele, log2(n) steps of y + (y shifted by 2^k);
+  wrapping addition is associative, so this is the sequential sum bit for bit;
+- ``sum`` halves its axes (log2(n) steps of adding the two halves, padded with a zero word
+  to an even extent);
+- ``gather`` by a computed index reads the flattened operand at positions
+  index * stride + (the other coordinates' offset), computed in words.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from . import registrar
+
+TABLE: dict[str, Callable] = {}
+_entry = registrar(TABLE, "aten table")
+
+WORD = "int64"
+_NARROW = {"torch.int32": 32, "torch.int16": 16, "torch.int8": 8}
+_INDEX_BOUND = 2 ** 53           # words read as numbers: binary64 holds them exactly
+
+
+def integral(dtype) -> bool:
+    """Whether torch dtype ``dtype`` is an integer type (not bool, not floating)."""
+    return dtype is not None and not dtype.is_floating_point and str(dtype) != "torch.bool" \
+        and not dtype.is_complex
+
+
+def is_integer(cx, v) -> bool:
+    """Whether ``v`` holds integers the graph computes (an index or word graph value)."""
+    return cx.is_ref(v) and cx.port(v).kind in ("index", "integer")
+
+
+def words(cx, v, shape=None):
+    """``v`` as int64 words (broadcast to ``shape`` when given): a word value as it is, an
+    index tensor encoded, Booleans as 1 and 0, an integer constant or number as a
+    constant.  Numbers the graph computes are not read as integers (that conversion
+    rounds)."""
+    if cx.is_ref(v):
+        port = cx.port(v)
+        if port.kind == "index":
+            if len(port.bounds) != 1:
+                cx.refuse(f"{port} read as integers is not translated")
+            v = cx.apply("encodeIndex", v, shape=port.shape, bounds=port.bounds, element=WORD)
+        elif port.kind == "bool":
+            s = port.shape
+            word = cx.apply("select", v, cx.integers(1, s), cx.integers(0, s), shape=s,
+                            element=WORD)
+            cx.booleans[word] = v
+            v = word
+        elif port.kind != "integer":
+            cx.refuse("a conversion of numbers to integers is not translated (it rounds)")
+    else:
+        v = cx.integers(v)
+    return v if shape is None else cx.like(v, shape)
+
+
+def wrap(cx, w, dtype):
+    """Words ``w`` wrapped to torch dtype ``dtype`` (PyTorch's arithmetic in that type)."""
+    s = cx.shape(w)
+    if str(dtype) == "torch.uint8":
+        return cx.apply("bitwiseAnd", w, cx.integers(255, s), shape=s, element=WORD)
+    bits = _NARROW.get(str(dtype))
+    if bits is None:
+        return w
+    k = cx.integers(64 - bits, s)
+    up = cx.apply("bitwiseLeftShift", w, k, shape=s, element=WORD)
+    return cx.apply("shiftRightArithmetic", up, k, shape=s, element=WORD)
+
+
+def numbers(cx, w):
+    """Words ``w`` read as numbers, each rounded once into the run's format as torch's
+    conversion rounds it: Booleans' words by ``cast`` of the Booleans, other words as the
+    difference of their non-negative and negative parts, each decoded as an index below
+    2**53 and cast (one part is 0, so the difference is the cast value)."""
+    b = cx.booleans.get(w)
+    s = cx.shape(w)
+    if b is not None:
+        return cx.apply("cast", b, shape=s)
+    zero = cx.integers(0, s)
+    parts = []
+    for test, magnitude in (("ge", w), ("lt", cx.apply("neg", w, shape=s, element=WORD))):
+        keep = cx.apply(test, w, zero, shape=s, element=WORD)
+        part = cx.apply("select", keep, magnitude, zero, shape=s, element=WORD)
+        index = cx.apply("decodeIndex", part, shape=s, bounds=(_INDEX_BOUND,), element=WORD)
+        parts.append(cx.apply("cast", index, shape=s, source="index",
+                              bounds=(_INDEX_BOUND,)))
+    return cx.apply("sub", parts[0], parts[1], shape=s)
+
+
+def binary(cx, a, op_name):
+    """add, sub (``alpha`` scaling the second operand), mul, max, min on integers."""
+    s = cx.out_shape
+    x, y = words(cx, a.self, s), words(cx, a.other, s)
+    alpha = a.get("alpha", 1)
+    if alpha != 1:
+        y = cx.apply("mul", y, cx.integers(alpha, s), shape=s, element=WORD)
+    return wrap(cx, cx.apply(op_name, x, y, shape=s, element=WORD), cx.out_dtype)
+
+
+def _shifted(cx, w, axis, step):
+    """w shifted by ``step`` along ``axis`` (zeros in front, the last entries dropped)."""
+    s = cx.shape(w)
+    head = cx.apply("slice", w, shape=s, axis=axis, start=0, stop=s[axis] - step, step=1,
+                    element=WORD)
+    before = [0] * len(s)
+    before[axis] = step
+    return cx.apply("pad", head, shape=cx.shape(head), before=before, after=[0] * len(s),
+                    element=WORD)
+
+
+def scan(cx, w, axis):
+    """The cumulative sum of words ``w`` along ``axis`` (Hillis-Steele, above)."""
+    s, step = cx.shape(w), 1
+    while step < s[axis]:
+        w = cx.apply("add", w, _shifted(cx, w, axis, step), shape=s, element=WORD)
+        step *= 2
+    return w
+
+
+def total(cx, w, axes, keepdim):
+    """The sum of words ``w`` over ``axes`` (halving, above)."""
+    for axis in axes:
+        while cx.shape(w)[axis] > 1:
+            s = cx.shape(w)
+            n = s[axis]
+            if n % 2:
+                after = [0] * len(s)
+                after[axis] = 1
+                w = cx.apply("pad", w, shape=s, before=[0] * len(s), after=after,
+                             element=WORD)
+                s, n = cx.shape(w), n + 1
+            halves = [cx.apply("slice", w, shape=s, axis=axis, start=lo, stop=lo + n // 2,
+                               step=1, element=WORD) for lo in (0, n // 2)]
+            w = cx.apply("add", *halves, shape=cx.shape(halves[0]), element=WORD)
+    if keepdim:
+        return w
+    s = cx.shape(w)
+    kept = tuple(n for d, n in enumerate(s) if d not in axes)
+    return cx.apply("reshape", w, shape=s, to=kept, element=WORD)
+
+
+@_entry("aten.cumsum.default")
+def _cumsum(cx, a):
+    shape = cx.shape(a.self)
+    axis = a.dim + len(shape) if a.dim < 0 else a.dim
+    if a.get("dtype") is not None and not integral(cx.out_dtype) and \
+            not cx.same_dtype(a.self):
+        cx.refuse(f"a cumsum into {a.dtype} is not translated (it rounds)")
+    if integral(cx.out_dtype):
+        return wrap(cx, scan(cx, words(cx, a.self), axis), cx.out_dtype)
+    cx.scalar_result()
+    return cx.apply("cumsum", a.self, shape=shape, axis=axis)
+
+
+@_entry("aten.gather.default")
+def _gather(cx, a):
+    """torch.gather(x, dim, index): y[..i..] = x[..index[..i..] along dim..]: the flattened
+    x at positions index * stride(dim) + the offset of the other coordinates (words),
+    decoded below x's size; its gradient sums repeated reads, as gather's backward."""
+    x, shape, ishape = a.self, cx.shape(a.self), cx.shape(a.index)
+    rank = len(shape)
+    axis = a.dim + rank if a.dim < 0 else a.dim
+    if len(ishape) != rank or any(i > n for d, (i, n) in enumerate(zip(ishape, shape))
+                                  if d != axis):
+        cx.refuse(f"index {list(ishape)} must have the rank of the input {list(shape)} and "
+                  f"no larger extent off the gathered axis")
+    count = math.prod(shape)
+    if count >= _INDEX_BOUND:
+        cx.refuse("gathering from more than 2**53 entries is not translated")
+    strides = [math.prod(shape[d + 1:]) for d in range(rank)]
+    offset = cx.offsets(ishape, strides, skip=axis)
+    along = cx.apply("mul", words(cx, a.index), cx.integers(strides[axis], ishape),
+                     shape=ishape, element=WORD)
+    position = cx.apply("add", along, offset, shape=ishape, element=WORD)
+    index = cx.apply("decodeIndex", position, shape=ishape, bounds=(count,), element=WORD)
+    if is_integer(cx, x) or not cx.is_ref(x) and integral(cx.dtype(x)):
+        x, element = words(cx, x), WORD
+    else:
+        element = cx.element(x)
+    flat = cx.apply("reshape", x, shape=shape, to=(count,), element=element) \
+        if rank != 1 else x
+    return cx.apply("gather", flat, index, shape=(count,), axes=(0,), batch=0,
+                    index_shape=ishape, element=element)
