@@ -158,6 +158,18 @@ def bart(lib):
     return tf.BartModel(config), (_ids(),)
 
 
+def gpt2_classifier(lib):
+    """GPT-2 for sequence classification: the logits of each sequence's last token before
+    its padding (an integer argmax over the ids, then indexing by it)."""
+    tf = lib["transformers"]
+    config = tf.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=16,
+                           pad_token_id=0, num_labels=3)
+    ids = _ids()
+    ids[ids == 0] = 1
+    ids[1, SEQ - 2:] = 0
+    return tf.GPT2ForSequenceClassification(config), (ids,)
+
+
 def bert(lib):
     tf = lib["transformers"]
     config = tf.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -249,6 +261,7 @@ def lstm_bidirectional(lib):
 _BUILDERS = {
     "gpt2": ("transformers", gpt2), "gpt2-labels": ("transformers", gpt2_labels),
     "roberta": ("transformers", roberta), "bart": ("transformers", bart),
+    "gpt2-classifier": ("transformers", gpt2_classifier),
     "llama": ("transformers", llama),
     "bert": ("transformers", bert), "vit": ("transformers", vit),
     "swin": ("transformers", swin),

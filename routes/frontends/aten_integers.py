@@ -21,13 +21,18 @@ Operations without an element argument are composed exactly from those that have
 - ``sum`` halves its axes (log2(n) steps of adding the two halves, padded with a zero word
   to an even extent);
 - ``gather`` by a computed index reads the flattened operand at positions
-  index * stride + (the other coordinates' offset), computed in words.
+  index * stride + (the other coordinates' offset), computed in words; advanced indexing
+  by computed index tensors (``logits[arange(n), last]``) likewise;
+- ``argmax`` / ``argmin`` of integers: the extremum by halving, then the least position
+  holding it.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Callable
+
+import numpy as np
 
 from . import registrar
 
@@ -137,26 +142,37 @@ def scan(cx, w, axis):
     return w
 
 
-def total(cx, w, axes, keepdim):
-    """The sum of words ``w`` over ``axes`` (halving, above)."""
+_FOLD_PAD = {"add": 0, "max": -(1 << 63), "min": (1 << 63) - 1}   # the fold's neutral word
+
+
+def fold(cx, w, axes, keepdim, op="add"):
+    """Words ``w`` folded by ``op`` (add, max, min) over ``axes`` (halving, above)."""
     for axis in axes:
         while cx.shape(w)[axis] > 1:
             s = cx.shape(w)
             n = s[axis]
-            if n % 2:
+            if n % 2:                          # one neutral word makes the extent even
                 after = [0] * len(s)
                 after[axis] = 1
-                w = cx.apply("pad", w, shape=s, before=[0] * len(s), after=after,
-                             element=WORD)
-                s, n = cx.shape(w), n + 1
+                padded = tuple(m + a for m, a in zip(s, after))
+                w = cx.apply("select", cx.inside_mask(s, [0] * len(s), after),
+                             cx.apply("pad", w, shape=s, before=[0] * len(s), after=after,
+                                      element=WORD),
+                             cx.integers(_FOLD_PAD[op], padded), shape=padded, element=WORD)
+                s, n = padded, n + 1
             halves = [cx.apply("slice", w, shape=s, axis=axis, start=lo, stop=lo + n // 2,
                                step=1, element=WORD) for lo in (0, n // 2)]
-            w = cx.apply("add", *halves, shape=cx.shape(halves[0]), element=WORD)
+            w = cx.apply(op, *halves, shape=cx.shape(halves[0]), element=WORD)
     if keepdim:
         return w
     s = cx.shape(w)
     kept = tuple(n for d, n in enumerate(s) if d not in axes)
     return cx.apply("reshape", w, shape=s, to=kept, element=WORD)
+
+
+def total(cx, w, axes, keepdim):
+    """The sum of words ``w`` over ``axes``."""
+    return fold(cx, w, axes, keepdim, "add")
 
 
 @_entry("aten.cumsum.default")
@@ -201,3 +217,79 @@ def _gather(cx, a):
         if rank != 1 else x
     return cx.apply("gather", flat, index, shape=(count,), axes=(0,), batch=0,
                     index_shape=ishape, element=element)
+
+
+@_entry("aten.argmax.default", "aten.argmin.default")
+def _argmax(cx, a):
+    """argmax / argmin: the registered operator on numbers (an index result); on integers
+    the first position holding the extremum, composed from words: the extremum by halving,
+    then the least position among those equal to it."""
+    largest = str(cx.node.target).startswith("aten.argmax")
+    x, shape = a.self, cx.shape(a.self)
+    if a.dim is None:
+        count = math.prod(shape)
+        x = cx.move("reshape", x, shape=shape, to=(count,)) if len(shape) != 1 else x
+        shape, axis, keep = (count,), 0, False
+    else:
+        axis, keep = (a.dim + len(shape) if a.dim < 0 else a.dim), bool(a.keepdim)
+    if not is_integer(cx, x) and cx.kind(x) != "bool":
+        y = cx.apply("argmax" if largest else "argmin", x, shape=shape, axis=axis,
+                     keepdim=keep)
+        return y if a.dim is not None or not a.keepdim else cx.move(
+            "reshape", y, shape=cx.shape(y), to=cx.out_shape)
+    w = words(cx, x)
+    best = fold(cx, w, (axis,), True, "max" if largest else "min")
+    hit = cx.apply("eq", w, cx.like(best, shape), shape=shape, element=WORD)
+    positions = cx.offsets(shape, [1 if d == axis else 0 for d in range(len(shape))],
+                           skip=None)
+    candidates = cx.apply("select", hit, positions, cx.integers(shape[axis], shape),
+                          shape=shape, element=WORD)
+    y = fold(cx, candidates, (axis,), keep, "min")
+    return y if cx.shape(y) == cx.out_shape else cx.apply(
+        "reshape", y, shape=cx.shape(y), to=cx.out_shape, element=WORD)
+
+
+def advanced_index(cx, x, indices):
+    """x[indices] with index tensors the model computes (PyTorch's advanced indexing:
+    the index tensors broadcast to one shape B; the indexed axes, moved first, are read at
+    the flat position sum_j i_j * stride_j (negative indices count from the end), by
+    ``gather``; B takes the indexed axes' place when they are adjacent, else it leads)."""
+    shape = cx.shape(x)
+    rank = len(shape)
+    adv = [j for j, i in enumerate(indices) if i is not None]
+    if any(cx.kind(indices[j]) == "bool" or not cx.is_ref(indices[j]) and
+           not integral(cx.dtype(indices[j])) for j in adv):
+        cx.refuse("Boolean or floating index tensors computed by the model are not "
+                  "translated")
+    rest = [d for d in range(rank) if d not in adv]
+    if adv + rest != list(range(rank)):
+        x = cx.move("permute", x, shape=shape, perm=tuple(adv + rest))
+    b = tuple(np.broadcast_shapes(*[cx.shape(indices[j]) for j in adv]))
+    sizes = [shape[j] for j in adv]
+    count = math.prod(sizes)
+    position = None
+    for k, j in enumerate(adv):
+        w = words(cx, indices[j], b)
+        n = cx.integers(sizes[k], b)
+        negative = cx.apply("lt", w, cx.integers(0, b), shape=b, element=WORD)
+        w = cx.apply("select", negative, cx.apply("add", w, n, shape=b, element=WORD), w,
+                     shape=b, element=WORD)
+        stride = math.prod(sizes[k + 1:])
+        if stride != 1:
+            w = cx.apply("mul", w, cx.integers(stride, b), shape=b, element=WORD)
+        position = w if position is None else cx.apply("add", position, w, shape=b,
+                                                        element=WORD)
+    index = cx.apply("decodeIndex", position, shape=b, bounds=(count,), element=WORD)
+    moved = cx.shape(x)
+    flat = (count,) + tuple(moved[len(adv):])
+    if moved != flat:
+        x = cx.move("reshape", x, shape=moved, to=flat)
+    y = cx.move("gather", x, index, shape=flat, axes=(0,), batch=0, index_shape=b)
+    first = adv[0]
+    if adv == list(range(first, first + len(adv))) and first > 0:
+        ys = cx.shape(y)
+        nb = len(b)
+        perm = tuple(range(nb, nb + first)) + tuple(range(nb)) + \
+            tuple(range(nb + first, len(ys)))
+        y = cx.move("permute", y, shape=ys, perm=perm)
+    return y

@@ -43,9 +43,8 @@ here; ``cx`` is the capture (routes.frontends.torch).
 - ``slice_scatter`` (step 1) is select(inside, pad(src), x); ``isnan``, ``isinf``,
   ``isfinite`` are ``isNaN``, ``isInf``, ``isFinite``.
 
-Refused here: conversions that round; integer arithmetic (by the
-arithmetic entries); index.Tensor with computed indices; cat of index tensors; comparisons
-of index tensors; slice_scatter with a step.
+Refused here: conversions that round; slice_scatter with a step; Boolean index tensors the
+model computes.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import registrar
-from .aten_integers import WORD, integral, is_integer, numbers, words, wrap
+from .aten_integers import WORD, advanced_index, integral, is_integer, numbers, words, wrap
 
 TABLE: dict[str, Callable] = {}
 _entry = registrar(TABLE, "aten table")
@@ -321,11 +320,11 @@ def _unbind(cx, a):
 @_entry("aten.index.Tensor")
 def _index(cx, a):
     """x[indices] with constant index tensors: gather on the flattened x at the positions
-    torch's indexing selects from the table of positions."""
+    torch's indexing selects from the table of positions; with computed ones
+    aten_integers.advanced_index."""
     shape = cx.shape(a.self)
     if any(cx.is_ref(i) for i in a.indices if i is not None):
-        cx.refuse("indices computed from the model's inputs are not translated (only "
-                  "constant index tensors)")
+        return advanced_index(cx, a.self, list(a.indices))
     positions = cx.positions(shape, a.indices)
     count = 1
     for n in shape:

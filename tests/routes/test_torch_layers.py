@@ -119,13 +119,15 @@ def test_a_zero_vector_has_a_zero_norm_gradient_not_nan():
 
 class _Wrapping(nn.Module):
     """int32 arithmetic that overflows (PyTorch wraps it), a cumulative sum, a sum, a
-    comparison, a floor division and a gather by computed positions, from integer ids."""
+    comparison, a floor division, a gather by computed positions and argmax / argmin with
+    ties (the first position wins), from integer ids."""
 
     def forward(self, ids):
         big = ids.int() * 1_000_000_007 + 12345
         counted = torch.cumsum((ids != 3).int(), dim=1) * ids
         picked = torch.gather(ids * 10, 1, (counted // 2 + ids) % ids.shape[1])
-        return big, counted, counted.sum(-1), picked
+        return (big, counted, counted.sum(-1), picked, ids.argmax(1), ids.argmin(),
+                (ids * 3).argmax(0, keepdim=True))
 
 
 def test_integer_arithmetic_is_torchs_bit_for_bit():
@@ -136,3 +138,27 @@ def test_integer_arithmetic_is_torchs_bit_for_bit():
     ys, _ = g.rule(numerics.emulated("binary64")).prepare(g.example_inputs, [False])
     for ours, theirs in zip(ys, _Wrapping()(ids)):
         np.testing.assert_array_equal(np.asarray(ours, dtype=np.int64), theirs.numpy())
+
+
+class _Picking(nn.Module):
+    """Advanced indexing by index tensors the model computes: the last non-zero id's row
+    (transformers' sequence classification: an integer argmax, then
+    ``h[arange(n), last]``), a computed index after a slice, negative indices, a float
+    argmax and argmin read back by gather."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(1.0 + 0.1 * _randn(4, 6, seed=5))
+
+    def forward(self, x, ids):
+        h = torch.tanh(x * self.weight)
+        last = (ids * (ids != 0)).argmax(-1)
+        return (h[torch.arange(2), last], h[:, ids[0] % 6], h[ids[1] - 4],
+                torch.gather(h, 1, h.argmax(1, keepdim=True)),
+                torch.gather(h, 0, h.argmin(0).unsqueeze(0)))
+
+
+def test_computed_indices_match_torch_float64():
+    ids = torch.tensor([[1, 3, 4, 0, 0], [2, 2, 3, 1, 0]])
+    g, worst = worst_difference(_Picking(), (V, ids))
+    assert max(worst.values()) <= TOL, worst
