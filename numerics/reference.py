@@ -540,11 +540,16 @@ class ReferenceBackend(Backend):
     def asarray(self, x):
         """Numbers as mpf, exactly where dyadic (see the module docstring); a binary16,
         binary32 or binary64 array as an object array of Python floats (exact), read as mpf
-        by the primitives."""
+        by the primitives; Python floats inside an object array are kept."""
         arr = np.asarray(x)
         if arr.dtype in _FLOATS:
             return arr.astype(np.float64).astype(object)
-        return elementwise(self._num, np.asarray(x, dtype=object))
+        mpf, num = self._mpf, self._num
+        # Entries that are already the backend's numbers (mpf, or Python floats: exact
+        # binary64 values) stay as they are: an array read again by the next rule keeps its
+        # floats (turning millions of them into mpf was most of a CNN's exact run).
+        return elementwise(lambda v: v if type(v) is mpf or type(v) is float else num(v),
+                           np.asarray(x, dtype=object))
 
     def constant(self, literal, shape=()):
         """``literal`` rounded once (to nearest) to ``prec`` bits, filling ``shape``: a
@@ -566,6 +571,18 @@ class ReferenceBackend(Backend):
         fmt = formats.get(fmt)
         mode = mode or "nearest_even"
         arr = np.asarray(a, dtype=object)
+        if not with_flags and mode != "stochastic" and fmt.fits_binary64 and arr.size:
+            # Python floats (exact binary64 values: a model's inputs and parameters) are
+            # rounded by formats.round_to at once, the other entries one by one below.
+            floats = np.fromiter((type(v) is float for v in arr.reshape(-1)), dtype=bool,
+                                 count=arr.size)
+            if floats.any():
+                out = np.empty(arr.size, dtype=np.float64)
+                out[floats] = formats.round_to(arr.reshape(-1)[floats].astype(np.float64),
+                                               fmt, mode)
+                if not floats.all():
+                    out[~floats] = self.cast(arr.reshape(-1)[~floats], fmt, mode)
+                return out.reshape(arr.shape)
         flat = [self._num(v)._mpf_ for v in arr.reshape(-1)]
         if not with_flags and mode != "stochastic" and fmt.fits_binary64 and \
                 fmt.precision <= 51:

@@ -88,8 +88,13 @@ def array_record(array, where: str) -> dict:
                          f"written)")
     digits = fmt.bits // 4
     bits = flat.view(np.dtype(f"u{a.dtype.itemsize}"))
+    if digits != 2 * a.dtype.itemsize:
+        return {"format": fmt.name, "shape": shape,
+                "words": [format(int(b), f"0{digits}x") for b in bits]}
+    # Every word at once: the bits big-endian, as hex, cut every ``digits`` characters.
+    text = bits.astype(np.dtype(f">u{a.dtype.itemsize}")).tobytes().hex()
     return {"format": fmt.name, "shape": shape,
-            "words": [format(int(b), f"0{digits}x") for b in bits]}
+            "words": [text[i:i + digits] for i in range(0, len(text), digits)]}
 
 
 def to_document(graph) -> dict:

@@ -132,6 +132,9 @@ def read_array(rec, where: str) -> np.ndarray:
     return np.array(items, dtype=dtype).reshape(shape)
 
 
+_HEX = re.compile("[0-9a-f]*")
+
+
 def _words(name, words, where) -> np.ndarray:
     """Bit patterns of the catalog format ``name`` as an array of its dtype."""
     fmt = formats.CATALOG.get(name) if isinstance(name, str) else None
@@ -142,6 +145,15 @@ def _words(name, words, where) -> np.ndarray:
         raise _Bad(f"{where}: format must be a catalog format with an array type of its width "
                    f"(binary64, binary32, binary16, bfloat16, float8_e4m3fn...) (got {name!r})")
     digits = fmt.bits // 4
+    unsigned = np.dtype(f">u{dtype.itemsize}")
+    # The words joined and read at once when each is a string of ``digits`` lower-case hex
+    # digits (most arrays: millions of words); otherwise the first bad one is named.
+    if digits == 2 * dtype.itemsize and all(type(w) is str for w in words) and \
+            set(map(len, words)) <= {digits}:
+        joined = "".join(words)
+        if _HEX.fullmatch(joined):
+            return np.frombuffer(bytes.fromhex(joined), dtype=unsigned).astype(
+                unsigned.newbyteorder("=")).view(dtype)
     pattern = re.compile(f"[0-9a-f]{{{digits}}}")
     bad = next((w for w in words if not isinstance(w, str) or not pattern.fullmatch(w)), None)
     if bad is not None:
@@ -332,14 +344,25 @@ def _read(path):
     except UnicodeDecodeError as exc:
         raise RouteError(f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset "
                          f"{exc.start}): a graph artifact is JSON (graph.save)") from None
+    made = []                          # the _Literals the parser made, if any
+
+    def parse_int(text):
+        v = _parse_int(text)
+        if isinstance(v, _Literal):
+            made.append(v)
+        return v
+
+    def parse_constant(text):
+        made.append(_parse_constant(text))
+        return made[-1]
     try:
-        document = json.loads(text, parse_int=_parse_int, parse_constant=_parse_constant)
+        document = json.loads(text, parse_int=parse_int, parse_constant=parse_constant)
     except json.JSONDecodeError as exc:
         raise RouteError(f"{path}: not JSON ({exc.msg} at line {exc.lineno} column "
                          f"{exc.colno})") from None
     except RecursionError:
         raise RouteError(f"{path}: nested too deeply for a graph artifact") from None
-    bad = _literal_at(document)
+    bad = _literal_at(document) if made else None      # (a walk of every entry)
     if bad is not None:
         raise RouteError(f"{path}: {bad[0]}: {bad[1]}")
     return document
