@@ -197,7 +197,31 @@ def test_a_factory_may_give_keyword_arguments(tmp_path, capsys, monkeypatch):
     one_error(err, "(model, example_args, example_kwargs as a dict)")
 
 
-@pytest.mark.parametrize("key", ["gpt2", "bert"])
+@pytest.mark.parametrize("key", list(ZOO))
+def test_every_zoo_model_runs_in_bfloat16_with_a_page(key, tmp_path, capsys, monkeypatch):
+    """``roundoff-coverage model`` on each zoo model as a user runs it (its factory, forward
+    values in bfloat16, one sample, the HTML report): exit 0, every row measured, a model
+    page naming every output of the model."""
+    _built(key)                                     # skips without the model's library
+    (tmp_path / "factory.py").write_text(textwrap.dedent(f"""
+        from zoo_models import ZOO
+        def make():
+            return ZOO["{key}"]()
+    """))
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_cli(capsys, "model", "factory.py:make", "--routes", "forward",
+                               "--formats", "bfloat16", "--samples", "1", "--jobs", "1",
+                               "--attribution", "none", "--quiet", "--out", "r.json",
+                               "--html", "html")
+    assert status == 0, err
+    rows = reports.load(tmp_path / "r.json")
+    assert len(rows) > 0 and set(rows["status"]) == {"ok"}, set(rows["status"])
+    page = (tmp_path / "html" / "model.html").read_text()
+    outputs = {n for n in rows["node"] if n.startswith("output:")}
+    assert outputs and all(n in page for n in outputs), outputs
+
+
+@pytest.mark.parametrize("key", ["bert"])
 def test_model_command_runs_a_transformers_model_in_bfloat16(key, tmp_path, capsys,
                                                             monkeypatch):
     _built(key)                                     # skips without transformers
