@@ -21,7 +21,7 @@ What an entry may rely on:
 - ``cx.refuse(reason)`` raises the capture's one-line refusal for this node.
 
 ``BOUNDS`` gives, for the operators that read an integer tensor as indices, the bound of the
-indices (an integer graph input becomes an index port with that bound).  ``MASKS`` gives,
+indices (an integer graph input becomes an index port with that bound; aten_lookup's).  ``MASKS`` gives,
 for the dropout operators, the drop probability p of a node that draws a mask (training
 mode, p > 0) or None: routes.frontends.torch makes that mask a graph input
 (``cx.dropout_mask()``).
@@ -35,8 +35,6 @@ Translations beyond one operator each:
   whose every key is masked gives 0, as PyTorch's _safe_softmax does; with ``enable_gqa``
   each key and value head is repeated for its group of query heads first (reshape,
   broadcast, reshape: exact);
-- ``embedding`` with a ``padding_idx`` reads select(row is padding_idx, detach(weight),
-  weight): the same rows, and no gradient into the padding row (as torch);
 - ``convolution`` with ``transposed`` is ``convTranspose`` (output_padding included);
 - group norm is layerNorm (weight 1, bias 0) over each group's entries, then the
   per-channel weight and bias (mul, add);
@@ -56,8 +54,7 @@ a string, output_padding of a convolution that is not transposed; divisor_overri
 norm without running statistics in eval mode, with momentum=None, or with one value per
 channel in training mode; attention dropout (dropout_p > 0), attn_mask together with
 is_causal, batch axes that differ between q, k and v, grouped-query attention whose query
-heads are not a multiple of its key heads; cross entropy with class weights, label smoothing or an ignore_index
-that names a class; dropout with p >= 1.
+heads are not a multiple of its key heads; dropout with p >= 1.
 
 Known difference: a NaN entry of a float attention mask is masked here (``gt(mask, -inf)`` is
 false at NaN), where PyTorch gives NaN.
@@ -68,15 +65,16 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from . import aten_integers, aten_resample, aten_tensors, registrar
+from . import aten_integers, aten_lookup, aten_resample, aten_tensors, registrar
 from .aten_integers import WORD, integral, words
 from .aten_tensors import axes_of, axis_of, per_axis
 
 # The tensor entries (shape, movement, conversions, comparisons: aten_tensors), adaptive
-# pooling and interpolation (aten_resample), integer ones (aten_integers), then these.
+# pooling and interpolation (aten_resample), integer ones (aten_integers), embeddings and
+# class-index losses (aten_lookup), then these.
 TABLE: dict[str, Callable] = {**aten_tensors.TABLE, **aten_resample.TABLE,
-                              **aten_integers.TABLE}
-BOUNDS: dict[str, Callable] = {}
+                              **aten_integers.TABLE, **aten_lookup.TABLE}
+BOUNDS: dict[str, Callable] = dict(aten_lookup.BOUNDS)
 MASKS: dict[str, Callable] = {}
 _entry = registrar(TABLE, "aten table")
 
@@ -635,133 +633,3 @@ def _masked_attention(cx, a, qs, ks, vs, scale):
         scores = cx.apply("add", scores, mask, shape=s)
     w = cx.apply("maskedSoftmax", scores, keep, shape=s, axis=axis)
     return cx.apply("matmul", w, a.value, x_shape=s, y_shape=vs)
-
-
-@_entry("aten.embedding.default")
-def _embedding(cx, a):
-    """embedding; with a padding_idx the rows are select(row is padding_idx, detach(weight),
-    weight): the same values (a selection is exact), and no gradient reaches the padding
-    row, as torch's embedding_backward gives it none."""
-    num, dim = cx.shape(a.weight)
-    weight = a.weight
-    if a.padding_idx is not None and 0 <= a.padding_idx < num and cx.is_ref(weight):
-        rows = cx.padding_rows(num, dim, a.padding_idx)
-        frozen = cx.apply("detach", weight, shape=(num, dim))
-        weight = cx.apply("select", rows, frozen, weight, shape=(num, dim))
-    ids = cx.indices(a.indices, num)
-    return cx.apply("embedding", weight, ids, num=num, dim=dim, shape=cx.shape(a.indices))
-
-
-BOUNDS["aten.embedding.default"] = lambda node, arg: (
-    node.args[0].meta["val"].shape[0] if len(node.args) > 1 and node.args[1] is arg else None)
-
-_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
-
-
-@_entry("aten.cross_entropy_loss.default")
-def _cross_entropy(cx, a):
-    shape = cx.shape(a.self)
-    reduction = _REDUCTIONS[a.reduction]
-    if cx.shape(a.target) == shape and cx.is_scalar(a.target):
-        if a.weight is not None or a.label_smoothing:
-            cx.refuse("class weights and label smoothing with class probabilities are not "
-                      "translated")
-        return cx.apply("crossEntropyProbabilities", a.self, a.target, shape=shape,
-                        reduction=reduction)
-    classes = shape[1] if len(shape) >= 2 else shape[0]
-    if a.weight is None and not a.label_smoothing and cx.kind(a.target) == "index":
-        # Index targets below the class count never equal an ignore_index outside
-        # [0, classes): the registered operator is the whole loss.
-        if 0 <= a.ignore_index < classes:
-            return _class_loss(cx, a, reduction, from_logits=True)
-        return cx.apply("crossEntropy", a.self, cx.indices(a.target, classes), shape=shape,
-                        reduction=reduction)
-    return _class_loss(cx, a, reduction, from_logits=True)
-
-
-@_entry("aten.nll_loss_forward.default", "aten.nll_loss2d_forward.default")
-def _nll_loss(cx, a):
-    missing = cx.missing("the total weight output of nll_loss is not translated")
-    return _class_loss(cx, a, _REDUCTIONS[a.reduction], from_logits=False), missing
-
-
-def _class_loss(cx, a, reduction, from_logits):
-    """Cross entropy (``from_logits``: log-softmax over the class axis first) or NLL of
-    class indices with PyTorch's class weights, ignore_index and label smoothing
-    (LossNLL.cpp): per entry -w[t] logp[t], 0 where t == ignore_index; mean divides the
-    sum by the sum of w[t] over the entries not ignored; label smoothing eps mixes
-    (1 - eps) times that with eps / C times the smoothing loss -sum_c w[c] logp[c] (0
-    where ignored; mean: over the same weight sum, or the count without weights).  The
-    target is read as int64 words, compared with ignore_index, replaced by class 0 where
-    ignored and decoded below the class count; logp[t] is a gather of the flattened
-    log-probabilities at position (entry) * C + t."""
-    x = a.self
-    shape = cx.shape(x)
-    cls = 1 if len(shape) >= 2 else 0
-    classes = shape[cls]
-    if from_logits:
-        x = cx.apply("logSoftmax", x, shape=shape, axis=cls)
-    # The class axis last, the entries flattened: logp (M, C); targets (M,).
-    rest = shape[:cls] + shape[cls + 1:]
-    m = math.prod(rest)
-    if cls != len(shape) - 1:
-        perm = tuple(d for d in range(len(shape)) if d != cls) + (cls,)
-        x = cx.apply("permute", x, shape=shape, perm=perm, element="scalar")
-    moved = rest + (classes,)
-    t = words(cx, a.target)
-    if rest != (m,):
-        t = cx.apply("reshape", t, shape=rest, to=(m,), element=WORD)
-    keep = cx.apply("ne", t, words(cx, int(a.ignore_index), (m,)), shape=(m,), element=WORD)
-    safe = cx.apply("select", keep, t, words(cx, 0, (m,)), shape=(m,), element=WORD)
-    flat = cx.apply("reshape", x, shape=moved, to=(m * classes,))
-    rows = cx.offsets((m,), (classes,), skip=None)          # entry r starts at r * C
-    where = cx.apply("add", safe, rows, shape=(m,), element=WORD)
-    at = cx.apply("decodeIndex", where, shape=(m,), bounds=(m * classes,), element=WORD)
-    picked = cx.apply("gather", flat, at, shape=(m * classes,), axes=(0,), batch=0,
-                      index_shape=(m,))
-    kept = cx.apply("cast", keep, shape=(m,))              # 1 kept, 0 ignored
-    w = kept
-    if a.weight is not None:
-        index = cx.apply("decodeIndex", safe, shape=(m,), bounds=(classes,), element=WORD)
-        chosen = cx.apply("gather", a.weight, index, shape=(classes,), axes=(0,), batch=0,
-                          index_shape=(m,))
-        w = cx.apply("mul", chosen, kept, shape=(m,))
-    losses = cx.apply("neg", cx.apply("mul", picked, w, shape=(m,)), shape=(m,))
-    denominator = None
-
-    def reduced(v):
-        nonlocal denominator
-        if reduction == "none":
-            return v if rest == (m,) else cx.apply("reshape", v, shape=(m,), to=rest)
-        total = cx.apply("reduce", v, shape=(m,), op="sum", axes=(0,), keepdim=False)
-        if reduction == "sum":
-            return total
-        if denominator is None:
-            denominator = cx.apply("reduce", w, shape=(m,), op="sum", axes=(0,),
-                                   keepdim=False)
-        return cx.apply("div", total, denominator, shape=())
-    loss = reduced(losses)
-    eps = float(a.get("label_smoothing") or 0.0)
-    if not eps:
-        return loss
-    logp = cx.apply("reshape", flat, shape=(m * classes,), to=(m, classes))
-    if a.weight is not None:
-        row = cx.apply("reshape", a.weight, shape=(classes,), to=(1, classes)) \
-            if cx.is_ref(a.weight) else a.weight
-        logp = cx.apply("mul", logp, cx.like(row, (m, classes)), shape=(m, classes))
-    smooth = cx.apply("reduce", logp, shape=(m, classes), op="sum", axes=(1,), keepdim=False)
-    smooth = cx.apply("neg", cx.apply("mul", smooth, kept, shape=(m,)), shape=(m,))
-    s = cx.shape(loss)
-    return cx.apply("add", cx.apply("scale", loss, 1.0 - eps, shape=s),
-                    cx.apply("scale", reduced(smooth), eps / classes, shape=s), shape=s)
-
-
-def _class_bound(node, arg):
-    if len(node.args) < 2 or node.args[1] is not arg:
-        return None
-    shape = node.args[0].meta["val"].shape
-    return shape[1] if len(shape) >= 2 else shape[0]
-
-
-BOUNDS["aten.cross_entropy_loss.default"] = BOUNDS["aten.nll_loss_forward.default"] = \
-    BOUNDS["aten.nll_loss2d_forward.default"] = _class_bound

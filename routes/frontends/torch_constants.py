@@ -109,3 +109,17 @@ class Constants:
         the lower triangle)."""
         ones = self.torch.ones(queries, keys, dtype=self.torch.bool)
         return Const(ones.tril(), f"{self.node.name}.causal")
+
+    def bag_matrix(self, starts, ends, n) -> Const:
+        """(bags, n) float64: 1 where entry j lies in bag b (starts[b] <= j < ends[b])."""
+        t = self.torch
+        member = t.zeros(len(starts), n, dtype=t.float64)
+        for b, (lo, hi) in enumerate(zip(starts, ends)):
+            member[b, lo:hi] = 1.0
+        return Const(member, f"{self.node.name}.bags")
+
+    def bag_sizes(self, starts, ends) -> Const:
+        """(bags, 1) float64: each bag's size, 1 for an empty bag (its sum is 0)."""
+        t = self.torch
+        sizes = [[float(max(hi - lo, 1))] for lo, hi in zip(starts, ends)]
+        return Const(t.tensor(sizes, dtype=t.float64), f"{self.node.name}.sizes")

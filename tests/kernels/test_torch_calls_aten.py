@@ -2,9 +2,9 @@
 (kernels/torch_calls.py, ``TABLE``) or a stated reason why not (``NO_COUNTERPART``, kept
 next to the table): the torch implementation then measures every node a capture makes.
 
-Two views: the source of the translations (routes/frontends/aten.py and aten_tensors.py,
-and the capture context's ``broadcast`` and ``gt`` nodes in routes/frontends/torch.py and
-torch_export.py), scanned for the
+Two views: the source of the translations (routes/frontends/aten*.py, and the capture
+context's ``broadcast`` and ``gt`` nodes in routes/frontends/torch.py, torch_constants.py
+and torch_export.py), scanned for the
 operator names it applies; and the nodes of the captured test models (tests/torch_models.py)
 at the attributes the capture gave them, where an entry that ``refuses`` those attributes
 counts as none.  The entries themselves are checked against exact values in float64 by
@@ -23,20 +23,22 @@ torch = pytest.importorskip(
 
 from roundoff_coverage import routes  # noqa: E402
 from roundoff_coverage.kernels import torch_calls as TC  # noqa: E402
-from roundoff_coverage.routes.frontends import aten, aten_tensors, torch as capture  # noqa: E402
+from roundoff_coverage.routes.frontends import (aten, aten_integers, aten_lookup,  # noqa: E402
+                                                aten_resample, aten_tensors,
+                                                torch as capture, torch_constants)
 from roundoff_coverage.routes.frontends import torch_export  # noqa: E402
 from torch_models import in_float64, models, training_models  # noqa: E402
 
 
 def _translated() -> set:
-    """The registered operators named in aten.py (cx.apply's first argument, the unary
+    """The registered operators named in the aten modules (cx.apply's first argument, the unary
     table, the binary and softmax translators' arguments) and applied by the capture
     context.  A string that names an operator elsewhere (pool's mode="max") only asks more."""
     names = set(routes.names())
-    found = {n.value for table in (aten, aten_tensors)
+    found = {n.value for table in (aten, aten_tensors, aten_integers, aten_lookup, aten_resample)
              for n in ast.walk(ast.parse(inspect.getsource(table)))
              if isinstance(n, ast.Constant) and n.value in names}
-    for n in (n for module in (capture, torch_export)
+    for n in (n for module in (capture, torch_export, torch_constants)
               for n in ast.walk(ast.parse(inspect.getsource(module)))):
         if isinstance(n, ast.Call) and getattr(n.func, "attr", None) == "apply" and \
                 n.args and isinstance(n.args[0], ast.Constant):

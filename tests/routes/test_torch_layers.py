@@ -42,6 +42,21 @@ def _zero_row(x):
     return x
 
 
+class _Bags(nn.Module):
+    """EmbeddingBag over 1-D ids cut by fixed offsets (an empty bag among them)."""
+
+    def __init__(self, mode, include_last_offset):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(10, 4, mode=mode, include_last_offset=include_last_offset)
+        self.register_buffer("offsets", torch.tensor([0, 2, 2, 5, 7][:5 if include_last_offset
+                                                                  else 4]))
+
+    def forward(self, ids, weights=None):
+        return self.bag(ids, self.offsets, per_sample_weights=weights)
+
+
+GEN = torch.Generator().manual_seed(11)
+BAG_IDS = torch.tensor([[1, 3, 5], [3, 3, 9], [0, 2, 3]])
 V = _randn(4, 6)
 TARGETS = torch.tensor([0, 1, 2, 5])
 IGNORED = torch.tensor([0, -100, 2, 5])
@@ -90,6 +105,15 @@ LAYERS = {
         x, t, weight=WEIGHTS.to(x.dtype), label_smoothing=0.3, reduction="sum")), (V, IGNORED)),
     "ce-none": (_Function(lambda x, t: F.cross_entropy(x, t, reduction="none",
                                                        label_smoothing=0.1)), (V, IGNORED)),
+    # Embedding bags (ids as indices; bags from a 2-D input or fixed offsets).
+    "bag-sum": (nn.EmbeddingBag(10, 4, mode="sum"), BAG_IDS),
+    "bag-mean": (nn.EmbeddingBag(10, 4, mode="mean"), BAG_IDS),
+    "bag-max": (nn.EmbeddingBag(10, 4, mode="max"), BAG_IDS),
+    "bag-mean-padding": (nn.EmbeddingBag(10, 4, mode="mean", padding_idx=3), BAG_IDS),
+    "bag-weighted": (_Bags("sum", include_last_offset=False),
+                     (torch.tensor([1, 2, 3, 4, 5, 6, 7]), torch.rand(7, generator=GEN))),
+    "bag-offsets-mean": (_Bags("mean", include_last_offset=True),
+                         (torch.tensor([1, 2, 3, 4, 5, 6, 7]),)),
     "ce-pixels": (_Function(lambda x, t: F.cross_entropy(x, t), n=3),
                   (_randn(2, 6, 3, 3, seed=4), torch.tensor([[[0, 5, -100]] * 3, [[1, 2, 3]] * 3]))),
 }
