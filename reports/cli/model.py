@@ -40,7 +40,8 @@ def add(sub, shared):
                        "and propagated errors of every node's forward value, tangent and "
                        "gradient against exact values",
                        description="Measure a captured model (a graph artifact, or "
-                                   "file.py:factory returning (torch model, example args)) "
+                                   "file.py:factory returning (torch model, example args) "
+                                   "or (model, args, kwargs)) "
                                    "under each format, mode and policy against the exact "
                                    "graph: every node's local error (the node alone on exact "
                                    "inputs rounded into the format) and propagated error "
