@@ -47,7 +47,7 @@ Translations beyond one operator each:
   square or pow, ord 2 with a zero gradient at a zero vector, as torch's.
 
 Refused here (one line each; aten_tensors lists its own): a softmax into another dtype,
-half_to_float; arithmetic on integer tensors; elu with input_scale; RReLU in training; a norm
+half_to_float; elu with input_scale; RReLU in training; a norm
 of ord <= 0; addmm with beta or alpha other than 1; linear with a weight
 that is not a matrix; layer norm over axes other than the last ones; convolution padding given as
 a string, output_padding of a convolution that is not transposed; divisor_override; batch

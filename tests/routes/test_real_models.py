@@ -197,18 +197,23 @@ def test_a_factory_may_give_keyword_arguments(tmp_path, capsys, monkeypatch):
     one_error(err, "(model, example_args, example_kwargs as a dict)")
 
 
-@pytest.mark.parametrize("key", list(ZOO))
-def test_every_zoo_model_runs_in_bfloat16_with_a_page(key, tmp_path, capsys, monkeypatch):
-    """``roundoff-coverage model`` on each zoo model as a user runs it (its factory, forward
-    values in bfloat16, one sample, the HTML report): exit 0, every row measured, a model
-    page naming every output of the model."""
-    _built(key)                                     # skips without the model's library
+def _zoo_factory(key, tmp_path, monkeypatch):
+    """``factory.py:make`` in tmp_path (the working folder) giving zoo model ``key``."""
     (tmp_path / "factory.py").write_text(textwrap.dedent(f"""
         from zoo_models import ZOO
         def make():
             return ZOO["{key}"]()
     """))
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("key", list(ZOO))
+def test_every_zoo_model_runs_in_bfloat16_with_a_page(key, tmp_path, capsys, monkeypatch):
+    """``roundoff-coverage model`` on each zoo model as a user runs it (its factory, forward
+    values in bfloat16, one sample, the HTML report): exit 0, every row measured, a model
+    page naming every output of the model."""
+    _built(key)                                     # skips without the model's library
+    _zoo_factory(key, tmp_path, monkeypatch)
     status, out, err = run_cli(capsys, "model", "factory.py:make", "--routes", "forward",
                                "--formats", "bfloat16", "--samples", "1", "--jobs", "1",
                                "--attribution", "none", "--quiet", "--out", "r.json",
@@ -225,12 +230,7 @@ def test_every_zoo_model_runs_in_bfloat16_with_a_page(key, tmp_path, capsys, mon
 def test_model_command_runs_a_transformers_model_in_bfloat16(key, tmp_path, capsys,
                                                             monkeypatch):
     _built(key)                                     # skips without transformers
-    (tmp_path / "factory.py").write_text(textwrap.dedent(f"""
-        from zoo_models import ZOO
-        def make():
-            return ZOO["{key}"]()
-    """))
-    monkeypatch.chdir(tmp_path)
+    _zoo_factory(key, tmp_path, monkeypatch)
     status, out, err = run_cli(capsys, "model", "factory.py:make", "--routes", "forward",
                                "--formats", "bfloat16", "--samples", "1", "--jobs", "1",
                                "--implementations", "torch", "--attribution", "none",
