@@ -45,7 +45,6 @@ from roundoff_coverage.formats.fast import threads_for
 INPUTS = ("binary16", "bfloat16", "tf32", "float8_e4m3fn", "float8_e5m2")
 OUTPUTS = ("binary32", "binary16")
 _NONE = -(1 << 20)          # the exponent of a zero operand: below every real exponent
-_SIGN = np.int64(-1) << 63  # the sign bit of a binary64 pattern
 _SPECIAL = 1 << 10          # at least the exponent of a term with an inf or NaN operand
 _C_FLOOR = -126             # c is aligned by its binary32 exponent, subnormals at -126
 
@@ -237,18 +236,6 @@ def _round(v, prec, emin, emax, nearest, flush):
 
 
 @numba.njit(inline="always")
-def _cut(x, base):
-    """x (0 or a normal binary64 number) truncated toward zero to a multiple of
-    2**(base - 1075): its pattern's lowest bit weighs 2**(field - 1075), so the base - field
-    lowest bits fall below the quantum (all of them, a signed zero, from 53 on).  The same
-    value as trunc(x / q) * q, in integer operations that vectorize."""
-    b = np.float64(x).view(np.int64)
-    n = base - ((b >> 52) & 0x7FF)
-    mask = _SIGN if n >= 53 else np.int64(-1) << max(n, 0)
-    return np.int64(b & mask).view(np.float64)
-
-
-@numba.njit(inline="always")
 def _store(v, prec, emin, emax, nearest, flush):
     """_round, with the common case in a few instructions: a normal binary32 result (an
     exponent in [-126, 127]) toward zero keeps the float64 pattern's top prec - 1 fraction
@@ -304,77 +291,164 @@ def _odd_sum(vals, n):
     return hi
 
 
+# Rows of A one parallel task computes: each group's slice of B (group x n values and
+# exponents) is read from cache once per _ROWS rows.
+_ROWS = 4
+
+
+@numba.njit(inline="always")
+def _power(e):
+    """2**e for an integer e in [-1022, 1023], from its binary64 pattern."""
+    return np.int64(np.int64(1023 + e) << 52).view(np.float64)
+
+
+@numba.njit(inline="always")
+def _group_top(c, ea, EB, t0, t1, top):
+    """top[j]: the alignment exponent of the group t0:t1 of row ``ea`` against column j --
+    the largest of c[j]'s exponent (binary32 subnormals at _C_FLOOR; an inf or NaN reads as
+    1024, above every finite term: _SPECIAL) and e(a_t) + e(b_tj) (a zero operand's _NONE
+    keeps its product out).  Four products per sweep of the row: loads of top amortised."""
+    n = top.size
+    for j in range(n):
+        top[j] = max(((np.float64(c[j]).view(np.int64) >> 52) & 0x7FF) - 1023,
+                     _C_FLOOR) if c[j] != 0.0 else _NONE
+    t = t0
+    while t + 4 <= t1:
+        e0, e1, e2, e3 = ea[t], ea[t + 1], ea[t + 2], ea[t + 3]
+        b0, b1, b2, b3 = EB[t], EB[t + 1], EB[t + 2], EB[t + 3]
+        for j in range(n):
+            top[j] = max(max(top[j], max(e0 + b0[j], e1 + b1[j])),
+                         max(e2 + b2[j], e3 + b3[j]))
+        t += 4
+    for u in range(t, t1):
+        e0, b0 = ea[u], EB[u]
+        for j in range(n):
+            top[j] = max(top[j], e0 + b0[j])
+
+
+@numba.njit(inline="always")
+def _group_sum(c, a, B, t0, t1, top, shift, exact, s, scale, lost):
+    """s[j]: the group's terms cut toward zero to multiples of q = 2**(top[j] - shift), as
+    an integer count of q: a term x contributes trunc(x / q), which is int64(x * scale) with
+    scale = 1/q -- a power-of-two scaling (exact; a term below 2**-1022 after it is lost to
+    the cut anyway) and the conversion's truncation toward zero.  Every term is below
+    2**(top - e + 2), so below 2**(shift + 2) quanta: at most 257 of them fit int64, and
+    binary64 while shift <= 45.  ``exact``: lost[j] marks a group where a term had bits
+    below q (it is summed again exactly)."""
+    n = top.size
+    for j in range(n):
+        sc = _power(shift - min(max(top[j], -900), 900))
+        scale[j] = sc
+        x = c[j] * sc
+        s[j] = np.int64(x)
+        if exact:
+            lost[j] = np.float64(s[j]) != x
+    t = t0
+    while t + 4 <= t1:
+        a0, a1, a2, a3 = a[t], a[t + 1], a[t + 2], a[t + 3]
+        b0, b1, b2, b3 = B[t], B[t + 1], B[t + 2], B[t + 3]
+        if exact:
+            for j in range(n):
+                sc = scale[j]
+                x0, x1 = a0 * b0[j] * sc, a1 * b1[j] * sc
+                x2, x3 = a2 * b2[j] * sc, a3 * b3[j] * sc
+                v0, v1, v2, v3 = np.int64(x0), np.int64(x1), np.int64(x2), np.int64(x3)
+                s[j] += (v0 + v1) + (v2 + v3)
+                lost[j] |= ((np.float64(v0) != x0) | (np.float64(v1) != x1) |
+                            (np.float64(v2) != x2) | (np.float64(v3) != x3))
+        else:
+            for j in range(n):
+                sc = scale[j]
+                s[j] += ((np.int64(a0 * b0[j] * sc) + np.int64(a1 * b1[j] * sc)) +
+                         (np.int64(a2 * b2[j] * sc) + np.int64(a3 * b3[j] * sc)))
+        t += 4
+    for u in range(t, t1):
+        a0, b0 = a[u], B[u]
+        for j in range(n):
+            x0 = a0 * b0[j] * scale[j]
+            v0 = np.int64(x0)
+            s[j] += v0
+            if exact:
+                lost[j] |= np.float64(v0) != x0
+    if exact and t1 - t0 > 32:          # a sum past 2**53 quanta is not a binary64 number
+        for j in range(n):
+            lost[j] |= abs(s[j]) >= 2 ** 53
+
+
 @numba.njit(parallel=True, cache=True)
 def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nearest, flush):
     """out[bt, i, :]: the groups of A[bt, i, :] times every column B[bt, :, j] in order (B
     and its exponents EB laid out (nb, k, n)), each a block FMA with the running result as c,
-    starting from out's own values (module docstring); a row at a time so that the loops over its n outputs run along
-    contiguous rows of B and vectorize: per group, the alignment exponent (a zero operand's
-    _NONE keeps its product out of the maximum), the cut terms' sum, one rounding; the raw
-    IEEE sum only where an inf or NaN operand meets the group."""
+    starting from out's own values (module docstring).  Per group: the alignment exponent
+    (_group_top), the cut terms' sum in integer quanta (_group_sum; the loops over the n
+    outputs run along contiguous rows of B and vectorize), one rounding; the exact sum by
+    _odd_sum where ``exact`` and a term had bits below the 2**(E - 43) quantum; the raw IEEE
+    sum only where an inf or NaN operand meets the group."""
     nb, m, n = out.shape
     k = A.shape[2]
     lowest = _NONE // 2
-    for q in numba.prange(nb * m):
-        bt, i = q // m, q % m
-        c = out[bt, i].copy()
+    # The quantum 2**(E - shift): 23 + extra bits below the alignment exponent; the exact
+    # path's 2**(E - 43) leaves at most 33 terms below 2**45 quanta each exactly summable.
+    shift = 43 if exact else 23 + extra
+    fast = emin == -126 and emax == 127 and (not nearest or prec == 24)
+    keep = np.int64(-1) << (53 - prec)
+    blocks = (m + _ROWS - 1) // _ROWS
+    for q in numba.prange(nb * blocks):
+        bt, i0 = q // blocks, (q % blocks) * _ROWS
+        rows = min(i0 + _ROWS, m) - i0
+        c = out[bt, i0:i0 + rows].copy()
         top = np.empty(n, np.int32)
-        s = np.empty(n)
-        base = np.empty(n, np.int64)
+        s = np.empty(n, np.int64)
+        scale = np.empty(n)
         lost = np.zeros(n, np.bool_)
+        nxt = np.empty(n)
+        redo = np.empty(n, np.bool_)
         buf = np.empty(group + 1)
         for t0 in range(0, k, group):
             t1 = min(t0 + group, k)
-            for j in range(n):
-                # c's exponent from its pattern (a binary32 value is a normal binary64 one;
-                # an inf or NaN reads as 1024, above every finite term: _SPECIAL)
-                top[j] = max(((np.float64(c[j]).view(np.int64) >> 52) & 0x7FF) - 1023,
-                             _C_FLOOR) if c[j] != 0.0 else _NONE
-            for t in range(t0, t1):
-                et, ebt = EA[bt, i, t], EB[bt, t]
-                for j in range(n):
-                    top[j] = max(top[j], et + ebt[j])
-            if exact:
-                # The sum cut at 2**(E - 43) is the exact sum where no term loses a bit there
-                # (at most 33 terms below 2**45 quanta each: an exact binary64 sum); a group
-                # where one does is summed by _odd_sum instead.
-                for j in range(n):
-                    base[j] = min(max(top[j] - 43 + 1075, 0), 4000)
-                    s[j] = _cut(c[j], base[j])
-                    lost[j] = s[j] != c[j]
-                for t in range(t0, t1):
-                    at, bv = A[bt, i, t], B[bt, t]
+            for r in range(rows):
+                i = i0 + r
+                cr = c[r]
+                _group_top(cr, EA[bt, i], EB[bt], t0, t1, top)
+                _group_sum(cr, A[bt, i], B[bt], t0, t1, top, shift, exact, s, scale, lost)
+                # The common case in one vectorized sweep: a finite, nonzero sum whose
+                # binary32 result is normal, rounded toward zero (its top prec - 1 fraction
+                # bits) or to nearest even into 24 bits (the hardware conversion); every other
+                # output is marked and done again below from c's old value.
+                odd = not fast
+                if fast:
                     for j in range(n):
-                        p = at * bv[j]
-                        kept = _cut(p, base[j])
-                        s[j] += kept
-                        lost[j] |= kept != p
-                for j in range(n):
-                    if lost[j] and lowest < top[j] < _SPECIAL:
-                        buf[0] = c[j]
-                        for t in range(t0, t1):
-                            buf[t - t0 + 1] = A[bt, i, t] * B[bt, t, j]
-                        s[j] = _odd_sum(buf, t1 - t0 + 1)
-            else:
-                for j in range(n):
-                    # the quantum 2**(top - 23 - extra) as _cut's base (its exponent + 1075)
-                    base[j] = min(max(top[j] - 23 - extra + 1075, 0), 4000)
-                    s[j] = _cut(c[j], base[j])
-                for t in range(t0, t1):
-                    at, bv = A[bt, i, t], B[bt, t]
+                        v = np.float64(s[j]) * _power(np.int64(min(max(top[j], -900), 900))
+                                                      - shift)
+                        b = np.float64(v).view(np.int64)
+                        e = ((b >> 52) & 0x7FF) - 1023
+                        nxt[j] = np.float64(np.float32(v)) if nearest else \
+                            np.int64(b & keep).view(np.float64)
+                        redo[j] = ((top[j] >= _SPECIAL) | (top[j] <= lowest) | (e < -126) |
+                                   (e > 127) | (exact & lost[j]))
+                        odd |= redo[j]
+                if odd:
                     for j in range(n):
-                        s[j] += _cut(at * bv[j], base[j])
-            for j in range(n):
-                if top[j] >= _SPECIAL:            # an inf or NaN term: the IEEE sum
-                    raw = c[j]
-                    for t in range(t0, t1):
-                        raw += A[bt, i, t] * B[bt, t, j]
-                    c[j] = raw
-                elif top[j] <= lowest:            # every term zero
-                    c[j] = 0.0
-                else:
-                    c[j] = _store(s[j], prec, emin, emax, nearest, flush)
-        out[bt, i] = c
+                        if fast and not redo[j]:
+                            continue
+                        if top[j] >= _SPECIAL:            # an inf or NaN term: the IEEE sum
+                            raw = cr[j]
+                            for t in range(t0, t1):
+                                raw += A[bt, i, t] * B[bt, t, j]
+                            nxt[j] = raw
+                        elif top[j] <= lowest:            # every term zero
+                            nxt[j] = 0.0
+                        else:
+                            if exact and lost[j]:
+                                buf[0] = cr[j]
+                                for t in range(t0, t1):
+                                    buf[t - t0 + 1] = A[bt, i, t] * B[bt, t, j]
+                                v = _odd_sum(buf, t1 - t0 + 1)
+                            else:                         # exact: a power-of-two scaling
+                                v = np.float64(s[j]) * _power(np.int64(top[j]) - shift)
+                            nxt[j] = _store(v, prec, emin, emax, nearest, flush)
+                cr[:] = nxt
+        out[bt, i0:i0 + rows] = c
 
 
 # ----- the presets -------------------------------------------------------------------------
