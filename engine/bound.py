@@ -29,6 +29,10 @@ over the port's elements, ulp; inf where none holds) and ``box`` ([lo, hi]).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,7 +40,9 @@ import numpy as np
 from roundoff_coverage import formats, numerics, routes
 from roundoff_coverage.routes.bounds import domain_bound
 
-from . import reference
+from . import orchestrate, reference, results
+from .orchestrate import Checkpoint, Progress, checkpoint_path
+from .plan import Outcome
 from .draws import Draws, run_routes
 from .measuring import measure_port, per_sample, worst_case
 from .task import Task, base_row, batchable, one_line, rng_for, route_ports, status_rows
@@ -80,6 +86,13 @@ class BoundSelection:
                 "routes": list(self.routes), "box": list(self.box), "budget": self.budget,
                 "samples": self.samples}
 
+    def fingerprint(self) -> str:
+        """A hash of everything that decides the rows (a checkpoint must match it)."""
+        parts = [list(self.ops), list(self.formats), list(self.modes), list(self.policies),
+                 list(self.routes), [repr(v) for v in self.box], self.budget, self.samples,
+                 self.seed, self.reference_text, results.SCHEMA]
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
 
 def instance(name: str) -> tuple:
     """(label, attributes) of the operator's first example (its defaults without one)."""
@@ -111,6 +124,49 @@ class Bounded:
     row: dict
     pieces: int = 0
     violations: int = 0
+
+
+# ----- the run ----------------------------------------------------------------------------------
+def run(sel: BoundSelection, out, jobs: int | None = None, resume: bool = False,
+        progress: bool = True, stream=None) -> tuple[Outcome, list]:
+    """Every task of ``plan(sel)`` on ``jobs`` processes (default: every core), each
+    finished task's records kept in the checkpoint ``<out>.partial.jsonl``; the results file
+    ``out`` written at the end (engine/orchestrate.py, as the coverage run).  (Outcome,
+    [Bounded] in plan order); ``outcome.interrupted`` when SIGTERM or Ctrl-C stopped it, the
+    checkpoint kept for ``resume``.  ValueError (one line) for a checkpoint of another run."""
+    t0 = time.perf_counter()
+    tasks = plan(sel)
+    keys = {t.key for t in tasks}
+    done = {k: v for k, v in orchestrate.resumed(out, sel.fingerprint(), resume).items()
+            if k in keys}
+    collected = dict(done)
+    outcome = Outcome(resumed=len(done), total=len(tasks), out=str(out))
+
+    def failed(key, message):
+        task = next(t for t in tasks if t.key == key)
+        return [{"row": r, "pieces": 0, "violations": 0} for route in task.routes
+                for r in status_rows(task, None, route, "error", message)]
+
+    units = [(t.key, (t, sel.box, sel.budget)) for t in tasks if t.key not in done]
+    orchestrate.orchestrate(
+        _unit, units,
+        orchestrate.Executor(jobs=jobs or os.cpu_count() or 1, name=lambda k: f"task {k}",
+                             failed=failed, preload=__name__),
+        collected.__setitem__, checkpoint=Checkpoint(checkpoint_path(out), sel, done),
+        bar=Progress(len(tasks), len(done), stream, quiet=not progress), outcome=outcome)
+    outcome.wall = time.perf_counter() - t0
+    if outcome.interrupted:
+        return outcome, []
+    bounded = [Bounded(**rec) for t in tasks for rec in collected[t.key]]
+    outcome.rows = [b.row for b in bounded]
+    orchestrate.finish(out, results.document(outcome.rows, sel))
+    return outcome, bounded
+
+
+def _unit(task: Task, box, budget: int) -> list:
+    """evaluate's Bounded as JSON records (the checkpoint's lines)."""
+    return [{"row": b.row, "pieces": b.pieces, "violations": b.violations}
+            for b in evaluate(task, tuple(box), budget)]
 
 
 # ----- one task ---------------------------------------------------------------------------------

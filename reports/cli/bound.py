@@ -12,10 +12,10 @@ from roundoff_coverage.numerics import policy
 from roundoff_coverage.routes.bounds import IBP_ARMS
 from roundoff_coverage.routes.bounds.domain import snap
 
-from ...engine import bound, results
-from .common import (EXIT_FAILED, EXIT_OK, PROG, UsageError, add_modes_routes, add_seed_out,
-                     empty_list, in_range, modes_of, name_list, routes_of, seed_of, text_table,
-                     user_formats, writable)
+from ...engine import bound, orchestrate
+from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError,
+                     add_modes_routes, add_seed_out, check_jobs, empty_list, in_range, modes_of,
+                     name_list, routes_of, seed_of, text_table, user_formats, writable)
 from .run import policy_names
 
 MAX_BUDGET, MAX_SAMPLES = 65536, 1_000_000
@@ -50,6 +50,11 @@ def add(sub, shared):
     p.add_argument("--samples", metavar="N", type=int,
                    help="points drawn in the box to measure (default 256, plus its two "
                         "corners)")
+    p.add_argument("--jobs", metavar="N", type=int,
+                   help="worker processes (default: all cores)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted bound run from <out>.partial.jsonl")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_seed_out(p, "results/bound.json")
     p.set_defaults(handler=cmd_bound)
 
@@ -158,9 +163,21 @@ def cmd_bound(args) -> int:
     user = user_formats(args)
     sel = selection(args, user)
     _check_box(sel)
-    out = writable(args.out or "results/bound.json", "output file")
-    outcomes = [o for task in bound.plan(sel) for o in bound.evaluate(task, sel.box,
-                                                                      sel.budget)]
+    check_jobs(args.jobs, "local", None)
+    out = writable(args.out or "results/bound.json", "output file",
+                   "the run keeps its checkpoint beside its results file")
+    try:
+        outcome, outcomes = bound.run(sel, out, jobs=args.jobs, resume=args.resume,
+                                      progress=not args.quiet)
+    except ValueError as exc:                    # a checkpoint of another run
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
+    if outcome.interrupted:
+        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} tasks "
+              f"kept in {orchestrate.checkpoint_path(out)}; rerun with --resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     rows = []
     for o in outcomes:
         r = o.row
@@ -181,10 +198,6 @@ def cmd_bound(args) -> int:
           f"ulp at its least |exact| (inf: no bound; huge where the exact value can be 0); "
           f"sampled_max_ulp: the largest error at the corners and {sel.samples} points drawn "
           f"in the box")
-    try:
-        results.write(out, results.document([o.row for o in outcomes], sel))
-    except OSError as exc:
-        raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
     print(f"{len(outcomes)} rows: {out}")
     bad = [o for o in outcomes if o.violations]
     for o in bad:

@@ -269,7 +269,7 @@ def test_bound_prints_rows_and_writes_a_results_file(capsys, tmp_path):
     out = tmp_path / "b.json"
     status, text, err = run_cli(capsys, "bound", "--ops", "softmax,exp", "--box=-4,4",
                                 "--format", "bfloat16", "--samples", "20", "--budget", "8",
-                                "--routes", "forward,gradient", "--out", str(out))
+                                "--routes", "forward,gradient", "--out", str(out), "--quiet")
     assert status == 0 and err == ""
     lines = text.splitlines()
     assert lines[0].split()[:12] == ["op", "instance", "route", "port", "format", "mode",
@@ -309,6 +309,7 @@ def test_bound_exits_1_and_says_so_on_a_violation(capsys, tmp_path, monkeypatch)
     (("--ops", "exp", "--box=-1,1", "--budget", "0"), "--budget must be from 1"),
     (("--ops", "exp", "--box=-1,1", "--routes", "sideways"), "unknown route 'sideways'"),
     (("--ops", "exp", "--box=-1,1", "--policies", "fp8_recipe"), "bound takes element formats"),
+    (("--ops", "exp", "--box=-1,1", "--jobs", "0"), "--jobs must be >= 1"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment, tmp_path):
     status, out, err = run_cli(capsys, "bound", *argv, "--out", str(tmp_path / "b.json"))
@@ -317,6 +318,42 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment, tmp_path):
     assert lines[0].startswith(ERROR) and fragment in lines[0], lines[0]
     if "IBP arm" in fragment:
         assert "operators with one: add, sub, mul" in lines[0]
+
+
+def test_an_interrupted_bound_run_resumes_where_it_stopped(capsys, tmp_path, monkeypatch):
+    # Ctrl-C during the second task: exit 130, the first task's rows kept in the checkpoint
+    # and the command to resume named; --resume computes only the rest, and the rows equal
+    # those of a run that was never interrupted.
+    argv = ("bound", "--ops", "exp,mul,sigmoid", "--box=-2,2", "--samples", "10", "--budget",
+            "4", "--routes", "forward", "--jobs", "1", "--quiet")
+    status, _, _ = run_cli(capsys, *argv, "--out", str(tmp_path / "whole.json"))
+    assert status == 0
+    whole = results.read(str(tmp_path / "whole.json"))["rows"]
+    real, calls, stop = B.evaluate, [], [True]
+
+    def stopping(task, box, budget):
+        calls.append(task.op)
+        if stop[0] and len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(task, box, budget)
+    monkeypatch.setattr(B, "evaluate", stopping)
+    out = tmp_path / "b.json"
+    status, _, err = run_cli(capsys, *argv, "--out", str(out))
+    assert status == 130 and "1 of 3 tasks kept" in err and "rerun with --resume" in err
+    assert not out.exists() and (tmp_path / "b.json.partial.jsonl").exists()
+    calls.clear()
+    stop[0] = False
+    status, _, _ = run_cli(capsys, *argv, "--out", str(out), "--resume")
+    assert status == 0 and calls == ["mul", "sigmoid"]
+    assert results.read(str(out))["rows"] == whole
+    assert not (tmp_path / "b.json.partial.jsonl").exists()
+    # a checkpoint of another bound run is refused in one line
+    calls.clear()
+    stop[0] = True
+    assert run_cli(capsys, *argv, "--out", str(out))[0] == 130      # interrupted again
+    status, _, err = run_cli(capsys, *argv[:3], "--box=-3,3", *argv[4:], "--out", str(out),
+                             "--resume")
+    assert status == 2 and len(err.splitlines()) == 1 and "checkpoint" in err
 
 
 def test_run_domain_bounds_cover_the_ordinary_draws(tmp_path):
