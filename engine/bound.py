@@ -133,10 +133,16 @@ def run(sel: BoundSelection, out, jobs: int | None = None, resume: bool = False,
     finished task's records kept in the checkpoint ``<out>.partial.jsonl``; the results file
     ``out`` written at the end (engine/orchestrate.py, as the coverage run).  (Outcome,
     [Bounded] in plan order); ``outcome.interrupted`` when SIGTERM or Ctrl-C stopped it, the
-    checkpoint kept for ``resume``.  ValueError (one line) for a checkpoint of another run."""
+    checkpoint kept for ``resume``.  A special file ``out`` (/dev/null, a FIFO) is streamed
+    into at the end and no checkpoint is kept (there is nowhere beside it to keep one).
+    ValueError (one line) for a checkpoint of another run."""
     t0 = time.perf_counter()
     tasks = plan(sel)
     keys = {t.key for t in tasks}
+    stream_out = results.special_file(out) is not None
+    if stream_out and resume:
+        raise ValueError(f"--resume: {out} is {results.special_file(out)}, beside which no "
+                         f"checkpoint is kept; give a file path")
     done = {k: v for k, v in orchestrate.resumed(out, sel.fingerprint(), resume).items()
             if k in keys}
     collected = dict(done)
@@ -152,7 +158,8 @@ def run(sel: BoundSelection, out, jobs: int | None = None, resume: bool = False,
         _unit, units,
         orchestrate.Executor(jobs=jobs or os.cpu_count() or 1, name=lambda k: f"task {k}",
                              failed=failed, preload=__name__),
-        collected.__setitem__, checkpoint=Checkpoint(checkpoint_path(out), sel, done),
+        collected.__setitem__,
+        checkpoint=None if stream_out else Checkpoint(checkpoint_path(out), sel, done),
         bar=Progress(len(tasks), len(done), stream, quiet=not progress), outcome=outcome)
     outcome.wall = time.perf_counter() - t0
     if outcome.interrupted:

@@ -12,7 +12,7 @@ from roundoff_coverage.numerics import policy
 from roundoff_coverage.routes.bounds import IBP_ARMS
 from roundoff_coverage.routes.bounds.domain import snap
 
-from ...engine import bound, orchestrate
+from ...engine import bound, orchestrate, results
 from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError,
                      add_modes_routes, add_seed_out, check_jobs, empty_list, in_range, modes_of,
                      name_list, routes_of, seed_of, text_table, user_formats, writable)
@@ -164,8 +164,7 @@ def cmd_bound(args) -> int:
     sel = selection(args, user)
     _check_box(sel)
     check_jobs(args.jobs, "local", None)
-    out = writable(args.out or "results/bound.json", "output file",
-                   "the run keeps its checkpoint beside its results file")
+    out = writable(args.out or "results/bound.json", "output file")
     try:
         outcome, outcomes = bound.run(sel, out, jobs=args.jobs, resume=args.resume,
                                       progress=not args.quiet)
@@ -174,9 +173,13 @@ def cmd_bound(args) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
     if outcome.interrupted:
-        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} tasks "
-              f"kept in {orchestrate.checkpoint_path(out)}; rerun with --resume",
-              file=sys.stderr)
+        if results.special_file(out):
+            print(f"{PROG}: interrupted: nothing written ({out} is a stream, beside which no "
+                  f"checkpoint is kept); run the command again", file=sys.stderr)
+        else:
+            print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} "
+                  f"tasks kept in {orchestrate.checkpoint_path(out)}; rerun with --resume",
+                  file=sys.stderr)
         return EXIT_INTERRUPTED
     rows = []
     for o in outcomes:

@@ -16,7 +16,7 @@ SELECTIONS = {
     "model": (model_run.ModelSelection(target="m.py:f", artifact="m.graph.json",
                                        artifact_hash="0" * 64, formats=("bfloat16",),
                                        modes=("nearest_even",), policies=("strict",)), True),
-    "bound": (bound.BoundSelection(ops=("exp",)), False),
+    "bound": (bound.BoundSelection(ops=("exp",)), True),
     "measure": (measure.Measurement(target="numpy.exp", format="bfloat16", reference="exp",
                                     arity=1, samples=8), True),
     "quantizer": (quantizers.QuantizerMeasurement(

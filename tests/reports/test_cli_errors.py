@@ -680,7 +680,8 @@ def test_fuzz_every_outcome_is_an_exit_status_and_at_most_one_error_line(argv):
 
 # ----- special files: written as a stream, never replaced -----------------------------------------
 
-BOUND = ["bound", "--ops", "exp", "--box=-1,1", "--samples", "8", "--budget", "4"]
+# (--quiet: no progress lines on stderr, which the tests below read for errors)
+BOUND = ["bound", "--ops", "exp", "--box=-1,1", "--samples", "8", "--budget", "4", "--quiet"]
 
 
 def test_bound_writes_to_dev_null_through_a_link_and_leaves_it_a_device(capsys, tmp_path):
