@@ -1,7 +1,7 @@
 """engine: the one measurement engine, between the kernels and the reports.
 
 Every run kind (the coverage run, model runs, ``bound``, ``measure`` and its quantizer
-scheme) plans units of work over the same pieces: samples (draws.py), the reference
+scheme) plans units of work over the same pieces: samples (samples.py), the reference
 (evaluate.py, model.py, bound.py), the implementations under measurement
 (implementations/: one registry of emulated, native, cuda, torch, torch_compile, each
 family a module found by discovery), the row builder

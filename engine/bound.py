@@ -43,7 +43,8 @@ from roundoff_coverage.routes.bounds import domain_bound
 from . import orchestrate, reference, results
 from .orchestrate import Checkpoint, Progress, checkpoint_path
 from .plan import Outcome
-from .draws import Draws, run_routes
+from .implementations.base import run_routes
+from .samples import Draws
 from .measuring import measure_port, per_sample, worst_case
 from .task import Task, base_row, batchable, one_line, rng_for, route_ports, status_rows
 

@@ -8,7 +8,7 @@ measured on the same points.
 Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``bounds``,
 ``measurement``):
 
-1. Inputs: engine/draws.py (``draw``), as the implementation selects them.
+1. Inputs: engine/samples.py (``draw``), as the implementation selects them.
 2. The routes under the implementation (engine/implementations/: emulated, native, cuda,
    torch, torch_compile), which says first which routes it cannot measure (status rows).
 3. The reference: the same rule under ``numerics.reference`` on the same rounded inputs,
@@ -21,7 +21,7 @@ Steps, each timed into a phase (``sampling``, ``evaluation``, ``reference``, ``b
    implementation says they apply.
 
 A scaled task (a scaled format, engine/task.py) quantizes the draws after step 1
-(draws.quantize_draws: the reference and the implementation both read the dequantized
+(quantize.quantize_draws: the reference and the implementation both read the dequantized
 inputs), computes in binary32 (task.COMPUTE_FORMAT), and in step 4 quantizes each
 computed output into the route's scheme along its last axis before measuring it against
 the exact value (measuring.measure_scaled_port).  No bounds: the certificates and a priori
@@ -40,8 +40,9 @@ from roundoff_coverage.numerics.metrics import clamp_exact
 from roundoff_coverage.routes import bounds as routes_bounds
 
 from . import implementations, reference
-from .draws import (Draws, axis_text, draw, element_scales, quantize_draws, quantize_port,
-                    quantize_seed, run_routes, sample_kinds)
+from .implementations.base import run_routes
+from .quantize import axis_text, element_scales, quantize_draws, quantize_port, quantize_seed
+from .samples import Draws, draw, sample_kinds
 from .measuring import (REPRO_MAX_ELEMENTS, Bounds, apriori_bounds, by_magnitude,
                         computed_values, concat_draws, interval_bounds, measure_port,
                         measure_scaled_port, per_sample, recipe_unit, route_bound, worst_case)

@@ -33,7 +33,7 @@ from roundoff_coverage.numerics import metrics
 from roundoff_coverage.numerics.metrics import clamp_exact
 
 from . import rows
-from .draws import run_routes
+from .implementations.base import run_routes
 from .task import route_ports
 
 REPRO_MAX_ELEMENTS = 256       # full input arrays in a reproducer up to this many elements

@@ -53,12 +53,12 @@ the KEEP_NODES nodes with the largest local errors and the modules holding them
 Scaled formats (``mxfp8_e4m3``, ``nvfp4``, ``fp8_e4m3_tensor``...; class ``Scaled``): the
 scheme is the storage format of the tensors between the nodes, and the nodes compute in
 binary32 (the policy compute:FORMAT chooses another: task.compute_format), as the
-coverage run does (engine/draws.py, engine/evaluate.py):
+coverage run does (engine/samples.py, engine/evaluate.py):
 
 - every float input, parameter and constant is rounded to binary32, then quantized with
   the scheme and dequantized, and the result rounded to binary32 (exact for MX; within
   2**-24 relative for binary32 scales, as a kernel that dequantizes into FP32 reads it);
-  its blocks run along its natural axis: the contraction axis (draws.scale_axis, from the
+  its blocks run along its natural axis: the contraction axis (quantize.scale_axis, from the
   operator's declaration: routes' Op.product_operands) of the first product (matmul,
   linear, conv, contract, attention...) that reads it, else its last axis; rank-0 numeric
   constants (an epsilon) stay binary32, indices and Booleans as they are.  Tangents are
@@ -104,6 +104,9 @@ class ``RecipeRun``): the model runs in the recipe's storage format (bfloat16) w
 accumulation, and only the products' operands are quantized, each product node computing
 in binary32 (GraphRule.trace's ``pre`` and ``override``); the exact run reads the
 unquantized stored values.
+
+Each of these runs through the same sweeps, the storage kind (engine/storage.py: element,
+scaled, recipe, assigned) giving the interpreter's hooks for each run and sample.
 """
 
 from __future__ import annotations
@@ -123,6 +126,7 @@ from . import attribution as shares_of
 from . import implementations as registry
 from . import reference
 from . import rows as row_fields
+from . import storage
 from . import tensor_measures
 from .executors import one_line
 from .measuring import measure_port
@@ -185,22 +189,21 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     t0 = time.perf_counter()
     log("emulated run")
     rule = GraphRule(g, emu)
-    override, mixed, mixed_post = recipe and recipe.products(g), None, None
-    if assignment:
-        override, mixed, mixed_post = assigned.hooks(g, assignment, config.mode,
-                                                     config.policy, seed)
-    emulated = [rule.trace([emu.asarray(a) if is_float_port(p) else a
-                            for a, p in zip(x, g.inputs)],
-                           c if want_grad else None, t if want_tan else None, override,
-                           post=scaled.hook(g, "emulated", s) if scaled else mixed_post,
-                           pre=recipe.pre(g, "emulated", s) if recipe else mixed)
-                for s, (x, (c, t)) in enumerate(zip(xs, dirs))]
+    store = scaled or recipe or (storage.Assigned(g, assignment, config.mode, config.policy,
+                                                  seed) if assignment else storage.ELEMENT)
+    emulated = []
+    for s, (x, (c, t)) in enumerate(zip(xs, dirs)):
+        override, pre, post = store.hooks(g, "emulated", s)
+        emulated.append(rule.trace([emu.asarray(a) if is_float_port(p) else a
+                                    for a, p in zip(x, g.inputs)],
+                                   c if want_grad else None, t if want_tan else None,
+                                   override, post=post, pre=pre))
     reads = [_rounded(g, fmt, tr, want_grad, want_tan) if scaled is None else
              scaled.reads(g, tr, c, want_grad, want_tan) for tr, (c, _) in zip(exact, dirs)]
-    local = [rule.alone(r, override,
-                        post=scaled.hook(g, "local", s) if scaled else mixed_post,
-                        pre=recipe.pre(g, "local", s) if recipe else mixed)
-             for s, r in enumerate(reads)]
+    local = []
+    for s, r in enumerate(reads):
+        override, pre, post = store.hooks(g, "local", s)
+        local.append(rule.alone(r, override, post=post, pre=pre))
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     local_exact = _local_exact(g, reads, max(precs), log)
@@ -675,16 +678,15 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
     for i, (label, module, ks) in enumerate(groups):
         log("keep in binary32", float(i), float(len(groups)), f"{i + 1}/{len(groups)} {label}")
         rule = GraphRule(g, emu)
-        override = dict.fromkeys(ks, wide) if scaled is None else None
-        if recipe is not None:
-            override.update(recipe.products(g, ks))
+        store = scaled or recipe or storage.ELEMENT
         try:
-            traces = [rule.trace([emu.asarray(a) if is_float_port(p) else a
-                                  for a, p in zip(x, g.inputs)],
-                                 c if want_grad else None, None, override,
-                                 post=scaled and scaled.hook(g, "emulated", s, ks, False),
-                                 pre=recipe and recipe.pre(g, "emulated", s, ks, False))
-                      for s, (x, (c, _)) in enumerate(zip(xs, dirs))]
+            traces = []
+            for s, (x, (c, _)) in enumerate(zip(xs, dirs)):
+                override, pre, post = store.hooks(g, "emulated", s, ks, wide, record=False)
+                traces.append(rule.trace([emu.asarray(a) if is_float_port(p) else a
+                                          for a, p in zip(x, g.inputs)],
+                                         c if want_grad else None, None, override,
+                                         post=post, pre=pre))
         except Exception:                                   # noqa: BLE001
             continue
         after = _errors(g, fmt, traces, exact64, whole, scaled)

@@ -6,7 +6,7 @@ format (bfloat16).
 The graph runs as an element-format model run of the storage format under the recipe's
 policy (binary32 accumulation); each product node (routes' Op.product_operands: matmul,
 linear, conv, contract, attention...) instead reads its operands through the quantizer -- its
-value arguments with the forward scheme along their contraction axis (draws.scale_axis), their
+value arguments with the forward scheme along their contraction axis (quantize.scale_axis), their
 tangents likewise, the cotangents its pullback receives with the gradient scheme along
 their last axis -- and computes in binary32 (GraphRule.trace's ``pre`` and ``override``);
 its outputs, tangents and gradient contributions are stored back into the storage format
@@ -22,7 +22,7 @@ import numpy as np
 
 from roundoff_coverage import formats, numerics
 
-from .draws import BlockCounts, axis_text, quantize_port, scale_axis
+from .quantize import BlockCounts, axis_text, quantize_port, scale_axis
 from .measuring import recipe_unit
 from .samples import ModelError
 from .model_scaled import refuse
@@ -54,6 +54,14 @@ class RecipeRun:
         self.compute = numerics.emulated(c32, config.mode,
                                          numerics.policy.preset(config.policy, c32), seed=seed)
         self.counts = {}
+
+    def hooks(self, g, run, s, keep=(), wide=None, record=True) -> tuple:
+        """The storage hooks (engine/storage.py) of sample ``s``: the products (but the kept
+        nodes) compute in binary32 on quantized operands (``products``, ``pre``); the kept
+        nodes compute in ``wide``."""
+        override = dict.fromkeys(keep, wide) if keep else {}
+        override.update(self.products(g, keep))
+        return override, self.pre(g, run, s, keep, record), None
 
     def products(self, g, keep=()) -> dict:
         """GraphRule.trace's ``override``: {product node: the binary32 backend}, but the

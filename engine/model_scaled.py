@@ -12,7 +12,7 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.metrics import clamp_exact
 from roundoff_coverage.routes.graph import CONSTANT, INPUT, Ref
 
-from .draws import BlockCounts, axis_text, element_scales, quantize_port, scale_axis
+from .quantize import BlockCounts, axis_text, element_scales, quantize_port, scale_axis
 from .measuring import measure_scaled_port, scaled_errors
 from .samples import ModelError, is_float_port, tangent_directions
 from .sites import B64, EXACT_SUM_PREC, PROPAGATED, rounder_of
@@ -68,7 +68,7 @@ class Scaled:
     # ----- the inputs -------------------------------------------------------------------
     def _axis(self, g, ref, port):
         """The block axis of a graph input or constant: its natural axis in the first
-        product that reads it (draws.scale_axis), else the last axis (None at rank 0)."""
+        product that reads it (quantize.scale_axis), else the last axis (None at rank 0)."""
         for m, a in self.consumers.get(ref, ()):
             node = g.nodes[m]
             if node.op.product_operands:
@@ -130,6 +130,11 @@ class Scaled:
         return out
 
     # ----- the runs ---------------------------------------------------------------------
+    def hooks(self, g, run, s, keep=(), wide=None, record=True) -> tuple:
+        """The storage hooks (engine/storage.py) of sample ``s``: every node computes in
+        binary32 (the run's backend, kept nodes too) and stores through ``hook``."""
+        return None, None, self.hook(g, run, s, keep, record)
+
     def hook(self, g, run, s, keep=(), record=True):
         """GraphRule.trace's ``post`` for sample ``s``: node outputs and output tangents
         quantized with the forward scheme, contributions with the gradient scheme, along the

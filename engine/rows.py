@@ -178,7 +178,7 @@ FIELDS = (
           "(a quantizer)"),
     Field("quantizer", NESTED, doc="a quantizer's counts by input case, largest absolute "
           "difference and first differing blocks with their contents"),
-    # The coverage run under a scaled format (engine/draws.py quantizes the inputs,
+    # The coverage run under a scaled format (engine/quantize.py quantizes the inputs,
     # engine/measuring.py the outputs): the row's ulp fields count ulps of the element
     # format at the exact value's block scale (``error_unit``); no bits of error.
     Field("scheme", TEXT, doc="the scaled format the port's values were quantized into (a "

@@ -33,7 +33,7 @@ from roundoff_coverage import routes
 
 from . import budget, executors, implementations, orchestrate, reference, results
 from .evaluate import PHASES, evaluate
-from .draws import sample_kinds
+from .samples import sample_kinds
 from .task import ROUTES, Task, batchable, status_rows
 # The checkpoint and progress of a run (engine/orchestrate.py), under the names run's
 # callers know.

@@ -1,6 +1,18 @@
-"""A model run's samples: the graph's inputs per sample (the example inputs, draws around
-them, or the user's arrays: ``--inputs``), the directions its tangents and cotangents take,
-and the graph with its float constants in the run's format.
+"""The samples a run measures: a coverage task's draws and a model run's inputs.
+
+Coverage tasks: ``draw(task, o, fmt) -> Draws``: the declaration's samplers, one RNG per
+sample kind seeded from (seed, operator, attributes, format, kind) -- not from the mode,
+policy or implementation, so those compare on the same points -- ``draws`` draws per kind,
+already rounded into the format at scalar ports (routes/samples.py).  Elementwise instances
+draw once per kind at ``draws`` times their size (same distribution, one evaluation).
+Exhaustive tasks (the first example of an operator; runner.plan) feed every finite value of
+the format to the one value input instead.  Tangents and cotangents: standard normal values
+rounded once (nearest even) into the format, from RNGs of their own.  A scaled format's
+draws are quantized afterwards (engine/quantize.py).
+
+Model runs: the graph's inputs per sample (the example inputs, draws around them, or the
+user's arrays: ``--inputs``), the directions its tangents and cotangents take, and the
+graph with its float constants in the run's format.
 
 Sample 0 is the example; each later sample draws every value input around it,
 x + SPREAD * std(x) * N(0, 1), seeded; index, Boolean and frozen inputs (token ids,
@@ -16,7 +28,9 @@ import copy
 
 import numpy as np
 
-from roundoff_coverage import formats
+from roundoff_coverage import formats, routes
+
+from .task import Task, batchable, exhaustible, rng_for, scaling
 
 SPREAD = 0.1                       # draws around the example: x + SPREAD * std(x) * N(0, 1)
 
@@ -124,3 +138,82 @@ def tangent_directions(graph, fmt, xs, seed, s):
     tans = [formats.round_to(rng.standard_normal(np.shape(x)), fmt) if p.kind == "value"
             else None for x, p in zip(xs, graph.inputs)]
     return cots, tans
+
+
+# ----- a coverage task's draws ----------------------------------------------------------------
+
+class Draws:
+    """The sample inputs of a task: ``inputs`` (one tuple per draw), ``kinds`` (the sample
+    kind of each draw), ``tangents``/``cotangents`` per draw, ``elementwise`` (one element of
+    an input at position i goes with element i of the outputs)."""
+
+    def __init__(self, o, inputs, kinds, elementwise, fmt, task):
+        self.op, self.inputs, self.kinds, self.elementwise = o, inputs, kinds, elementwise
+        trng, crng = (rng_for(task.seed, task.op, task.attrs, task.format, r)
+                      for r in ("tangent", "gradient"))
+        self.tangents = [_linear(trng, o.inputs, fmt) for _ in inputs]
+        self.cotangents = [_linear(crng, o.outputs, fmt) for _ in inputs]
+
+
+def _subset(self, keep):
+    """The same draws restricted to the indices ``keep`` (the reference's precision loop)."""
+    sub = object.__new__(Draws)
+    sub.op, sub.elementwise = self.op, self.elementwise
+    sub.inputs = [self.inputs[k] for k in keep]
+    sub.kinds = [self.kinds[k] for k in keep]
+    sub.tangents = [self.tangents[k] for k in keep]
+    sub.cotangents = [self.cotangents[k] for k in keep]
+    return sub
+
+
+Draws.subset = _subset
+
+
+def _linear(rng, ports, fmt):
+    """Standard normal values rounded once into ``fmt`` at value ports, None elsewhere."""
+    out = []
+    for p in ports:
+        if not p.differentiable:
+            out.append(None)
+            continue
+        x = rng.standard_normal(p.shape)
+        out.append(np.asarray(formats.round_to(x, fmt) if fmt.fits_binary64 else x))
+    return tuple(out)
+
+
+def draw(task: Task, o, fmt) -> Draws:
+    """The task's sample inputs (see the module docstring)."""
+    if task.exhaustive and exhaustible(o, fmt):
+        values = formats.values(fmt)
+        big = o.replace(shape=(values.size,))
+        base = big.samples(rng_for(task.seed, task.op, task.attrs, task.format, "ordinary"),
+                           fmt.name, "ordinary")
+        xs = tuple(values if p.differentiable else x for x, p in zip(base, big.inputs))
+        return Draws(big, [xs], ["exhaustive"], True, fmt, task)
+    kinds = [k for k in sample_kinds(o) if not task.kinds or k in task.kinds] or ["ordinary"]
+    size = int(np.prod(o.attrs["shape"], dtype=np.int64)) if "shape" in o.attrs else 0
+    if batchable(o) and size > 0 and task.draws > 1 and scaling(task) is None:
+        big = o.replace(shape=(size * task.draws,))
+        inputs = [big.samples(rng_for(task.seed, task.op, task.attrs, task.format, k),
+                              _fmt_name(fmt), k) for k in kinds]
+        return Draws(big, inputs, kinds, True, fmt, task)
+    inputs, labels = [], []
+    for k in kinds:
+        rng = rng_for(task.seed, task.op, task.attrs, task.format, k)
+        for _ in range(task.draws):
+            inputs.append(o.samples(rng, _fmt_name(fmt), k))
+            labels.append(k)
+    return Draws(o, inputs, labels, batchable(o), fmt, task)
+
+
+def sample_kinds(o) -> list:
+    """The sample kinds a task of ``o`` draws: the declared ones, then the derived
+    ``magnitudes`` (log-uniform across the format's range) where ``o`` has value inputs."""
+    reg = routes.registry
+    derived = "ordinary" in o.decl.samples and any(p.differentiable for p in o.inputs)
+    return [k for k in reg.SAMPLE_KINDS
+            if k in o.decl.samples or (derived and k in reg.DERIVED_KINDS)]
+
+
+def _fmt_name(fmt):
+    return fmt if fmt.name not in formats.CATALOG else fmt.name

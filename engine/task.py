@@ -3,12 +3,12 @@
 ``Task`` is one operator instance under one format, mode, policy and implementation with
 the routes asked for; ``route_ports`` the ports a route measures; ``base_row`` and
 ``status_rows`` the rows before (or instead of) measurement; ``batchable`` and
-``exhaustible`` which sampling an operator gets (engine/draws.py).
+``exhaustible`` which sampling an operator gets (engine/samples.py).
 
 A task whose format is a scaled format (``mxfp8_e4m3``, ``nvfp4``...) carries it as
 ``scheme``; ``scaling`` says how its tensors take it.  Under an ordinary policy the task
 computes in ``COMPUTE_FORMAT`` (its ``fmt``) and the scheme is the storage format of the
-tensors at the operator's ports (engine/draws.py quantizes the inputs, engine/evaluate.py
+tensors at the operator's ports (engine/quantize.py quantizes the inputs, engine/evaluate.py
 the outputs).  Under a recipe policy (numerics.policy.RECIPES) the task's ``fmt`` is the
 recipe's storage format (bfloat16): a product (an operator whose declaration names its
 operands, routes' ``Op.product_operands``) quantizes its operands, computes

@@ -21,7 +21,7 @@ A route regressed when, against the baseline:
 - it has more bound violations, more mismatches (exactly compared ports), more unmeasurable
   errors, or an exceptional outcome class (``nan_from_finite``, ``overflow_to_inf``, ...)
   the baseline row did not have;
-- it is a scaled format's row (engine/draws.py ``BlockCounts``) with more ``clipped``
+- it is a scaled format's row (engine/quantize.py ``BlockCounts``) with more ``clipped``
   elements (beyond the element range at their block's scale) or more ``nan_blocks`` (a NaN
   scale: an Inf or NaN in the block, or a scale past the scale format) than the baseline
   row, on the same points, at its port or in one of its quantized inputs (``scaled_inputs``:

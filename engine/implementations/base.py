@@ -103,7 +103,7 @@ class Implementation:
 
     def rule_of(self, d):
         """The rule for draws ``d``: ``rule`` itself, unless the draws are of a longer
-        instance (batched elementwise draws, engine/draws.py)."""
+        instance (batched elementwise draws, engine/samples.py)."""
         return self.rule if d.op is self.o else d.op.rule(self.numbers)
 
     def no_rule(self, pending) -> dict:
@@ -114,3 +114,62 @@ class Implementation:
         reason = (self.o.decl.no_rule(self.o.attrs) if self.o.decl.no_rule else None) or \
             f"{self.numbers.name} lacks capability {self.o.need}"
         return dict.fromkeys(pending, ("no_rule", reason, self.o.need))
+
+
+# ----- an operator's routes on draws -----------------------------------------------------------
+
+def run_routes(rule, d, wanted, flags=None) -> dict:
+    """{route: [per-draw outputs] or Exception}: forward values, output tangents, input
+    gradients (each a tuple per port) of every draw of ``d`` (engine/samples.Draws) under
+    ``rule``: Rule.routes, one forward
+    evaluation per draw for the three routes.
+
+    ``flags``, a dict, receives {route: IEEE flags raised} when the backend keeps sticky
+    flags (``track_flags``): the OR over every draw of the flags of the route's whole
+    evaluation -- the forward pass's for every route, plus the pullback's or the tangent
+    map's own (IEEE 754-2019 7.1 status flags, cleared before each draw)."""
+    out = {r: [] for r in wanted}
+    xp = rule.xp
+    sticky = flags is not None and hasattr(xp, "track_flags")
+    if sticky:
+        xp.track_flags()
+        flags.update(dict.fromkeys(wanted, 0))
+    for xs, ts, cs in zip(d.inputs, d.tangents, d.cotangents):
+        todo = [r for r in wanted if not isinstance(out[r], Exception)]
+        seen = _Flags(xp, flags) if sticky else None
+        try:
+            got = rule.routes(xs, todo, ts, cs, before=seen.before if sticky else None)
+        except Exception as exc:                          # noqa: BLE001 (the forward pass)
+            return {r: exc for r in wanted}
+        finally:
+            if sticky:
+                seen.done()
+        for r in todo:
+            if isinstance(got[r], Exception):
+                out[r] = got[r]
+            else:
+                out[r].append(got[r])
+    return out
+
+
+class _Flags:
+    """Per route of one draw, the sticky flags of the forward pass and of the route's own
+    evaluation (Rule.routes calls ``before`` between them)."""
+
+    def __init__(self, xp, flags):
+        self.xp, self.flags, self.base, self.route = xp, flags, None, None
+
+    def _collect(self):
+        if self.base is None:
+            self.base = self.xp.raised()                     # the forward pass's
+        elif self.route is not None:
+            self.flags[self.route] |= self.base | self.xp.raised()
+
+    def before(self, route):
+        self._collect()
+        self.xp.clear_flags()
+        self.route = route
+
+    def done(self):
+        self._collect()
+        self.xp.clear_flags()

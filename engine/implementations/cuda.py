@@ -36,7 +36,7 @@ import numpy as np
 
 from roundoff_coverage import numerics
 
-from ..draws import run_routes
+from .base import run_routes
 from ..task import one_line, route_ports
 from .base import Implementation
 

@@ -7,7 +7,7 @@ import zlib
 
 from roundoff_coverage import formats, numerics
 
-from ..draws import run_routes
+from .base import run_routes
 from .base import Implementation
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from roundoff_coverage import numerics
 
-from ..draws import run_routes
+from .base import run_routes
 from ..task import one_line
 from .base import Implementation
 

@@ -76,7 +76,7 @@ from roundoff_coverage.routes.frontends.torch import exported
 from roundoff_coverage.routes.graph import INPUT, Ref, Trace
 
 from .. import rows as R
-from ..draws import run_routes
+from .base import run_routes
 from ..measuring import METRIC_FIELDS, measure_port, per_sample, worst_case
 from ..targets import DTYPES, FLOAT8, importable
 from ..task import one_line, route_ports

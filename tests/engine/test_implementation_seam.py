@@ -47,7 +47,7 @@ STAND_IN = textwrap.dedent('''
     import numpy as np
 
     from roundoff_coverage import formats, numerics
-    from roundoff_coverage.engine.draws import run_routes
+    from roundoff_coverage.engine.implementations.base import run_routes
     from roundoff_coverage.engine.implementations.base import Implementation
     from roundoff_coverage.routes.graph import INPUT, Trace
 

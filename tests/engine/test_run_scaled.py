@@ -6,7 +6,7 @@ The oracle is written here from the definitions (formats/scaled.py cites them) w
 rationals and does not call the code under test: round to nearest even into a binary
 format, the MX floor rule with E8M0 scales, NVFP4's binary32 tensor scale and E4M3 block
 scales, FP8 current per-tensor scaling, binary32 sequential matmul, and the error unit.  It
-quantizes the run's own raw draws (engine.draws.draw, before quantization) and must find
+quantizes the run's own raw draws (engine.samples.draw, before quantization) and must find
 the dequantized inputs the run stored in its reproducer, then the run's max error.
 """
 
@@ -22,7 +22,7 @@ import pytest
 
 from roundoff_coverage import formats, routes
 from roundoff_coverage.reports import gate, load
-from roundoff_coverage.engine import draws, results, runner
+from roundoff_coverage.engine import quantize as quantizing, results, runner, samples
 from roundoff_coverage.engine.evaluate import evaluate
 from conftest import one_error, run_cli
 
@@ -212,7 +212,7 @@ def test_matmul_forward_errors_agree_with_an_exact_oracle(scaled, scheme):
     assert row["scale_axis"] == axes
     task = next(t for t in runner.plan(runner.Selection(ops=("matmul",), formats=(scheme,),
                                                         draws=1)) if t.instance == "k16")
-    raw = draws.draw(task, task.build(), task.fmt).inputs[0]
+    raw = samples.draw(task, task.build(), task.fmt).inputs[0]
     x = [[Fraction(float(v)) for v in r] for r in raw[0]]
     y = [[Fraction(float(v)) for v in r] for r in raw[1]]
     # The dequantized values read into the compute format: rounded once into binary32.
@@ -242,7 +242,7 @@ def test_the_compute_format_is_a_policy_option(tmp_path):
         ops=("matmul",), formats=("nvfp4",), policies=("compute:binary64",), draws=1))
         if t.instance == "k16")
     assert task.fmt.name == "binary64"
-    d = draws.draw(task, task.build(), task.fmt)
+    d = samples.draw(task, task.build(), task.fmt)
 
     def quantized(k):
         x, y = ([[Fraction(float(v)) for v in r] for r in a] for a in d.inputs[k])
@@ -315,10 +315,10 @@ def test_clipping_counts_elements_past_the_element_max():
     elements beyond 448 are clamped: 500/256, 480/256 and -1.9 (486.4) clip; 1.75 (448)
     and 1 do not.  rceil scales by amax / 448 rounded up: nothing clips."""
     x = np.array([[500 / 256, 1.0, 480 / 256, -1.9, 1.75] + [0.0] * 27])
-    deq, q, counts = draws.quantize_port(x, formats.get("mxfp8_e4m3"), -1, 0)
+    deq, q, counts = quantizing.quantize_port(x, formats.get("mxfp8_e4m3"), -1, 0)
     assert counts.clipped == 3 and counts.blocks == 1 and counts.histogram() == [[-8, 1]]
     assert deq[0, 0] == 448 / 256 and deq[0, 3] == -448 / 256
-    _, _, counts = draws.quantize_port(x, formats.get("mxfp8_e4m3:rceil"), -1, 0)
+    _, _, counts = quantizing.quantize_port(x, formats.get("mxfp8_e4m3:rceil"), -1, 0)
     assert counts.clipped == 0
 
 
@@ -327,10 +327,10 @@ def test_zero_and_nan_blocks_are_counted():
     s_global = 1000 / 2688, under which 1e-6 is below half of E2M1's least value 0.5: the
     block becomes zero.  MX: a block holding an Inf has a NaN scale."""
     x = np.array([[1000.0] * 16 + [1e-6] * 16])
-    _, _, counts = draws.quantize_port(x, formats.get("nvfp4"), -1, 0)
+    _, _, counts = quantizing.quantize_port(x, formats.get("nvfp4"), -1, 0)
     assert (counts.blocks, counts.zero_blocks, counts.nan_blocks) == (2, 1, 0)
     x = np.array([[np.inf] + [1.0] * 31, [2.0] * 32])
-    _, _, counts = draws.quantize_port(x, formats.get("mxfp8_e4m3"), -1, 0)
+    _, _, counts = quantizing.quantize_port(x, formats.get("mxfp8_e4m3"), -1, 0)
     assert (counts.blocks, counts.zero_blocks, counts.nan_blocks) == (2, 0, 1)
     assert counts.histogram() == [[-7, 1]]              # 2 = 256 * 2**-7
 
@@ -340,7 +340,7 @@ def test_natural_axes_of_products():
     the last axis elsewhere."""
     def axes(name, **attrs):
         o = routes.op(name, **attrs)
-        return {n: draws.scale_axis(o, n, p) for n, p in zip(o.input_names, o.inputs)}
+        return {n: quantizing.scale_axis(o, n, p) for n, p in zip(o.input_names, o.inputs)}
     assert axes("matmul", x_shape=(2, 3), y_shape=(3, 2)) == {"x": -1, "y": -2}
     assert axes("conv", shape=(1, 3, 4), out_channels=5, kernel=(2,), stride=(1,),
                 padding=(0,), dilation=(1,), groups=1) == {"x": -2, "weight": -2, "bias": -1}
@@ -363,7 +363,7 @@ def _recipe_oracle(scheme, policy, route):
     task = next(t for t in runner.plan(runner.Selection(
         ops=("matmul",), formats=(scheme,), policies=(policy,), routes=(route,), draws=1))
         if t.instance == "k16")
-    d = draws.draw(task, task.build(), task.fmt)
+    d = samples.draw(task, task.build(), task.fmt)
     k = d.kinds.index("ordinary")
     x, y = ([[Fraction(float(v)) for v in r] for r in a] for a in d.inputs[k])
     assert all(rn(v, BFLOAT16) == v for r in x + y for v in r)     # drawn in the storage

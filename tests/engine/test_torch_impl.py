@@ -33,7 +33,8 @@ from roundoff_coverage.kernels import torch_calls as TC  # noqa: E402
 from roundoff_coverage.engine import evaluate as E  # noqa: E402
 from roundoff_coverage.engine import rows as R  # noqa: E402
 from roundoff_coverage.engine.implementations import torch as torch_impl  # noqa: E402
-from roundoff_coverage.engine.draws import draw, run_routes  # noqa: E402
+from roundoff_coverage.engine.implementations.base import run_routes  # noqa: E402
+from roundoff_coverage.engine.samples import draw  # noqa: E402
 from conftest import EXAMPLES, round_bits, run_cli  # noqa: E402
 
 RTOL = 2.0 ** -30
@@ -185,7 +186,7 @@ def test_torch_bfloat16_layer_norm_keeps_float32_statistics():
 
 def _evaluate_on(monkeypatch, name, attrs, inputs, fmt="bfloat16"):
     """The rows of a torch task evaluated on the given draws (one tuple of inputs each)."""
-    from roundoff_coverage.engine.draws import Draws
+    from roundoff_coverage.engine.samples import Draws
     task, o = _task(name, attrs, fmt=fmt, draws=len(inputs), kinds=())
     d = Draws(o, [tuple(np.asarray(x) for x in xs) for xs in inputs], ["edges"] * len(inputs),
               False, task.fmt, task)

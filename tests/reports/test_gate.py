@@ -160,7 +160,7 @@ def test_each_kind_of_regression_fails(capsys, tmp_path, before, after, words):
 
 
 def scaled_row(**fields) -> dict:
-    """A scaled format's row (engine/draws.py BlockCounts: 8 blocks, 2 elements clipped)."""
+    """A scaled format's row (engine/quantize.py BlockCounts: 8 blocks, 2 elements clipped)."""
     return row(**{"format": "mxfp8_e4m3", "scheme": "mxfp8_e4m3", "error_unit": "ulp of "
                   "float8_e4m3fn at the exact value's block scale", "scale_axis": "x:-1; y:-1",
                   "blocks": 8, "clipped": 2, "zero_blocks": 0, "nan_blocks": 0,
