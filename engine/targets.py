@@ -130,9 +130,52 @@ def importable(spec: str):
     return fn
 
 
+# torchvision's wheels on PyPI are built against a CUDA build of torch: beside torch's CPU
+# build (the one this project installs) their compiled ops (torchvision/_C.so) do not
+# load, and torchvision's __init__ then fails on the fake-tensor registrations it makes
+# without checking that they did (torchvision 0.28: nms, qnms) -- and with it ``import
+# timm`` and ``import transformers``, which import torchvision when it is installed.  The
+# two schemas, declared before such an import, let the pure-Python model classes load; no
+# kernel is declared, so a detection op that needs one still fails where it is called.
+_TORCHVISION_SCHEMAS = ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+                        "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+_DECLARED: list = []                        # the torch.library fragment, kept alive
+
+
+def prepare_torchvision() -> bool:
+    """Before user code imports torchvision (or timm, transformers): declare its unguarded
+    schemas when its compiled ops cannot load beside this torch.  True when they were
+    declared (now or before); False when nothing was needed (no torch or torchvision,
+    torchvision already imported, or its ops load)."""
+    import importlib.util
+    if _DECLARED:
+        return True
+    if "torchvision" in sys.modules or importlib.util.find_spec("torch") is None:
+        return False
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or spec.origin is None:
+        return False
+    import torch
+    folder = os.path.dirname(spec.origin)
+    compiled = [f for f in os.listdir(folder) if f.startswith("_C.") and f.endswith(".so")]
+    try:
+        for f in compiled:
+            torch.ops.load_library(os.path.join(folder, f))
+        if compiled:
+            return False                          # the real ops load: nothing to declare
+    except OSError:
+        pass
+    lib = torch.library.Library("torchvision", "FRAGMENT")
+    for schema in _TORCHVISION_SCHEMAS:
+        lib.define(schema)
+    _DECLARED.append(lib)
+    return True
+
+
 def _import_file(path: str):
     """The module of the Python file ``path``, run once per process (its folder goes on
-    sys.path, as for a script, so it can import its neighbours)."""
+    sys.path, as for a script, so it can import its neighbours; torchvision made importable
+    first: prepare_torchvision)."""
     import importlib.util
     full = os.path.abspath(path)
     if not os.path.isfile(full):
@@ -147,6 +190,7 @@ def _import_file(path: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[key] = module
     try:
+        prepare_torchvision()
         spec.loader.exec_module(module)
     except Exception as exc:                                  # noqa: BLE001 (user code)
         del sys.modules[key]
@@ -174,6 +218,8 @@ def _import(lib: str):
     if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
         sys.path.insert(0, cwd)
     try:
+        if lib.split(".")[0] not in ("numpy", "math", "torch", "jax"):
+            prepare_torchvision()
         return importlib.import_module(lib)
     except ModuleNotFoundError as exc:
         if exc.name is not None and not (lib == exc.name or lib.startswith(exc.name + ".")):

@@ -9,7 +9,8 @@ The torchvision wheels on PyPI are built against a CUDA torch: beside torch's CP
 compiled ops (``torchvision/_C.so``) do not load, and torchvision's ``__init__`` then fails
 on the one fake-tensor registration it does not guard (``torchvision::nms``, ``qnms``), which
 also breaks ``import transformers`` and ``import timm`` (both import torchvision when it is
-installed).  When the library does not load, the two schemas are declared first (never
+installed).  When the library does not load, the two schemas are declared first
+(engine.targets.prepare_torchvision, as the command does for a user's factory file; never
 called: the models here use no detection op), so that the pure-Python model classes
 import.  transformers also imports a package named ``kernels``, which this repository's
 folder of that name shadows when the tests run from its root: it is imported first with
@@ -24,32 +25,14 @@ import warnings
 
 import torch
 
-# The schemas torchvision 0.28's _meta_registrations registers fake kernels for without
-# checking that its compiled ops loaded.
-_TORCHVISION_SCHEMAS = ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
-                        "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
 _LIBRARIES: dict = {}
-_DECLARED = []                          # the torch.library fragment, kept alive
 
 
 def _prepare_torchvision():
-    """Declare torchvision's unguarded schemas when its compiled ops cannot load here."""
-    spec = importlib.util.find_spec("torchvision")
-    if spec is None or _DECLARED or "torchvision" in __import__("sys").modules:
-        return
-    folder = os.path.dirname(spec.origin)
-    compiled = [f for f in os.listdir(folder) if f.startswith("_C.") and f.endswith(".so")]
-    try:
-        for f in compiled:
-            torch.ops.load_library(os.path.join(folder, f))
-        if compiled:
-            return                                # the real ops load: nothing to declare
-    except OSError:
-        pass
-    lib = torch.library.Library("torchvision", "FRAGMENT")
-    for schema in _TORCHVISION_SCHEMAS:
-        lib.define(schema)
-    _DECLARED.append(lib)
+    """Declare torchvision's unguarded schemas when its compiled ops cannot load here (the
+    command does the same before importing a user's factory: engine.targets)."""
+    from roundoff_coverage.engine.targets import prepare_torchvision
+    prepare_torchvision()
 
 
 def _import_beside_repository(name):

@@ -47,11 +47,14 @@ def _pool_check(a):
                 f"{list(a.padding)}, kernel {list(a.kernel)})")
     if a.mode == "average" and any(d != 1 for d in a.dilation):
         return f"average pooling takes no dilation (dilation must be 1, got {list(a.dilation)})"
-    dims = a.shape[len(a.shape) - len(a.kernel):]
-    if any(n + 2 * p < d * (k - 1) + 1 for n, k, p, d in
-           zip(dims, a.kernel, a.padding, a.dilation)):
+    # PyTorch's rule (pooling_output_shape, pool2d_shape_check): every output extent at
+    # least 1.  In floor mode that is the dilated kernel fitting the padded input; in ceil
+    # mode the last window may run past it (a 2x2 window with stride 2 on a 1x1 input: one
+    # window holding the one entry, as ResNet-D's ceil-mode average-pool shortcut meets it).
+    if any(o < 1 for o in pool_extents(a)[1]):
         return (f"the dilated kernel must fit the padded input (got shape {list(a.shape)}, "
-                f"kernel {list(a.kernel)})")
+                f"kernel {list(a.kernel)}" + (", ceil_mode: no window starts inside it)"
+                                              if a.ceil_mode else ")"))
     _, out, idx, valid = _pool_geometry(a)
     if size_of(out) and size_of(a.kernel) and not valid.any(axis=1).all():
         return "every window must hold an input entry (a window lies in the padding only)"

@@ -570,3 +570,27 @@ def test_attribution_none_writes_no_shares_and_a_bad_choice_is_one_line(captured
     status, _, err = run_cli(capsys, "model", "r.json.graph.json", "--attribution", "some")
     assert status == 2
     one_error(err, "--attribution", "some")
+
+
+def test_a_factory_that_imports_torchvision_runs_in_a_fresh_process(tmp_path):
+    # torchvision's PyPI wheels are built for a CUDA torch: beside the CPU build its
+    # compiled ops do not load and a bare `import torchvision` (or timm, which imports it)
+    # raises.  The command declares the two schemas torchvision's import needs before it
+    # imports the factory (engine.targets.prepare_torchvision), in a process where nothing
+    # imported torchvision before: the model runs and torchvision's own layers work.
+    pytest.importorskip("torch")
+    import importlib.util
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.skip("torchvision is not installed")
+    (tmp_path / "tv.py").write_text(
+        "import torch\n"
+        "import torchvision\n"
+        "from torchvision.ops import MLP\n\n"
+        "def factory():\n"
+        "    torch.manual_seed(0)\n"
+        "    return MLP(4, [6, 3]).eval(), (torch.randn(2, 4),)\n")
+    got = _cli("model", "tv.py:factory", "--formats", "bfloat16", "--routes", "forward",
+               "--samples", "1", "--quiet", "--out", "r.json", cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert rows and all(r["status"] == "ok" for r in rows)

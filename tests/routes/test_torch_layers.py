@@ -1,7 +1,8 @@
 """torch.nn layers and functions beyond the zoo's models, captured by routes.from_torch and
 run in binary64 against torch's own float64 run (the oracle: values and every gradient,
 normwise relative difference <= 1e-10; tests/torch_float64.py): activations translated
-onto elu / leakyReLU / sign, layer norm over several axes, adaptive max pooling, linear
+onto elu / leakyReLU / sign, layer norm over several axes, adaptive max pooling, ceil-mode
+pooling whose last window runs past the padded input, linear
 interpolation, vector norms (a zero vector's gradient is zero, as torch's), tensor clamp
 bounds, slice_scatter (circular padding), KL divergence (isnan), class-index losses with
 weights, ignore_index and label smoothing, and integer arithmetic against torch's own
@@ -71,6 +72,15 @@ LAYERS = {
     "adaptive-max-even": (nn.AdaptiveMaxPool2d((3, 5)), IMAGE),
     "adaptive-max-uneven": (nn.AdaptiveMaxPool2d((4, 3)), IMAGE),
     "adaptive-max-1d": (nn.AdaptiveMaxPool1d(4), _randn(2, 3, 7)),
+    # ceil mode whose last window runs past the padded input (PyTorch allows it while a
+    # window starts inside): ResNet-D's average-pool shortcut on a 1x1 map, and odd maps
+    "avg-ceil-1x1": (nn.AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False),
+                     _randn(2, 3, 1, 1, seed=2)),
+    "avg-ceil-pad-counted": (nn.AvgPool2d(3, 2, padding=1, ceil_mode=True), _randn(1, 2, 4, 3)),
+    "avg-ceil-odd": (nn.AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False),
+                     _randn(1, 2, 5, 3, seed=3)),
+    "max-ceil-1x1": (nn.MaxPool2d(2, 2, ceil_mode=True), _randn(2, 3, 1, 1, seed=4)),
+    "max-ceil-odd-1d": (nn.MaxPool1d(3, 2, ceil_mode=True), _randn(2, 3, 6, seed=5)),
     "bilinear-scale": (nn.Upsample(scale_factor=2, mode="bilinear"), IMAGE),
     "bilinear-corners": (nn.Upsample(size=(7, 9), mode="bilinear", align_corners=True), IMAGE),
     "bilinear-shrink": (nn.Upsample(size=(4, 3), mode="bilinear"), IMAGE),
