@@ -12,10 +12,11 @@ from roundoff_coverage.numerics import policy
 from roundoff_coverage.routes.bounds import IBP_ARMS
 from roundoff_coverage.routes.bounds.domain import snap
 
-from ...engine import bound, orchestrate, results
+from ...engine import bound, results
 from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError,
-                     add_modes_routes, add_seed_out, check_jobs, empty_list, in_range, modes_of,
-                     name_list, routes_of, seed_of, text_table, user_formats, writable)
+                     add_modes_routes, add_seed_out, add_units, check_jobs, empty_list, in_range,
+                     interrupted, modes_of, name_list, routes_of, seed_of, text_table,
+                     user_formats, writable)
 from .run import policy_names
 
 MAX_BUDGET, MAX_SAMPLES = 65536, 1_000_000
@@ -50,11 +51,8 @@ def add(sub, shared):
     p.add_argument("--samples", metavar="N", type=int,
                    help="points drawn in the box to measure (default 256, plus its two "
                         "corners)")
-    p.add_argument("--jobs", metavar="N", type=int,
-                   help="worker processes (default: all cores)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted bound run from <out>.partial.jsonl")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_units(p, resume="continue an interrupted bound run from <out>.partial.jsonl",
+              quiet="no progress bar", executor=False)
     add_seed_out(p, "results/bound.json")
     p.set_defaults(handler=cmd_bound)
 
@@ -176,11 +174,8 @@ def cmd_bound(args) -> int:
         if results.special_file(out):
             print(f"{PROG}: interrupted: nothing written ({out} is a stream, beside which no "
                   f"checkpoint is kept); run the command again", file=sys.stderr)
-        else:
-            print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} "
-                  f"tasks kept in {orchestrate.checkpoint_path(out)}; rerun with --resume",
-                  file=sys.stderr)
-        return EXIT_INTERRUPTED
+            return EXIT_INTERRUPTED
+        return interrupted(outcome, out)
     rows = []
     for o in outcomes:
         r = o.row

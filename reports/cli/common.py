@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import sys
 
 from roundoff_coverage import formats
 
 from ...engine import executors
+from ...engine.orchestrate import checkpoint_path
 from ...engine.results import special_file
 from .. import tomlfile
 
@@ -168,6 +170,27 @@ def writable(path, what, stream_refused=None) -> str:
 
 
 # ----- executor options ------------------------------------------------------------------------
+
+def add_units(p, jobs="worker processes (default: all cores)",
+              resume="continue an interrupted run from <out>.partial.jsonl",
+              quiet="no progress and no summary", executor=True):
+    """The options of a command whose units are checkpointed as they finish
+    (engine/orchestrate.py): --jobs, --executor and --scheduler (``executor``), --resume
+    and --quiet, with their help texts."""
+    p.add_argument("--jobs", metavar="N", type=int, help=jobs)
+    if executor:
+        add_executor(p)
+    p.add_argument("--resume", action="store_true", help=resume)
+    p.add_argument("--quiet", action="store_true", help=quiet)
+
+
+def interrupted(outcome, out, units="tasks") -> int:
+    """Say on stderr how much of an interrupted run its checkpoint keeps and how to go on;
+    EXIT_INTERRUPTED."""
+    print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} {units} "
+          f"kept in {checkpoint_path(out)}; rerun with --resume", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
 
 def add_executor(p):
     """The --executor and --scheduler options of ``run``, ``measure`` and ``model``."""

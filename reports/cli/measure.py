@@ -8,14 +8,12 @@ sense for one kind are refused, in one line, for the other."""
 
 from __future__ import annotations
 
-import sys
-
 from roundoff_coverage import formats
 
-from ...engine import measure, orchestrate, quantizers
-from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, SEED_MAX, SEED_WHY, UsageError,
-                     add_executor, check_jobs, executor_options, in_range, path_arg,
-                     text_table, user_formats, writable)
+from ...engine import measure, quantizers
+from .common import (EXIT_OK, SEED_MAX, SEED_WHY, UsageError, add_units, check_jobs,
+                     executor_options, in_range, interrupted, path_arg, text_table,
+                     user_formats, writable)
 
 # engine/quantizers.py's RETURNS and TIMEOUT, written here so that building the parser does
 # not import the measuring machinery (numba); a test holds them equal.
@@ -68,13 +66,9 @@ def add(sub, shared):
                    help="the exact function (default: from the target's name)")
     p.add_argument("--arity", type=int, choices=(1, 2), help="arguments of a C function")
     p.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the samples")
-    p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: all cores)")
-    add_executor(p)
     p.add_argument("--out", metavar="PATH", type=path_arg,
                    help="results file (default results/measure.json)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted measurement from its checkpoint")
-    p.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    add_units(p, resume="continue an interrupted measurement from its checkpoint")
     _add_quantizer(p.add_argument_group("a quantizer (--scheme)"))
     p.set_defaults(handler=cmd_measure)
 
@@ -128,10 +122,7 @@ def cmd_measure(args) -> int:
     except ValueError as exc:              # a checkpoint of another measurement; Dask
         raise UsageError(str(exc)) from None
     if outcome.interrupted:
-        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} "
-              f"chunks kept in {orchestrate.checkpoint_path(out)}; rerun with --resume",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted(outcome, out, "chunks")
     if not args.quiet:
         print(measure.text(outcome))
         print(f"results: {out}")

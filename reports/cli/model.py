@@ -17,7 +17,7 @@ from ...engine.model import Config, check
 from ...engine.samples import ModelError, sample_inputs
 from ...engine.model_run import ModelSelection
 from .common import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError,
-                     add_executor, add_modes_routes, add_seed_out, check_jobs, empty_list,
+                     add_units, add_modes_routes, add_seed_out, check_jobs, empty_list,
                      executor_options, modes_of,
                      name_list, path_arg, routes_of, seed_of, text_table, user_formats,
                      writable)
@@ -72,9 +72,7 @@ def add(sub, shared):
     p.add_argument("--inputs", metavar="NPZ", type=path_arg,
                    help="input arrays by input name (.npz); a stack with one more leading "
                         "axis gives several samples")
-    p.add_argument("--jobs", metavar="N", type=int,
-                   help="worker processes, one configuration each (default: all cores)")
-    add_executor(p)
+    add_units(p, jobs="worker processes, one configuration each (default: all cores)")
     add_seed_out(p, "results/model.json")
     p.add_argument("--artifact", metavar="PATH", type=path_arg,
                    help="where a captured model's graph artifact is written (default "
@@ -83,13 +81,10 @@ def add(sub, shared):
                    help="measure the model under a format per module (or node): the "
                         "answer `roundoff-coverage advise --out FILE` writes; the rows' "
                         "format is 'assigned' (instead of --formats)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run from <out>.partial.jsonl")
     p.add_argument("--html", metavar="DIR", type=path_arg,
                    help="also write the HTML report (with the model page) into DIR")
     p.add_argument("--gate", metavar="BASELINE", type=path_arg,
                    help="then gate the results against the model results file BASELINE")
-    p.add_argument("--quiet", action="store_true", help="no progress and no summary")
     p.add_argument("--list-unsupported", action="store_true",
                    help="measure nothing: list every aten operator of the torch model "
                         "(file.py:factory) that the capture cannot translate, one line each "

@@ -11,10 +11,9 @@ from roundoff_coverage.routes.registry import FAMILIES
 
 from ...engine import evaluate, implementations, runner
 from .. import summary, tomlfile
-from .common import (EXIT_INTERRUPTED, EXIT_OK, PROG, UsageError, add_executor,
-                     add_modes_routes, add_seed_out, check_jobs, empty_list, executor_options,
-                     modes_of, name_list, path_arg, routes_of, seed_of, user_formats,
-                     writable)
+from .common import (EXIT_OK, PROG, UsageError, add_modes_routes, add_seed_out, add_units,
+                     check_jobs, empty_list, executor_options, interrupted, modes_of,
+                     name_list, path_arg, routes_of, seed_of, user_formats, writable)
 from .gate import check_gate_baseline, gate_after_run
 from .report import check_report_dir, write_report
 
@@ -56,16 +55,12 @@ def add(sub, shared):
                    help="add to each emulated forward row the bound of its roundoff over the "
                         "box of its ordinary draws (routes.bounds.domain; the row's domain_bound "
                         "and box)")
-    p.add_argument("--jobs", metavar="N", type=int, help="worker processes (default: all cores)")
-    add_executor(p)
+    add_units(p)
     add_seed_out(p, "results/coverage.json")
     p.add_argument("--csv", metavar="PATH", type=path_arg, help="also write the rows as CSV")
-    p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted run from <out>.partial.jsonl")
     p.add_argument("--config", metavar="TOML", type=path_arg,
                    help="a TOML file with any of these options (keys: "
                         + ", ".join(RUN_KEYS) + "); the command line wins")
-    p.add_argument("--quiet", action="store_true", help="no progress and no summary")
     p.add_argument("--whole-range", action="store_true", default=None,
                    help="the summary ranks the worst routes by their errors over the whole "
                         "range (every draw: edges, special values, magnitudes too) and says "
@@ -196,9 +191,7 @@ def cmd_run(args) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or out}: {exc.strerror or exc}") from None
     if outcome.interrupted:
-        print(f"{PROG}: interrupted: {outcome.resumed + outcome.ran} of {outcome.total} tasks "
-              f"kept in {runner.checkpoint_path(out)}; rerun with --resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted(outcome, out)
     if not args.quiet:
         print(summary.text(outcome.rows, outcome.phases, outcome.wall,
                            "whole" if args.whole_range else "ordinary"))

@@ -39,17 +39,22 @@ def _whole(rows):
                 and r["attribution"] == "propagated")
 
 
+def _product_then_square(seed, n=8):
+    """The graph h = x * a (node "first"), y = h * h ("square"), and three samples of
+    bfloat16 values in [0.5, 2)."""
+    g = routes.Graph(x=value((n,)), a=value((n,)))
+    h = g.apply(routes.op("mul", shape=(n,)), g.input("x"), g.input("a"), name="first")
+    g.output(g.apply(routes.op("mul", shape=(n,)), h, h, name="square"))
+    rng = np.random.default_rng(seed)
+    return g, [[formats.round_to(rng.uniform(0.5, 2.0, n), BF16) for _ in range(2)]
+               for _ in range(3)]
+
+
 def test_shares_of_a_product_then_a_square_match_exact_rationals():
     # h = x * a, y = h * h.  In the emulated run the square reads h_hat = RN(x a): its local
     # error is RN(h_hat^2) - h_hat^2 and its share of y's is that (nothing after it); the
     # product's local error d = RN(x a) - x a reaches y through dy/dh = 2 h at the exact h.
-    n = 8
-    g = routes.Graph(x=value((n,)), a=value((n,)))
-    h = g.apply(routes.op("mul", shape=(n,)), g.input("x"), g.input("a"), name="first")
-    g.output(g.apply(routes.op("mul", shape=(n,)), h, h, name="square"))
-    rng = np.random.default_rng(5)
-    xs = [[formats.round_to(rng.uniform(0.5, 2.0, n), BF16) for _ in range(2)]
-          for _ in range(3)]
+    g, xs = _product_then_square(5)
     rows, summary, _ = M.measure(g, CONFIG, xs, 0, ("forward",), attribution="share")
     first, square, measured, ys = [], [], [], []
     for x, a in xs:
@@ -80,13 +85,7 @@ def test_gradient_shares_of_a_product_then_a_square_match_exact_rationals():
     # which reaches dx = 2 c h a as 2 c a d, and its pullback's RN(g a) - g a (g = 2 RN(c
     # h_hat)); node "square" owns its pullback's errors, 2 a (RN(c h_hat) - c h_hat) at x.
     # The chain is linear in each error: the shares add up to the measured error exactly.
-    n = 8
-    g = routes.Graph(x=value((n,)), a=value((n,)))
-    h = g.apply(routes.op("mul", shape=(n,)), g.input("x"), g.input("a"), name="first")
-    g.output(g.apply(routes.op("mul", shape=(n,)), h, h, name="square"))
-    rng = np.random.default_rng(7)
-    xs = [[formats.round_to(rng.uniform(0.5, 2.0, n), BF16) for _ in range(2)]
-          for _ in range(3)]
+    g, xs = _product_then_square(7)
     rows, summary, _ = M.measure(g, CONFIG, xs, 0, ("forward", "gradient"))
     first, square, measured, dxs = [], [], [], []
     for s, (x, a) in enumerate(xs):
@@ -161,21 +160,29 @@ def _worse_by(target, k, fmt):
     return invoke
 
 
-def test_a_node_made_k_ulps_worse_is_named_first_by_local_error_and_by_share(monkeypatch):
+def _named_first(monkeypatch, broken, stream, routes, route, target) -> int:
+    """Of 50 trials, each breaking a random node of the fault graph by k = 1..64 ulps
+    (``broken(op, k, fmt)``: an invoke_prepared), how many name that node first both by
+    local error (``route``) and by its share of ``target``'s error."""
     g = _fault_graph()
     names = g.node_names
-    hits, trials = 0, 50
-    for trial in range(trials):
-        rng = np.random.default_rng([trial, 35])
+    hits = 0
+    for trial in range(50):
+        rng = np.random.default_rng([trial, stream])
         node, k = int(rng.integers(len(g.nodes))), int(rng.integers(1, 65))
         xs = [[formats.round_to(rng.uniform(0.5, 2.0, 16), BF16) for _ in range(4)]]
         with monkeypatch.context() as m:
-            m.setattr(graph_module, "invoke_prepared", _worse_by(g.nodes[node].op, k, BF16))
-            rows, summary, _ = M.measure(g, CONFIG, xs, trial, ("forward",))
-        by_local = summary["largest_local"]["forward"][0]["node"]
-        by_share = summary["largest_share"]["output:out0"][0]["node"]
+            m.setattr(graph_module, "invoke_prepared", broken(g.nodes[node].op, k, BF16))
+            rows, summary, _ = M.measure(g, CONFIG, xs, trial, routes)
+        by_local = summary["largest_local"][route][0]["node"]
+        by_share = summary["largest_share"][target][0]["node"]
         hits += by_local == names[node] and by_share == names[node]
-    assert hits >= 49
+    return hits
+
+
+def test_a_node_made_k_ulps_worse_is_named_first_by_local_error_and_by_share(monkeypatch):
+    assert _named_first(monkeypatch, _worse_by, 35, ("forward",), "forward",
+                        "output:out0") >= 49
 
 
 def _pullback_worse_by(target, k, fmt):
@@ -199,21 +206,8 @@ def _pullback_worse_by(target, k, fmt):
 
 def test_a_pullback_made_k_ulps_worse_is_named_first_by_local_error_and_by_share(monkeypatch):
     # The gradient of x passes through every node's pullback (x -> m0 -> ... -> a1).
-    g = _fault_graph()
-    names = g.node_names
-    hits, trials = 0, 50
-    for trial in range(trials):
-        rng = np.random.default_rng([trial, 36])
-        node, k = int(rng.integers(len(g.nodes))), int(rng.integers(1, 65))
-        xs = [[formats.round_to(rng.uniform(0.5, 2.0, 16), BF16) for _ in range(4)]]
-        with monkeypatch.context() as m:
-            m.setattr(graph_module, "invoke_prepared",
-                      _pullback_worse_by(g.nodes[node].op, k, BF16))
-            rows, summary, _ = M.measure(g, CONFIG, xs, trial, ("forward", "gradient"))
-        by_local = summary["largest_local"]["gradient"][0]["node"]
-        by_share = summary["largest_share"]["input:x"][0]["node"]
-        hits += by_local == names[node] and by_share == names[node]
-    assert hits >= 49
+    assert _named_first(monkeypatch, _pullback_worse_by, 36, ("forward", "gradient"),
+                        "gradient", "input:x") >= 49
 
 
 # ----- closure on an MLP -------------------------------------------------------------------------
