@@ -6,7 +6,9 @@ routes, the box, the budget of pieces, samples, seed); ``plan(sel) -> [Task]`` o
 operator instance (the operator's first example, as the coverage run's exhaustive task
 takes it), format, mode and policy, implementation ``emulated`` (the model the bound is
 of); ``evaluate(task, box, budget) -> [Bounded]`` one per (route, port): its row, the pieces
-of the bound's partition and the samples above the bound.
+of the bound's partition and the samples above the bound; ``run(sel, out, ...)`` the tasks
+on the engine's orchestration (engine/orchestrate.py: worker processes, a checkpoint beside
+``out``, resume), as the coverage run's.
 
 The domain: every value input (a differentiable port) ranges over the format's values in
 the box [lo, hi] entry by entry; the other inputs keep the operator's ordinary sample
