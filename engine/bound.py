@@ -141,18 +141,18 @@ def run(sel: BoundSelection, out, jobs: int | None = None, resume: bool = False,
     ValueError (one line) for a checkpoint of another run."""
     t0 = time.perf_counter()
     tasks = plan(sel)
-    keys = {t.key for t in tasks}
+    by_key = {t.key: t for t in tasks}
     stream_out = results.special_file(out) is not None
     if stream_out and resume:
         raise ValueError(f"--resume: {out} is {results.special_file(out)}, beside which no "
                          f"checkpoint is kept; give a file path")
     done = {k: v for k, v in orchestrate.resumed(out, sel.fingerprint(), resume).items()
-            if k in keys}
+            if k in by_key}
     collected = dict(done)
     outcome = Outcome(resumed=len(done), total=len(tasks), out=str(out))
 
     def failed(key, message):
-        task = next(t for t in tasks if t.key == key)
+        task = by_key[key]
         return [{"row": r, "pieces": 0, "violations": 0} for route in task.routes
                 for r in status_rows(task, None, route, "error", message)]
 

@@ -675,10 +675,10 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
     wide = numerics.emulated(KEEP_FORMAT, config.mode, config.policy, seed=emu.seed)
     want_grad = "gradient" in routes
     out = []
+    store = scaled or recipe or storage.ELEMENT
     for i, (label, module, ks) in enumerate(groups):
         log("keep in binary32", float(i), float(len(groups)), f"{i + 1}/{len(groups)} {label}")
         rule = GraphRule(g, emu)
-        store = scaled or recipe or storage.ELEMENT
         try:
             traces = []
             for s, (x, (c, _)) in enumerate(zip(xs, dirs)):

@@ -218,6 +218,7 @@ def _import(lib: str):
     if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
         sys.path.insert(0, cwd)
     try:
+        # (not for the libraries that never import torchvision: preparing it imports torch)
         if lib.split(".")[0] not in ("numpy", "math", "torch", "jax"):
             prepare_torchvision()
         return importlib.import_module(lib)

@@ -25,14 +25,9 @@ import warnings
 
 import torch
 
+from roundoff_coverage.engine.targets import prepare_torchvision
+
 _LIBRARIES: dict = {}
-
-
-def _prepare_torchvision():
-    """Declare torchvision's unguarded schemas when its compiled ops cannot load here (the
-    command does the same before importing a user's factory: engine.targets)."""
-    from roundoff_coverage.engine.targets import prepare_torchvision
-    prepare_torchvision()
 
 
 def _import_beside_repository(name):
@@ -54,7 +49,7 @@ def _import_beside_repository(name):
 def libraries() -> dict:
     """{"transformers": module or None, "timm": ..., "torchvision": ...}."""
     if not _LIBRARIES:
-        _prepare_torchvision()
+        prepare_torchvision()
         if "kernels" not in sys.modules:
             _import_beside_repository("kernels")
         for name in ("torchvision", "transformers", "timm"):
