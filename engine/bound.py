@@ -45,7 +45,7 @@ from roundoff_coverage.routes.bounds import domain_bound
 from . import orchestrate, reference, results
 from .orchestrate import Checkpoint, Progress, checkpoint_path
 from .plan import Outcome
-from .implementations.base import run_routes
+from .implementations.base import run_routes, subject_rule
 from .samples import Draws
 from .measuring import measure_port, per_sample, worst_case
 from .task import Task, base_row, batchable, one_line, rng_for, route_ports, status_rows
@@ -301,7 +301,7 @@ def _route(task, setup, route, budget) -> list:
     bound = domain_bound(o, setup.lows, setup.highs, fmt, task.mode, task.accumulation,
                          route, budget, setup.tangents, setup.cotangents, setup.elementwise)
     d = setup.draws(task, bound, task.draws)
-    em = d.op.rule(numerics.emulated(fmt, task.mode, task.accumulation, seed=task.seed))
+    em = subject_rule(d.op, numerics.emulated(fmt, task.mode, task.accumulation, seed=task.seed))
     got = run_routes(em, d, [route])[route]
     if isinstance(got, Exception):
         raise got
@@ -358,7 +358,8 @@ def _reference(d, fmt, route):
     """(per-draw exact values of ``route``, the highest precision needed) by
     the reference policy (engine/reference.py)."""
     def fn(prec, items):
-        got = run_routes(d.op.rule(numerics.reference(prec)), d.subset(items), [route])[route]
+        got = run_routes(subject_rule(d.op, numerics.reference(prec)), d.subset(items),
+                         [route])[route]
         if isinstance(got, Exception):
             raise got
         return list(got)

@@ -40,7 +40,7 @@ from roundoff_coverage.numerics.metrics import clamp_exact
 from roundoff_coverage.routes import bounds as routes_bounds
 
 from . import implementations, reference
-from .implementations.base import run_routes
+from .implementations.base import run_routes, subject_rule
 from .quantize import axis_text, element_scales, quantize_draws, quantize_port, quantize_seed
 from .samples import Draws, draw, sample_kinds
 from .measuring import (REPRO_MAX_ELEMENTS, Bounds, apriori_bounds, by_magnitude,
@@ -120,7 +120,7 @@ def evaluate(task: Task):
         problems = impl.problems(pending)
     except Exception as exc:                                  # noqa: BLE001
         impl, problems = None, dict.fromkeys(pending, ("error", one_line(exc), None))
-    ref_rule = o.rule(numerics.reference(ref_prec))
+    ref_rule = subject_rule(o, numerics.reference(ref_prec))
     if ref_rule is None:
         problems = {r: problems.get(r) or (
             "no_rule", f"the reference lacks capability {o.need}: no exact value to measure "
@@ -164,8 +164,8 @@ def _measure_routes(task, impl, d, fmt, pending, ref_rule, timer, quantized=None
                    for r, v in got.items()}
     ok = [r for r in pending if not isinstance(got[r], Exception)]
     with timer("reference"):
-        if d.op is not ref_rule.op:            # batched draws: a longer instance
-            ref_rule = d.op.rule(ref_rule.xp)
+        if d.op is not impl.o:             # batched draws: a longer instance
+            ref_rule = subject_rule(d.op, ref_rule.xp)
         ref = run_routes(ref_rule, d, ok)
         exact, precs = _settle(d, fmt, [r for r in ok if not isinstance(ref[r], Exception)],
                                ref)
@@ -266,7 +266,8 @@ def _settle(d, fmt, routes, first):
     policy (engine/reference.py), ``first`` holding the values at its start precision; an
     Exception in place of the first when a route fails at a higher precision."""
     def fn(prec, items):
-        again = run_routes(d.op.rule(numerics.reference(prec)), d.subset(items), routes)
+        again = run_routes(subject_rule(d.op, numerics.reference(prec)), d.subset(items),
+                           routes)
         for r in routes:
             if isinstance(again[r], Exception):
                 raise again[r]

@@ -33,7 +33,7 @@ from roundoff_coverage.numerics import metrics
 from roundoff_coverage.numerics.metrics import clamp_exact
 
 from . import rows
-from .implementations.base import run_routes
+from .implementations.base import run_routes, subject_rule
 from .task import route_ports
 
 REPRO_MAX_ELEMENTS = 256       # full input arrays in a reproducer up to this many elements
@@ -459,7 +459,7 @@ def interval_bounds(task, d, fmt, wanted) -> dict:
         return {}
     try:
         bk = numerics.bounding(fmt, task.mode, task.accumulation)
-        rule = d.op.rule(bk)
+        rule = subject_rule(d.op, bk)
     except Exception:                                       # noqa: BLE001 (no bound)
         return {}
     if rule is None:

@@ -44,8 +44,9 @@ import numpy as np
 
 from . import artifact
 from .errors import RouteError
-from .invoke import checked_rule, invoke_prepared, rule_for
+from .invoke import checked_rule, invoke_maps, invoke_prepared, rule_for
 from .ports import Port, boolean, frozen
+from .rules import each_route
 
 
 INPUT, CONSTANT = -1, -2         # Ref.node of a graph input, of a graph constant
@@ -109,6 +110,7 @@ class Graph:
         self.constant_names: list[str] = []
         self.example_inputs = None
         self.source: dict = {}                  # JSON data: what built the graph
+        self.operator = None                    # the operator a one_node graph is
 
     @property
     def node_names(self) -> tuple:
@@ -234,6 +236,18 @@ class Graph:
         return GraphRule(self, backend).forward(inputs)
 
 
+def one_node(op) -> Graph:
+    """The operator instance ``op`` as a graph of one node: the operator's inputs are the
+    graph's (under their port names), its outputs the graph's; its errors are the
+    operator's own messages (no node label).  The engine evaluates an
+    operator's routes as this graph's (GraphRule.routes): one interpreter for operators
+    and models."""
+    g = Graph(**dict(zip(op.input_names, op.inputs)))
+    g.operator = op
+    refs = g.apply(op, *(Ref(INPUT, i) for i in range(len(op.inputs))))
+    return g.output(*(refs if isinstance(refs, tuple) else (refs,)), names=op.output_names)
+
+
 @dataclass
 class Trace:
     """Every value of a graph's sweeps (GraphRule.trace): ``values`` {Ref: value} (inputs,
@@ -296,6 +310,8 @@ class GraphRule:
                 for i, (c, p) in enumerate(zip(g.constants, g.constant_ports))}
 
     def _node_error(self, k, exc):
+        if self.graph.operator is not None:
+            return exc              # an operator instance (``one_node``): its own message
         return RouteError(f"graph node {k} ({self.graph.nodes[k].op.name}): {exc}")
 
     def _sweep(self, inputs, needs_grad, override=None, post=None, pre=None):
@@ -318,13 +334,15 @@ class GraphRule:
             if pre is not None:
                 args = list(_posted(pre, "argument", k, args))
             try:
-                outs, pull = invoke_prepared(node.op, args, xp, flags)
+                # The values are this backend's numbers already: read once, where made.
+                outs, pull, push = invoke_maps(node.op, args, xp, flags, xp is not self.xp)
                 rule = rule_for(node.op, self.xp)      # the order and alias of this sweep
             except RouteError as exc:
                 raise self._node_error(k, exc) from None
             if xp is not self.xp:
-                outs, pull = self._read_back(node.op.outputs, outs), \
-                    self._pull_back(node.op.inputs, pull)
+                outs, pull, push = self._read_back(node.op.outputs, outs), \
+                    self._pull_back(node.op.inputs, pull), \
+                    self._pull_back(node.op.outputs, push)
             if pre is not None:
                 pull = _pre_pull(pre, k, pull)
             if post is not None:
@@ -333,7 +351,7 @@ class GraphRule:
             for j, (y, p) in enumerate(zip(outs, node.op.outputs)):
                 vals[Ref(k, j)] = y
                 active[Ref(k, j)] = any(flags) and p.differentiable
-            tape.append((flags, pull, rule))
+            tape.append((flags, pull, rule, push))
         return vals, active, tape
 
     def forward(self, inputs) -> tuple:
@@ -351,11 +369,56 @@ class GraphRule:
         vals, active, tape = self._sweep(inputs, needs)
 
         def pullback(cotangents):
-            cots = self._reverse(active, tape, cotangents)
-            return tuple((cots.get(Ref(-1, i)) if Ref(-1, i) in cots else
-                          xp.zeros_like(vals[Ref(-1, i)])) if need else None
-                         for i, need in enumerate(needs))
+            return self._gradients(vals, active, tape, cotangents, needs)
         return tuple(vals[r] for r in g._outputs), pullback
+
+    def routes(self, inputs, wanted, tangents=None, cotangents=None, before=None) -> dict:
+        """Rule.routes of the graph: one forward sweep, then for each route of ``wanted``
+        the outputs (``forward``), the output tangents from ``tangents`` (``tangent``: each
+        node's pushforward at the sweep's values) or the gradients of the value inputs from
+        ``cotangents`` (``gradient``: the reverse sweep); an exception of the forward sweep
+        propagates, a route's own is its result.  ``before(route)`` as in Rule.routes.  An
+        operator instance's routes are its one-node graph's (``one_node``)."""
+        g = self.graph
+        needs = tuple(p.differentiable for p in g.inputs)
+        vals, active, tape = self._sweep(inputs, needs)
+        return each_route("graph", wanted, before, {
+            "forward": lambda: tuple(vals[r] for r in g._outputs),
+            "tangent": lambda: self._pushed(vals, tape, tangents),
+            "gradient": lambda: self._gradients(vals, active, tape, cotangents, needs)})
+
+    def _gradients(self, vals, active, tape, cotangents, needs) -> tuple:
+        """The gradient of each input whose flag in ``needs`` is on (zeros where no
+        cotangent reaches it), None at the others: the reverse sweep of a taped sweep."""
+        cots = self._reverse(active, tape, cotangents)
+        return tuple((cots[Ref(-1, i)] if Ref(-1, i) in cots else
+                      self.xp.zeros_like(vals[Ref(-1, i)])) if need else None
+                     for i, need in enumerate(needs))
+
+    def _pushed(self, vals, tape, tangents) -> tuple:
+        """The output tangents from ``tangents`` (one per input; None: zero) at a taped
+        sweep's values: the input tangents read once, each node's pushforward in order
+        (nothing is evaluated forward again), zeros at value outputs no tangent reaches."""
+        g, xp = self.graph, self.xp
+        tangents = tuple(tangents)
+        if len(tangents) != len(g.inputs):
+            raise RouteError(f"graph: expects {len(g.inputs)} tangents (got {len(tangents)})")
+        tans = {Ref(-1, i): xp.asarray(t) for i, (t, p) in enumerate(zip(tangents, g.inputs))
+                if t is not None and p.differentiable}
+        for k, node in enumerate(g.nodes):
+            if not any(p.differentiable for p in node.op.outputs):
+                continue        # a comparison, an index: no tangent
+            ts = [tans.get(r) if p.differentiable else None
+                  for r, p in zip(node.args, node.op.inputs)]
+            try:
+                touts = tape[k][3](ts)
+            except RouteError as exc:
+                raise self._node_error(k, exc) from None
+            for j, t in enumerate(touts):
+                if t is not None:
+                    tans[Ref(k, j)] = t
+        return tuple((tans[r] if r in tans else xp.zeros_like(vals[r])) if p.differentiable
+                     else None for r, p in zip(g._outputs, g.outputs))
 
     def _reverse(self, active, tape, cotangents, contributions=None) -> dict:
         """The reverse sweep: {Ref: accumulated cotangent}; ``contributions``, when a dict,
@@ -372,7 +435,7 @@ class GraphRule:
         ``tape``: each node's pullback, its contributions joined by the rule's alias."""
         g = self.graph
         for k in range(last, -1, -1):
-            flags, pull, rule = tape[k]
+            flags, pull, rule, _ = tape[k]
             outs = [cots.get(Ref(k, j)) for j in range(len(g.nodes[k].op.outputs))]
             if not any(flags) or all(c is None for c in outs):
                 continue
@@ -415,16 +478,16 @@ class GraphRule:
             node = g.nodes[i]
             if not any(r in changed for r in node.args):
                 continue
-            flags, _, rule = entries[i]
+            flags, _, rule, _ = entries[i]
             try:
-                outs, pull = invoke_prepared(node.op, [vals[r] for r in node.args], self.xp,
-                                             flags)
+                outs, pull, push = invoke_maps(node.op, [vals[r] for r in node.args], self.xp,
+                                               flags, read=False)
             except RouteError as exc:
                 raise self._node_error(i, exc) from None
             for j, y in enumerate(outs):
                 vals[Ref(i, j)] = y
                 changed.add(Ref(i, j))
-            entries[i] = (flags, pull, rule)
+            entries[i] = (flags, pull, rule, push)
         return self._reverse(tape.active, entries, cotangents)
 
     def _read_back(self, ports, values) -> tuple:

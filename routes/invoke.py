@@ -6,11 +6,15 @@ existence of a rule under the backend, the rule's value-domain ``validate``, the
 
 from __future__ import annotations
 
+import numpy as np
+
 from .errors import RouteError
 
 
-def check_inputs(op, inputs) -> tuple:
-    """``inputs`` as a tuple after checking their number and each one against its port."""
+def check_inputs(op, inputs, read=True) -> tuple:
+    """``inputs`` as a tuple after checking their number and each one against its port;
+    ``read`` False: the scalar ones are a backend's numbers already (a graph's values, in
+    the backend's own representation), whose shape alone is checked."""
     inputs = tuple(inputs)
     names = op.input_names
     if len(inputs) != len(names):
@@ -18,7 +22,8 @@ def check_inputs(op, inputs) -> tuple:
         raise RouteError(f"{op.name}: expects {len(names)} {plural} ({', '.join(names)}) "
                          f"(got {len(inputs)})")
     for name, port, x in zip(names, op.inputs, inputs):
-        bad = port.mismatch(x)
+        bad = port.mismatch(x) if read or not port.scalar else \
+            None if np.shape(x) == port.array_shape else f"got shape {list(np.shape(x))}"
         if bad:
             raise RouteError(f"{op.name}: input {name} expects {port} ({bad})")
     return inputs
@@ -48,11 +53,13 @@ def checked_rule(op, inputs, backend):
     return rule
 
 
-def invoke_prepared(op, inputs, backend, needs_grad=None):
-    """(outputs, pullback) after the staged checks; ``needs_grad`` one flag per input
-    (default all off), a flag on a non-value port is refused."""
+def invoke_maps(op, inputs, backend, needs_grad=None, read=True):
+    """(outputs, pullback, pushforward) after the staged checks (Rule.maps); ``needs_grad``
+    one flag per input (default all off), a flag on a non-value port is refused; ``read``
+    False: the inputs are ``backend``'s numbers already (a graph's values), read no
+    second time."""
     op.check()
-    inputs = check_inputs(op, inputs)
+    inputs = check_inputs(op, inputs, read)
     flags = (False,) * len(inputs) if needs_grad is None else tuple(needs_grad)
     if len(flags) != len(inputs):
         raise RouteError(f"{op.name}: needs_grad has {len(flags)} flags for {len(inputs)} "
@@ -62,8 +69,13 @@ def invoke_prepared(op, inputs, backend, needs_grad=None):
             raise RouteError(f"{op.name}: input {name} is a {port.kind} port, which receives "
                              f"no gradient (needs_grad must be false there)")
     rule = rule_for(op, backend)
-    rule.validate(inputs)
-    return rule.prepare(inputs, flags)
+    rule.validate(inputs, read)
+    return rule.maps(inputs, flags, read)
+
+
+def invoke_prepared(op, inputs, backend, needs_grad=None):
+    """(outputs, pullback) after the staged checks (``invoke_maps``)."""
+    return invoke_maps(op, inputs, backend, needs_grad)[:2]
 
 
 def invoke(op, inputs, backend) -> tuple:

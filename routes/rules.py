@@ -99,13 +99,15 @@ class Rule:
         return tuple(self.xp.asarray(x) if p.scalar else np.asarray(x)
                      for x, p in zip(self._fit(inputs), self._ins))
 
-    def _linear(self, vs, ports, like, what) -> tuple:
-        """Tangents or cotangents: backend numbers at value ports (zeros for None), None
+    def _linear(self, vs, ports, like, what, read=True) -> tuple:
+        """Tangents or cotangents: backend numbers at value ports (zeros for None; read with
+        ``asarray`` unless ``read`` is False: they are the backend's already), None
         elsewhere."""
         vs = tuple(vs)
         if len(vs) != len(ports):
             raise RouteError(f"{self.op.name}: expects {len(ports)} {what} (got {len(vs)})")
-        return tuple((self.xp.zeros_like(ref) if v is None else self.xp.asarray(v))
+        return tuple((self.xp.zeros_like(ref) if v is None else
+                      self.xp.asarray(v) if read else v)
                      if p.differentiable else None for v, p, ref in zip(vs, ports, like))
 
     def _forward(self, xs) -> Outputs:
@@ -122,28 +124,28 @@ class Rule:
         """The values of the output ports."""
         return tuple(self._forward(self._read(inputs)))
 
-    def validate(self, inputs) -> None:
+    def validate(self, inputs, read=True) -> None:
         """The value-domain check (after the number and shapes of the inputs); RouteError
-        naming the operator and the argument."""
+        naming the operator and the argument.  ``read`` False: the inputs are this
+        backend's numbers already (``maps``)."""
         check = self.op.decl.validate
         if not check:
             self._fit(inputs)                  # the number and shapes still
             return
-        message = check(self.xp, self.op.attrs, *self._read(inputs))
+        message = check(self.xp, self.op.attrs,
+                        *(self._read(inputs) if read else self._fit(inputs)))
         if message:
             raise RouteError(f"{self.op.name}: {message}")
 
     def backward(self, inputs, cotangents) -> tuple:
         """The dense pullback: a gradient for every value input, None elsewhere."""
-        xs = self._read(inputs)
-        ys = self._forward(xs)
-        needs = tuple(p.differentiable for p in self._ins)
-        return self._pull(xs, ys, cotangents, needs)
+        _, pull, _ = self.maps(inputs, tuple(p.differentiable for p in self._ins))
+        return pull(cotangents)
 
-    def _pull(self, xs, ys, cotangents, needs) -> tuple:
+    def _pull(self, xs, ys, cotangents, needs, read=True) -> tuple:
         if not any(needs):
             return (None,) * len(xs)
-        gs = self._linear(cotangents, self._outs, ys, "cotangents")
+        gs = self._linear(cotangents, self._outs, ys, "cotangents", read)
         grads = tuple(self.op.decl.backward(self.xp, self.op.attrs, xs, ys, gs, needs))
         if len(grads) != len(xs):
             raise RuntimeError(f"{self.op.name}: backward returned {len(grads)} gradients "
@@ -156,9 +158,8 @@ class Rule:
 
     def linearize(self, inputs, tangents) -> tuple[tuple, tuple]:
         """(outputs, output tangents) from one forward evaluation."""
-        xs = self._read(inputs)
-        ys = self._forward(xs)
-        return tuple(ys), self._push(xs, ys, tangents)
+        ys, _, push = self.maps(inputs, (False,) * len(self._ins))
+        return ys, push(tangents)
 
     def routes(self, inputs, wanted, tangents=None, cotangents=None, before=None) -> dict:
         """{route: result, or the exception the route raised} for each of ``wanted`` from
@@ -168,30 +169,14 @@ class Rule:
         forward passes.  An exception of the forward pass propagates (it is every route's).
         ``before``, if given, is called with each route's name before its own evaluation
         and after the forward pass (a backend's sticky IEEE flags are cleared there, say)."""
-        xs = self._read(inputs)
-        ys = self._forward(xs)
-        needs = tuple(p.differentiable for p in self._ins)
-        out = {}
-        for route in wanted:
-            if before is not None:
-                before(route)
-            try:
-                if route == "forward":
-                    out[route] = tuple(ys)
-                elif route == "tangent":
-                    out[route] = self._push(xs, ys, tangents)
-                elif route == "gradient":
-                    out[route] = self._pull(xs, ys, cotangents, needs)
-                else:
-                    raise RouteError(f"{self.op.name}: unknown route {route!r} (forward, "
-                                     f"tangent or gradient)")
-            except Exception as exc:                      # noqa: BLE001 (the route's)
-                out[route] = exc
-        return out
+        ys, pull, push = self.maps(inputs, tuple(p.differentiable for p in self._ins))
+        return each_route(self.op.name, wanted, before, {
+            "forward": lambda: ys, "tangent": lambda: push(tangents),
+            "gradient": lambda: pull(cotangents)})
 
-    def _push(self, xs, ys, tangents) -> tuple:
+    def _push(self, xs, ys, tangents, read=True) -> tuple:
         """The output tangents at read inputs ``xs`` with forward values ``ys``."""
-        ts = self._linear(tangents, self._ins, xs, "tangents")
+        ts = self._linear(tangents, self._ins, xs, "tangents", read)
         reason = self.op.no_jvp_reason()
         if reason:
             raise RouteError(f"{self.op.name}: {reason}")
@@ -211,7 +196,17 @@ class Rule:
         input (a flag at a non-value port is ignored).  ``pullback(cotangents)`` returns the
         dense gradient at each input whose flag is on and None at the others, reusing the
         forward values and intermediates."""
-        xs = self._read(inputs)
+        return self.maps(inputs, needs_grad)[:2]
+
+    def maps(self, inputs, needs_grad, read=True):
+        """(outputs, pullback, pushforward) from one forward evaluation: ``pullback`` as
+        ``prepare``'s, ``pushforward(tangents)`` the output tangents (as ``jvp``'s), both
+        at the forward values and intermediates.  ``read`` False: the inputs, and the
+        cotangents and tangents the maps are given, are this backend's numbers already (a
+        graph's values), so nothing is read twice -- a stochastic rounding backend draws
+        bits for each value once."""
+        xs = self._read(inputs) if read else \
+            tuple(x if p.scalar else np.asarray(x) for x, p in zip(self._fit(inputs), self._ins))
         flags = tuple(needs_grad)
         if len(flags) != len(xs):
             raise RouteError(f"{self.op.name}: needs_grad has {len(flags)} flags for "
@@ -220,8 +215,29 @@ class Rule:
         ys = self._forward(xs)
 
         def pullback(cotangents):
-            return self._pull(xs, ys, cotangents, needs)
-        return tuple(ys), pullback
+            return self._pull(xs, ys, cotangents, needs, read)
+
+        def pushforward(tangents):
+            return self._push(xs, ys, tangents, read)
+        return tuple(ys), pullback, pushforward
+
+
+def each_route(name, wanted, before, maps) -> dict:
+    """{route: result, or the exception the route raised} of each of ``wanted``, computed
+    by ``maps`` {route: a function of no arguments} after the forward pass (``routes``
+    of a Rule and of a GraphRule); ``before(route)``, if given, is called first."""
+    out = {}
+    for route in wanted:
+        if before is not None:
+            before(route)
+        try:
+            if route not in maps:
+                raise RouteError(f"{name}: unknown route {route!r} (forward, tangent or "
+                                 f"gradient)")
+            out[route] = maps[route]()
+        except Exception as exc:                          # noqa: BLE001 (the route's)
+            out[route] = exc
+    return out
 
 
 def zero_tangents(xp, a, xs, ys, ts) -> tuple:

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import functools
 
+from roundoff_coverage.routes.graph import one_node
+
 
 class Implementation:
     """Base of the implementations (module docstring); ``task``, ``o`` (the operator),
@@ -98,13 +100,14 @@ class Implementation:
 
     @functools.cached_property
     def rule(self):
-        """The operator's rule under ``numbers``, built once (None where it has none)."""
-        return self.o.rule(self.numbers)
+        """The operator's rule under ``numbers`` (``subject_rule``), built once (None where
+        it has none)."""
+        return subject_rule(self.o, self.numbers)
 
     def rule_of(self, d):
         """The rule for draws ``d``: ``rule`` itself, unless the draws are of a longer
         instance (batched elementwise draws, engine/samples.py)."""
-        return self.rule if d.op is self.o else d.op.rule(self.numbers)
+        return self.rule if d.op is self.o else subject_rule(d.op, self.numbers)
 
     def no_rule(self, pending) -> dict:
         """no_rule for every route when ``o`` has no rule under ``numbers``: the reason the
@@ -118,11 +121,19 @@ class Implementation:
 
 # ----- an operator's routes on draws -----------------------------------------------------------
 
+def subject_rule(op, xp):
+    """The rule the engine evaluates an operator instance by: its one-node graph
+    (routes.graph.one_node) under backend ``xp``, so that an operator and a model run
+    through one interpreter (routes.graph.GraphRule); None where ``op`` has no rule
+    under ``xp``."""
+    return one_node(op).rule(xp)
+
+
 def run_routes(rule, d, wanted, flags=None) -> dict:
     """{route: [per-draw outputs] or Exception}: forward values, output tangents, input
     gradients (each a tuple per port) of every draw of ``d`` (engine/samples.Draws) under
-    ``rule``: Rule.routes, one forward
-    evaluation per draw for the three routes.
+    ``rule`` (``subject_rule``): GraphRule.routes, one forward sweep per draw for the three
+    routes.
 
     ``flags``, a dict, receives {route: IEEE flags raised} when the backend keeps sticky
     flags (``track_flags``): the OR over every draw of the flags of the route's whole

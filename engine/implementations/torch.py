@@ -76,7 +76,7 @@ from roundoff_coverage.routes.frontends.torch import exported
 from roundoff_coverage.routes.graph import INPUT, Ref, Trace
 
 from .. import rows as R
-from .base import run_routes
+from .base import run_routes, subject_rule
 from ..measuring import METRIC_FIELDS, measure_port, per_sample, worst_case
 from ..targets import DTYPES, FLOAT8, importable
 from ..task import one_line, route_ports
@@ -510,7 +510,7 @@ def _apply_conventions(impl, route, rows, conventions):
     if not hit:
         return
     prec = max(int(row["ref_prec"] or impl.fmt.precision + 64) for row in hit)
-    ref = run_routes(o.rule(numerics.reference(prec)), d, [route])[route]
+    ref = run_routes(subject_rule(o, numerics.reference(prec)), d, [route])[route]
     if isinstance(ref, Exception):
         for row in hit:
             row["status"] = "convention"

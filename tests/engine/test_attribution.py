@@ -145,25 +145,26 @@ def _fault_graph(n=16):
 
 
 def _worse_by(target, k, fmt):
-    """invoke_prepared whose outputs of node op ``target`` under a format backend (not the
+    """invoke_maps whose outputs of node op ``target`` under a format backend (not the
     reference) are moved up by k ulps of the format: a broken implementation."""
-    real = graph_module.invoke_prepared
+    real = graph_module.invoke_maps
 
-    def invoke(op, args, xp, flags):
-        outs, pull = real(op, args, xp, flags)
+    def invoke(op, args, xp, flags=None, read=True):
+        outs, pull, push = real(op, args, xp, flags, read)
         if op is not target or xp.name.startswith("reference"):
-            return outs, pull
+            return outs, pull, push
         moved = tuple(formats.round_to(np.asarray(y, dtype=np.float64) +
                                        k * formats.ulp(np.asarray(y, dtype=np.float64), fmt),
                                        fmt) for y in outs)
-        return moved, pull
+        return moved, pull, push
     return invoke
 
 
 def _named_first(monkeypatch, broken, stream, routes, route, target) -> int:
     """Of 50 trials, each breaking a random node of the fault graph by k = 1..64 ulps
-    (``broken(op, k, fmt)``: an invoke_prepared), how many name that node first both by
-    local error (``route``) and by its share of ``target``'s error."""
+    (``broken(op, k, fmt)``: an invoke_maps, which the graph's sweeps call, and through
+    invoke_prepared its nodes alone), how many name that node first both by local error
+    (``route``) and by its share of ``target``'s error."""
     g = _fault_graph()
     names = g.node_names
     hits = 0
@@ -171,8 +172,11 @@ def _named_first(monkeypatch, broken, stream, routes, route, target) -> int:
         rng = np.random.default_rng([trial, stream])
         node, k = int(rng.integers(len(g.nodes))), int(rng.integers(1, 65))
         xs = [[formats.round_to(rng.uniform(0.5, 2.0, 16), BF16) for _ in range(4)]]
+        maps = broken(g.nodes[node].op, k, BF16)
         with monkeypatch.context() as m:
-            m.setattr(graph_module, "invoke_prepared", broken(g.nodes[node].op, k, BF16))
+            m.setattr(graph_module, "invoke_maps", maps)
+            m.setattr(graph_module, "invoke_prepared",
+                      lambda op, args, xp, flags=None, maps=maps: maps(op, args, xp, flags)[:2])
             rows, summary, _ = M.measure(g, CONFIG, xs, trial, routes)
         by_local = summary["largest_local"][route][0]["node"]
         by_share = summary["largest_share"][target][0]["node"]
@@ -186,21 +190,21 @@ def test_a_node_made_k_ulps_worse_is_named_first_by_local_error_and_by_share(mon
 
 
 def _pullback_worse_by(target, k, fmt):
-    """invoke_prepared whose pullback of node op ``target`` under a format backend moves its
+    """invoke_maps whose pullback of node op ``target`` under a format backend moves its
     contributions up by k ulps of the format: a broken gradient implementation."""
-    real = graph_module.invoke_prepared
+    real = graph_module.invoke_maps
 
-    def invoke(op, args, xp, flags):
-        outs, pull = real(op, args, xp, flags)
+    def invoke(op, args, xp, flags=None, read=True):
+        outs, pull, push = real(op, args, xp, flags, read)
         if op is not target or xp.name.startswith("reference") or pull is None:
-            return outs, pull
+            return outs, pull, push
 
         def moved(cotangents):
             return tuple(None if c is None else formats.round_to(
                 np.asarray(c, dtype=np.float64) +
                 k * formats.ulp(np.asarray(c, dtype=np.float64), fmt), fmt)
                 for c in pull(cotangents))
-        return outs, moved
+        return outs, moved, push
     return invoke
 
 

@@ -186,3 +186,69 @@ def test_the_forward_mode_sweep_passes_a_comparison_that_has_no_tangent():
         ys, ts = g.rule(backend).linearize([x, a], [dx, da])
         assert [float(v) for v in np.asarray(ys[0]).reshape(-1)] == [-1.0, 10.0, -1.0, -3.0]
         assert [float(v) for v in np.asarray(ts[0]).reshape(-1)] == [1.0, 7.0, -3.5, 0.5]
+
+
+def test_routes_of_one_sweep_match_central_differences():
+    # GraphRule.routes: one forward sweep for the three routes; the tangents come from each
+    # node's pushforward at the sweep's values, the gradients from its tape.
+    xp = numerics.reference(256)
+    rule = network().rule(xp)
+    got = rule.routes(INPUTS, ["forward", "tangent", "gradient"], TANGENTS, COTANGENTS)
+    cd = central_difference(rule, xp, INPUTS, TANGENTS)
+    for tangent, want in zip(got["tangent"], cd):
+        for a, b in zip(np.ravel(tangent), want):
+            assert abs(mp(a) - b) <= CTX.ldexp(1, -100) * (1 + abs(b))
+    lhs, _ = pairing(COTANGENTS, cd)
+    assert abs(lhs - pairing(TANGENTS, got["gradient"])[0]) <= CTX.ldexp(1, -100) * (1 + abs(lhs))
+    x, w1, b1, w2 = INPUTS[:4]
+    m = np.maximum(np.maximum(x * w1 + b1, 0) * w2, np.clip(x, -1, 1))
+    assert np.allclose([float(v) for v in got["forward"][0]], m, rtol=1e-15, atol=0)
+    bad = rule.routes(INPUTS, ["sideways"], TANGENTS, COTANGENTS)["sideways"]
+    assert isinstance(bad, routes.RouteError) and "unknown route 'sideways'" in str(bad)
+
+
+def test_an_operator_instance_is_its_one_node_graph():
+    # exp at x: value e^x, tangent e^x t, gradient e^x c, against mpmath at 256 bits.
+    from roundoff_coverage.routes.graph import one_node
+    g = one_node(routes.op("exp", shape=S))
+    assert g.input_names == ("x",) and len(g.nodes) == 1
+    x, t, c = np.array([0.5, -2.0, 3.25]), np.array([1.0, -0.5, 2.0]), np.array([0.25, 4.0, -1.0])
+    got = g.rule(numerics.reference(256)).routes([x], ["forward", "tangent", "gradient"],
+                                                 [t], [c])
+    with CTX.workprec(256):
+        for k in range(3):
+            e = CTX.exp(CTX.mpf(float(x[k])))
+            for route, want in (("forward", e), ("tangent", e * float(t[k])),
+                                ("gradient", e * float(c[k]))):
+                assert abs(mp(got[route][0][k]) - want) <= CTX.ldexp(1, -240) * abs(want)
+    # An operator's own message, not wrapped in the graph's node label.
+    with pytest.raises(routes.RouteError, match=r"^clamp: lo must not exceed hi"):
+        one_node(routes.op("clamp", shape=S)).run([x, np.array(1.0), np.array(-1.0)],
+                                                  numerics.native("float64"))
+
+
+class _CountingReads:
+    """A float64 backend that counts its reads (``asarray``)."""
+
+    def __init__(self):
+        self.base, self.reads = numerics.native("float64"), 0
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def asarray(self, x):
+        self.reads += 1
+        return self.base.asarray(x)
+
+
+def test_a_sweep_reads_each_input_and_cotangent_once():
+    # A stochastically rounding backend draws bits at every read: the nodes take the graph's
+    # values as they are (7 nodes, 6 inputs, of which 4 scalar reads plus 2 frozen, and 2
+    # cotangents seeded).
+    xp = _CountingReads()
+    rule = routes.graph.GraphRule(network(), xp)
+    rule.forward(INPUTS)
+    assert xp.reads == 6
+    xp.reads = 0
+    rule.routes(INPUTS, ["forward", "gradient"], TANGENTS, COTANGENTS)
+    assert xp.reads == 6 + 2
