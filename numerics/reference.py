@@ -237,6 +237,13 @@ def remainder_raw(x, y, prec=0, rnd=_RN):
     return libmp.from_man_exp(-r if X < 0 else r, e, prec, rnd)
 
 
+# add, subtract and multiply: one libmp operation rounded to nearest at the working precision
+# (their table entries below), the elementwise loop's hottest operations.
+_RAW_ARITHMETIC = {"add": libmp.mpf_add, "subtract": libmp.mpf_sub, "multiply": libmp.mpf_mul}
+# exp, erf and tanh (activations, softmax): the libmp functions mpmath's own wrap.
+_RAW_GUARDED = {"exp": libmp.mpf_exp, "erf": libmp.mpf_erf, "tanh": libmp.mpf_tanh}
+
+
 # ----- the backend ------------------------------------------------------------------------
 class ReferenceBackend(Backend):
     """mpmath numbers at ``prec`` bits; see the module docstring for the conventions."""
@@ -406,6 +413,34 @@ class ReferenceBackend(Backend):
 
     def _apply(self, name, *arrays):
         f, num = self._table[name], self._num
+        p, mk, mpf, ff = self.prec, self._mk, self._mpf, libmp.from_float
+        if len(arrays) == 1 and name in _RAW_GUARDED:
+            # exp, erf, tanh as their guarded table entries compute them (the libmp function
+            # at prec + GUARD bits, rounded once), on raw tuples: no mpf objects in between.
+            fn, w = _RAW_GUARDED[name], p + GUARD
+
+            def g(x):
+                a = x._mpf_ if type(x) is mpf else ff(x) if type(x) is float else \
+                    read_raw(x, p)
+                try:
+                    v = fn(a, w, _RN)
+                except (libmp.ComplexResult, ValueError, ZeroDivisionError):
+                    return mk(fnan)
+                return mk(libmp.mpf_pos(v, p, _RN))
+            return elementwise(g, *arrays)
+        if len(arrays) == 1:
+            return elementwise(lambda x: f(num(x)), *arrays)
+        raw = _RAW_ARITHMETIC.get(name)
+        if raw is not None and len(arrays) == 2:
+            # The hot arithmetic on raw mpf tuples: a binary64 operand is read by
+            # from_float (exact), with no mpf object made for it; the same rounding.
+            def h(x, y):
+                a = x._mpf_ if type(x) is mpf else ff(x) if type(x) is float else \
+                    read_raw(x, p)
+                b = y._mpf_ if type(y) is mpf else ff(y) if type(y) is float else \
+                    read_raw(y, p)
+                return mk(raw(a, b, p, _RN))
+            return elementwise(h, *arrays)
         return elementwise(lambda *xs: f(*[num(x) for x in xs]), *arrays)
 
     def _atan2(self, y, x):
