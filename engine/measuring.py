@@ -25,6 +25,8 @@ NaN, an undecided comparison) are counted in ``unbounded`` / ``interval_unbounde
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from mpmath import libmp
 
@@ -125,20 +127,27 @@ METRIC_FIELDS = ("samples", "max_ulp", "p99_ulp", "mean_ulp", "min_signed_ulp",
 
 
 def measure_port(row, comp, exact, fmt, bound, apriori=None, interval=None, kinds=None,
-                 inputs=None):
+                 inputs=None, stand=None):
     """Fill ``row``'s metrics from computed values and exact values of one port; returns the
     ulp errors (None for non-scalar ports).  ``bound``: a fixed bound in ulps; ``apriori``,
     ``interval``: absolute bounds per element (routes.apriori, numerics.bounding);
     ``kinds``, ``inputs``: the sample kind of each element and a unary elementwise
-    operator's (input name, input values), as ``per_sample`` gives them, or None."""
+    operator's (input name, input values), as ``per_sample`` gives them, or None.
+    ``stand``: the exact values' (binary64 stand-ins, raw mpf or None) of
+    engine/tensor_measures.stand_ins, when the caller has them (the model run: one pass
+    over the exact values per site)."""
     row["samples"] = int(comp.size)
     if comp.dtype != object and comp.dtype.kind in "biu" or not _scalar_exact(exact):
         # Exact comparison; Python ints (object arrays) so uint64 and int64 compare exactly.
         same = np.asarray(comp).astype(object) == np.asarray(exact).astype(object)
         row["mismatches"] = int(comp.size - np.count_nonzero(same))
         return None
-    clamped = clamp_exact(exact, fmt)
-    exact = _exact_values(comp, clamped, fmt)
+    floats = None if stand is None else _clamped_stand_ins(comp, *stand, fmt)
+    if floats is not None:
+        clamped, exact = exact, floats     # _exact_zeros never meets a clamped value
+    else:
+        clamped = clamp_exact(exact, fmt)
+        exact = _exact_values(comp, clamped, fmt)
     m = metrics.measure(comp, exact, fmt)
     m = m._replace(ulp=_exact_zeros(m.ulp, comp, clamped, exact, fmt))
     stats = metrics.summary(m.ulp)
@@ -370,6 +379,33 @@ def _exact_values(comp, exact, fmt):
         m = getattr(v, "_mpf_", None)
         out[i] = libmp.to_float(m, rnd=libmp.round_nearest) if m is not None else float(v)
     out = out.reshape(np.shape(exact))
+    zero = out == 0
+    if zero.any():
+        out[zero] = np.copysign(0.0, np.where(np.isnan(comp[zero]), 1.0, comp[zero]))
+    return out
+
+
+def _clamped_stand_ins(comp, y, mpfs, fmt):
+    """What ``_exact_values(comp, clamp_exact(exact))`` gives, from the exact values' binary64
+    stand-ins ``y`` (rounded to nearest, as _exact_values rounds) and raw mpfs (None where
+    the value is a binary64 number): clamping commutes with the monotone rounding (a value
+    rounding to 2**top or 2**tiny is one clamped or not; a nonzero one below binary64's
+    range has the stand-in 0, its raw mpf says it is not 0).  None where _exact_values
+    keeps the exact values (precision over 26 bits) or the clamps leave binary64's range
+    (the path with the exact values decides)."""
+    top, tiny = fmt.emax + 2, fmt.qmin - 64
+    if fmt.precision > 26 or comp.dtype != np.float64 or top > 1023 or tiny < -1074:
+        return None
+    out = np.array(y, dtype=np.float64, copy=True).reshape(-1)
+    a = np.abs(out)
+    # clamp_exact clamps mpf entries only (a binary64 entry stays as it is).
+    big, small = a >= math.ldexp(1.0, top), a < math.ldexp(1.0, tiny)
+    for i in np.flatnonzero(big | small):
+        m = mpfs[i]
+        if m is None or not m[1]:                # binary64, or an mpf zero, inf or NaN
+            continue
+        out[i] = math.ldexp(-1.0 if m[0] else 1.0, top if big[i] else tiny)
+    out = out.reshape(np.shape(comp))
     zero = out == 0
     if zero.any():
         out[zero] = np.copysign(0.0, np.where(np.isnan(comp[zero]), 1.0, comp[zero]))

@@ -416,7 +416,10 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
     if not comps:
         return None
     comp, ex = np.concatenate(comps), np.concatenate(exacts)
-    computed_nan, exact_nan = np.isnan(comp), np.asarray(ex != ex, dtype=bool)
+    # One pass over the exact values: their nearest binary64 numbers (NaN where NaN) and
+    # raw mpfs, which the NaN tests, the tensor measures and the ulps read.
+    y, mpfs = tensor_measures.stand_ins(ex)
+    computed_nan, exact_nan = np.isnan(comp), np.isnan(y)
     missed = exact_nan & ~computed_nan
     if missed.any():
         # The model's values are ordinary draws: an exact NaN beside a computed number is
@@ -436,13 +439,16 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
     keep = ~both
     # The same infinity in both runs (an attention mask's -inf) is exact, but has no place in
     # a norm: the normwise measures are over the other elements, the ulps over all.
-    matched = keep & np.isinf(comp) & np.asarray(ex == comp, dtype=bool)
+    matched = keep & np.isinf(comp) & (y == comp)
+    for i in np.flatnonzero(matched):        # a finite exact value beyond binary64's range
+        matched[i] = bool(ex[i] == comp[i])
     normed = keep & ~matched
     tensor, cancelled = tensor_measures.measures(comp[normed], ex[normed], fmt,
-                                                 scaled is None)
+                                                 scaled is None, _subset(y, mpfs, normed))
     kept = keep.copy()
     kept[normed] = ~cancelled
-    ulp = measure_port(row, comp[kept], ex[kept], fmt, None) if scaled is None else \
+    ulp = measure_port(row, comp[kept], ex[kept], fmt, None,
+                       stand=_subset(y, mpfs, kept)) if scaled is None else \
         scaled.measure(g, row, site, attribution, comp, ex,
                        [value_at(exact[s], site) for s in where], where, keep)
     row.update(tensor)
@@ -466,6 +472,11 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
             f"{prec} bits (kept: an exact 0 reached by cancellation does; see "
             f"engine/model.py)")
     return row
+
+
+def _subset(y, mpfs, mask) -> tuple:
+    """The stand-ins (tensor_measures.stand_ins) of the elements of ``mask``."""
+    return y[mask], [mpfs[i] for i in np.flatnonzero(mask)]
 
 
 def _unmeasured_nan(row, count) -> None:

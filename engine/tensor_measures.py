@@ -112,14 +112,15 @@ def _below(a, t, mpfs) -> np.ndarray:
     return out
 
 
-def measures(comp, exact, fmt, componentwise=True) -> tuple[dict, np.ndarray]:
+def measures(comp, exact, fmt, componentwise=True, stand=None) -> tuple[dict, np.ndarray]:
     """({field: value} of the tensor measures (module docstring) of computed values ``comp``
     (binary64) against ``exact`` (mpmath or binary64 values, same size) in ``fmt``; the
     mask of cancelled elements).  ``componentwise`` False (a scaled format, whose ulps are
-    at block scales already): the normwise measures only, nothing cancelled."""
+    at block scales already): the normwise measures only, nothing cancelled.  ``stand``:
+    ``stand_ins(exact)`` where the caller has it."""
     fmt = formats.get(fmt)
     c = np.asarray(comp, dtype=np.float64).reshape(-1)
-    y, mpfs = stand_ins(exact)
+    y, mpfs = stand_ins(exact) if stand is None else stand
     n = c.size
     out = dict.fromkeys(FIELDS if componentwise else NORMWISE)
     if componentwise:

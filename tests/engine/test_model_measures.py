@@ -309,3 +309,33 @@ def test_the_same_infinity_in_both_runs_is_exact_and_left_out_of_the_norms():
     assert row["status"] == "ok" and row["norm_rel"] == pytest.approx(want, rel=1e-12)
     assert math.isfinite(row["sqnr_db"]) and row["cosine"] is not None
     assert f"{n // 2} of {n} elements are the same infinity in both runs" in row["reason"]
+
+
+def test_one_pass_stand_ins_give_the_ulps_of_the_exact_values():
+    # measure_port reads a model row's exact values through their binary64 stand-ins
+    # (engine/model.py: one pass per site).  Against errors written by hand in ulps of
+    # bfloat16 (p = 8; exact values beyond 2**129 count as 2**129, nonzero ones below
+    # 2**-197 as 2**-197: numerics.metrics.clamp_exact), and against the path that reads
+    # the exact mpf values themselves.
+    from roundoff_coverage.engine.measuring import measure_port
+    from roundoff_coverage.engine.tensor_measures import stand_ins
+    bf = formats.get("bfloat16")
+    ctx = mpmath.MPContext()
+    ctx.prec = 300
+    exact = np.array([ctx.mpf(1) + ctx.ldexp(1, -60),        # 1 + 2**-60 -> 2**-60 ulp of 1
+                      ctx.ldexp(3, 200),                      # beyond range: counts as 2**129
+                      -ctx.ldexp(1, -300),                     # tiny: counts as -2**-197
+                      ctx.ldexp(1, -1100),                     # no binary64 stand-in but 0
+                      ctx.mpf(0), 2.0, 0.5], dtype=object)
+    comp = np.array([1.0, math.inf, -0.0, 0.0, -0.0, 2.0, 0.5 + 2.0 ** -8])
+    ulps = {}
+    for stand in (None, stand_ins(exact)):
+        row = {}
+        got = measure_port(row, comp.copy(), exact, bf, None, stand=stand)
+        ulps[stand is None] = got
+    assert np.array_equal(ulps[True], ulps[False], equal_nan=True)
+    # ulp(1) = 2**-7; inf is the overflow's rounding to nearest (metrics' convention: 0
+    # ulp); 2**-197 and 2**-300 lie far below bfloat16's least subnormal 2**-133, where the
+    # ulp is 2**-133; 0.5 + 2**-8 is 1 ulp of 0.5 (2**-8) away.
+    want = [-2.0 ** -53, 0.0, 2.0 ** -64, -(2.0 ** -64), 0.0, 0.0, 1.0]
+    assert [float(g) for g in ulps[False]] == want
