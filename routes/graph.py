@@ -364,7 +364,7 @@ class GraphRule:
 
     def prepare(self, inputs, needs_grad):
         """(outputs, pullback): the tape's forward sweep, and its reverse sweep."""
-        g, xp = self.graph, self.xp
+        g = self.graph
         needs = tuple(bool(f) and p.differentiable for f, p in zip(needs_grad, g.inputs))
         vals, active, tape = self._sweep(inputs, needs)
 
