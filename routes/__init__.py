@@ -7,9 +7,13 @@ Public names (shared/ARCHITECTURE.md):
   from the attributes); ``op.check()``; ``op.rule(backend) -> Rule | None`` (None when the
   backend lacks the capability the operator needs);
 - ``Rule.forward(inputs)``, ``Rule.backward(inputs, cotangents)``, ``Rule.jvp(inputs,
-  tangents)``, ``Rule.validate(inputs)``, ``Rule.prepare(inputs, needs_grad)``;
+  tangents)``, ``Rule.validate(inputs)``, ``Rule.prepare(inputs, needs_grad)``,
+  ``Rule.routes(inputs, wanted, tangents, cotangents)`` (the three routes from one forward
+  evaluation);
 - ``invoke(op, inputs, backend)`` (staged checks; ``RouteError`` on failure);
-- ``Graph`` (straight-line IR, tape, forward-mode sweep; usable as a route);
+- ``Graph`` (straight-line IR, tape, forward-mode sweep; usable as a route, ``routes``
+  included); ``one_node(op) -> Graph``: an operator instance as a graph of one node (the
+  engine evaluates operators so: one interpreter for operators and models);
 - ``encode(op) -> dict``, ``decode(record) -> Op``;
 - ``graph.save(path)``, ``load_graph(path) -> Graph``, ``graph_hash(path or graph)``
   (routes.artifact, routes.artifact_load: a graph as a JSON artifact, its sha256);
@@ -39,7 +43,7 @@ from .codec import attributes_text, decode, encode
 from .errors import DecodeError, RouteError
 from .frontends.jax import from_jax
 from .frontends.torch import CaptureError, from_torch, unsupported as unsupported_torch
-from .graph import Graph, Ref
+from .graph import Graph, Ref, one_node
 from .invoke import invoke, invoke_prepared
 from .ports import Port
 from .registry import VERSION, Op, certificates, declaration, names, op
@@ -50,4 +54,5 @@ __all__ = ["CaptureError", "Certificate", "DecodeError", "Graph", "Op", "Port", 
            "RouteError", "Rule", "Session", "VERSION", "attributes_text", "bound_problem",
            "certificates", "check_bound", "crown", "declaration", "decode", "domain_bound",
            "encode", "from_jax", "from_torch", "graph_hash", "ibp", "invoke",
-           "invoke_prepared", "load_graph", "names", "op", "ports", "unsupported_torch"]
+           "invoke_prepared", "load_graph", "names", "one_node", "op", "ports",
+           "unsupported_torch"]

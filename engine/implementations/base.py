@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 
-from roundoff_coverage.routes.graph import one_node
+from roundoff_coverage.routes import one_node
 
 
 class Implementation:

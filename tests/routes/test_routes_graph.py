@@ -209,8 +209,7 @@ def test_routes_of_one_sweep_match_central_differences():
 
 def test_an_operator_instance_is_its_one_node_graph():
     # exp at x: value e^x, tangent e^x t, gradient e^x c, against mpmath at 256 bits.
-    from roundoff_coverage.routes.graph import one_node
-    g = one_node(routes.op("exp", shape=S))
+    g = routes.one_node(routes.op("exp", shape=S))
     assert g.input_names == ("x",) and len(g.nodes) == 1
     x, t, c = np.array([0.5, -2.0, 3.25]), np.array([1.0, -0.5, 2.0]), np.array([0.25, 4.0, -1.0])
     got = g.rule(numerics.reference(256)).routes([x], ["forward", "tangent", "gradient"],
@@ -223,7 +222,7 @@ def test_an_operator_instance_is_its_one_node_graph():
                 assert abs(mp(got[route][0][k]) - want) <= CTX.ldexp(1, -240) * abs(want)
     # An operator's own message, not wrapped in the graph's node label.
     with pytest.raises(routes.RouteError, match=r"^clamp: lo must not exceed hi"):
-        one_node(routes.op("clamp", shape=S)).run([x, np.array(1.0), np.array(-1.0)],
+        routes.one_node(routes.op("clamp", shape=S)).run([x, np.array(1.0), np.array(-1.0)],
                                                   numerics.native("float64"))
 
 
