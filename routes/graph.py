@@ -351,6 +351,8 @@ class GraphRule:
             for j, (y, p) in enumerate(zip(outs, node.op.outputs)):
                 vals[Ref(k, j)] = y
                 active[Ref(k, j)] = any(flags) and p.differentiable
+            # push: the node's pushforward at these values (GraphRule.routes; without
+            # the hooks, which routes never passes).
             tape.append((flags, pull, rule, push))
         return vals, active, tape
 
@@ -382,7 +384,8 @@ class GraphRule:
         g = self.graph
         needs = tuple(p.differentiable for p in g.inputs)
         vals, active, tape = self._sweep(inputs, needs)
-        return each_route("graph", wanted, before, {
+        name = "graph" if g.operator is None else g.operator.name
+        return each_route(name, wanted, before, {
             "forward": lambda: tuple(vals[r] for r in g._outputs),
             "tangent": lambda: self._pushed(vals, tape, tangents),
             "gradient": lambda: self._gradients(vals, active, tape, cotangents, needs)})
