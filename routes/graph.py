@@ -314,11 +314,11 @@ class GraphRule:
             return exc              # an operator instance (``one_node``): its own message
         return RouteError(f"graph node {k} ({self.graph.nodes[k].op.name}): {exc}")
 
-    def _sweep(self, inputs, needs_grad, override=None, post=None, pre=None):
+    def _sweep(self, inputs, needs_grad, override=None, post=None, pre=None, checks=True):
         """Forward sweep recording the tape: values, needs-grad flags and pullbacks.
         ``override``: {node index: backend} nodes evaluated under another backend, their
         outputs read back into this one (``asarray``: rounded once into its format);
-        ``post``, ``pre``: as in ``trace``."""
+        ``post``, ``pre``: as in ``trace``; ``checks`` False: no staged checks (``routes``)."""
         g = self.graph
         vals = {Ref(-1, i): x for i, x in enumerate(self._inputs(inputs))}
         active = {Ref(-1, i): bool(f) and p.differentiable
@@ -335,7 +335,8 @@ class GraphRule:
                 args = list(_posted(pre, "argument", k, args))
             try:
                 # The values are this backend's numbers already: read once, where made.
-                outs, pull, push = invoke_maps(node.op, args, xp, flags, xp is not self.xp)
+                outs, pull, push = invoke_maps(node.op, args, xp, flags, xp is not self.xp) \
+                    if checks else rule_for(node.op, xp).maps(args, flags, xp is not self.xp)
                 rule = rule_for(node.op, self.xp)      # the order and alias of this sweep
             except RouteError as exc:
                 raise self._node_error(k, exc) from None
@@ -380,10 +381,13 @@ class GraphRule:
         node's pushforward at the sweep's values) or the gradients of the value inputs from
         ``cotangents`` (``gradient``: the reverse sweep); an exception of the forward sweep
         propagates, a route's own is its result.  ``before(route)`` as in Rule.routes.  An
-        operator instance's routes are its one-node graph's (``one_node``)."""
+        operator instance's routes are its one-node graph's (``one_node``).  As Rule.routes,
+        no staged checks: the inputs are the caller's to check (``invoke``; the coverage
+        run's samplers draw inside each operator's domain, and a bound propagation's
+        enclosures cannot be held to a value-domain check)."""
         g = self.graph
         needs = tuple(p.differentiable for p in g.inputs)
-        vals, active, tape = self._sweep(inputs, needs)
+        vals, active, tape = self._sweep(inputs, needs, checks=False)
         name = "graph" if g.operator is None else g.operator.name
         return each_route(name, wanted, before, {
             "forward": lambda: tuple(vals[r] for r in g._outputs),

@@ -220,10 +220,14 @@ def test_an_operator_instance_is_its_one_node_graph():
             for route, want in (("forward", e), ("tangent", e * float(t[k])),
                                 ("gradient", e * float(c[k]))):
                 assert abs(mp(got[route][0][k]) - want) <= CTX.ldexp(1, -240) * abs(want)
-    # An operator's own message, not wrapped in the graph's node label.
+    # An operator's own message, not wrapped in the graph's node label; routes, as
+    # Rule.routes, leaves the value-domain check to the caller (min(max(x, 1), -1) = -1).
+    clamp = routes.one_node(routes.op("clamp", shape=S))
+    bad = [x, np.array(1.0), np.array(-1.0)]
     with pytest.raises(routes.RouteError, match=r"^clamp: lo must not exceed hi"):
-        routes.one_node(routes.op("clamp", shape=S)).run([x, np.array(1.0), np.array(-1.0)],
-                                                  numerics.native("float64"))
+        clamp.run(bad, numerics.native("float64"))
+    got = clamp.rule(numerics.native("float64")).routes(bad, ["forward"])["forward"][0]
+    assert got.tolist() == np.minimum(np.maximum(x, 1.0), -1.0).tolist()
 
 
 class _CountingReads:
