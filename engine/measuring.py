@@ -378,7 +378,12 @@ def _exact_values(comp, exact, fmt):
     for i, v in enumerate(flat):
         m = getattr(v, "_mpf_", None)
         out[i] = libmp.to_float(m, rnd=libmp.round_nearest) if m is not None else float(v)
-    out = out.reshape(np.shape(exact))
+    return _signed_zeros(out.reshape(np.shape(exact)), comp)
+
+
+def _signed_zeros(out, comp):
+    """``out`` (binary64 stand-ins of exact values) with each zero given the computed
+    zero's sign (mpmath has one zero; the rational path ignores the sign of zeros)."""
     zero = out == 0
     if zero.any():
         out[zero] = np.copysign(0.0, np.where(np.isnan(comp[zero]), 1.0, comp[zero]))
@@ -405,11 +410,7 @@ def _clamped_stand_ins(comp, y, mpfs, fmt):
         if m is None or not m[1]:                # binary64, or an mpf zero, inf or NaN
             continue
         out[i] = math.ldexp(-1.0 if m[0] else 1.0, top if big[i] else tiny)
-    out = out.reshape(np.shape(comp))
-    zero = out == 0
-    if zero.any():
-        out[zero] = np.copysign(0.0, np.where(np.isnan(comp[zero]), 1.0, comp[zero]))
-    return out
+    return _signed_zeros(out.reshape(np.shape(comp)), comp)
 
 
 def _exact_zeros(ulp, comp, exact, standin, fmt):

@@ -686,10 +686,9 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
     wide = numerics.emulated(KEEP_FORMAT, config.mode, config.policy, seed=emu.seed)
     want_grad = "gradient" in routes
     out = []
-    store = scaled or recipe or storage.ELEMENT
+    store, rule = scaled or recipe or storage.ELEMENT, GraphRule(g, emu)
     for i, (label, module, ks) in enumerate(groups):
         log("keep in binary32", float(i), float(len(groups)), f"{i + 1}/{len(groups)} {label}")
-        rule = GraphRule(g, emu)
         try:
             traces = []
             for s, (x, (c, _)) in enumerate(zip(xs, dirs)):

@@ -414,6 +414,7 @@ class ReferenceBackend(Backend):
     def _apply(self, name, *arrays):
         f, num = self._table[name], self._num
         p, mk, mpf, ff = self.prec, self._mk, self._mpf, libmp.from_float
+        # Fast paths on raw mpf tuples (f's own arithmetic, no mpf object per operand).
         if len(arrays) == 1 and name in _RAW_GUARDED:
             # exp, erf, tanh as their guarded table entries compute them (the libmp function
             # at prec + GUARD bits, rounded once), on raw tuples: no mpf objects in between.

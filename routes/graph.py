@@ -638,11 +638,11 @@ class GraphRule:
                 ts = list(_posted(pre, "argument_tangent", k, ts))
             bk = (override or {}).get(k, xp)
             try:
-                if any(p.differentiable for p in node.op.outputs):
-                    outs, touts = checked_rule(node.op, args, bk).linearize(args, ts)
-                else:       # a comparison, an index: no tangent, and no forward-mode rule
-                    outs = invoke_prepared(node.op, args, bk, (False,) * len(args))[0]
-                    touts = (None,) * len(outs)
+                # Read once, where made (as in _sweep); another backend reads them.
+                outs, _, push = invoke_maps(node.op, args, bk, None, bk is not xp)
+                # a comparison, an index: no tangent, and no forward-mode rule
+                touts = push(ts) if any(p.differentiable for p in node.op.outputs) else \
+                    (None,) * len(outs)
             except RouteError as exc:
                 raise self._node_error(k, exc) from None
             if bk is not xp:
