@@ -27,7 +27,13 @@ class UsageError(Exception):
 
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error raises UsageError instead of printing usage and exiting,
-    so ``main`` reports it like every other user error (subparsers inherit the class)."""
+    so ``main`` reports it like every other user error (subparsers inherit the class).
+    Options are never abbreviated: ``bound --formats X`` would otherwise be read as
+    ``--formats-file X`` and report a missing file instead of an unknown option."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise UsageError(f"{message} (see '{self.prog} --help')")
