@@ -41,8 +41,9 @@ from .bounds import bound_problem, check_bound, crown, domain_bound, ibp
 from .certs import Certificate
 from .codec import attributes_text, decode, encode
 from .errors import DecodeError, RouteError
+from .frontends.capture import CaptureError
 from .frontends.jax import from_jax
-from .frontends.torch import CaptureError, from_torch, unsupported as unsupported_torch
+from .frontends.torch import from_torch, unsupported as unsupported_torch
 from .graph import Graph, Ref, one_node
 from .invoke import invoke, invoke_prepared
 from .ports import Port

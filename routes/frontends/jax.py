@@ -45,7 +45,6 @@ jax is the optional extra ``[jax]``, imported when ``from_jax`` runs.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 
@@ -55,9 +54,8 @@ from .. import ports as P
 from .. import words as W
 from ..errors import RouteError
 from ..graph import Graph, Ref
-from ..registry import op as make_op
+from .capture import Capture, CaptureError, Missing, Refusal
 from .jaxpr import RELU, TABLE, Const, Int
-from .torch import CaptureError, ref_element
 
 _CALLS = ("pjit", "jit", "closed_call", "core_call", "checkpoint", "remat", "custom_jvp_call",
           "custom_vjp_call", "custom_vjp_call_jaxpr", "custom_lin_call")
@@ -105,17 +103,6 @@ def _relu_body(jaxpr) -> bool:
     lits = [v for v in eqn.invars if type(v).__name__ == "Literal"]
     return (len(lits) == 1 and np.all(np.asarray(lits[0].val) == 0) and
             jaxpr.invars[0] in eqn.invars and list(jaxpr.outvars) == list(eqn.outvars))
-
-
-@dataclasses.dataclass(frozen=True)
-class Missing:
-    """A result without a translation: refused where read."""
-
-    reason: str
-
-
-class _Refusal(Exception):
-    """An entry's refusal (wrapped into a CaptureError naming the primitive)."""
 
 
 def from_jax(fn, args, kwargs=None) -> Graph:
@@ -217,7 +204,7 @@ def _dtype(aval):
         return None
 
 
-class _Import:
+class _Import(Capture):
     """One translation of a closed jaxpr: the graph being built, the values of its
     variables; ``discover`` (the first pass) records each integer input's index bound in
     ``found``."""
@@ -362,7 +349,7 @@ class _Import:
         first = len(self.graph.nodes)
         try:
             result = entry(self, *values)
-        except (_Refusal, RouteError) as exc:
+        except (Refusal, RouteError) as exc:
             reason = str(exc).replace("\n", " ")
             if reason.startswith("from_jax: "):
                 raise CaptureError(reason) from None
@@ -375,17 +362,11 @@ class _Import:
         """Name the graph nodes added for the equation: its label for the last one that is
         not a reshape, permute or broadcast (else the one computing its first result),
         ``<label>.<i>`` for the others."""
-        nodes, helpers = self.graph.nodes, 0
         last = outs[0].ref if isinstance(outs[0], Int) else outs[0]
         main = last.node if isinstance(last, Ref) and last.node >= first else None
-        named = [k for k in range(first, len(nodes)) if nodes[k].op.name not in _HELPERS]
-        main = named[-1] if named else main
-        for k in range(first, len(nodes)):
-            if k == main:
-                label = self.label
-            else:
-                label, helpers = f"{self.label}.{helpers}", helpers + 1
-            nodes[k] = dataclasses.replace(nodes[k], name=label, module=module)
+        named = [k for k in range(first, len(self.graph.nodes))
+                 if self.graph.nodes[k].op.name not in _HELPERS]
+        self.name_nodes(first, named[-1] if named else main, self.label, module)
 
     def _inline(self, eqn, values, module) -> list:
         """A call's body translated in place (custom rules ignored); relu recognized."""
@@ -441,25 +422,15 @@ class _Import:
     def in_dtype(self, i):
         return _dtype(self.eqn.invars[i].aval)
 
-    def refuse(self, reason):
-        raise _Refusal(reason)
-
     def missing(self, reason) -> Missing:
         return Missing(f"{self.where()}: {reason}")
 
-    def shape(self, v) -> tuple:
-        if isinstance(v, Ref):
-            return self.graph.port(v).shape
+    def _held_shape(self, v) -> tuple:
         if isinstance(v, Const):
             return tuple(v.array.shape)
-        if isinstance(v, Int):
-            return tuple(v.shape)
-        return ()
+        return tuple(v.shape) if isinstance(v, Int) else ()
 
-    def element(self, v) -> str:
-        """The element sort of a moved value (``scalar`` or ``bool``)."""
-        if isinstance(v, Ref):
-            return ref_element(self.graph, v, self.refuse)
+    def _held_element(self, v) -> str:
         if isinstance(v, Const) and v.array.dtype == bool:
             return "bool"
         if isinstance(v, Int) or (isinstance(v, Const) and v.array.dtype.kind in "iu"):
@@ -481,13 +452,6 @@ class _Import:
             return Const(np.broadcast_to(v.array, shape), v.name)
         self.refuse(f"cannot broadcast {type(v).__name__} to {list(shape)}")
 
-    def apply(self, name, *values, **attributes):
-        """Append registered operator ``name`` at ``attributes`` on ``values`` (Refs or
-        Consts, constants turned into graph values at the operator's ports)."""
-        o = make_op(name, **attributes)
-        refs = [self._ref(v, port) for v, port in zip(values, o.inputs)]
-        return self.graph.apply(o, *refs)
-
     def _ref(self, v, port) -> Ref:
         if isinstance(v, Ref):
             return v
@@ -497,7 +461,7 @@ class _Import:
             return self._materialize(v, None if port.scalar else port)
         if isinstance(v, Int):
             self.refuse("integers are read only as indices here")
-        raise _Refusal(f"cannot pass {type(v).__name__} to a {port} port")
+        raise Refusal(f"cannot pass {type(v).__name__} to a {port} port")
 
     def _materialize(self, const, port) -> Ref:
         """The graph constant holding ``const`` (once per port): float64 at a frozen port
@@ -508,7 +472,7 @@ class _Import:
             name = const.name or f"{self.label}.const"
             if port is None:
                 if a.dtype.kind in "iu":
-                    raise _Refusal(f"constant {name} holds integers where a number is read")
+                    raise Refusal(f"constant {name} holds integers where a number is read")
                 a = a if a.dtype == bool else a.astype(np.float64)
             elif port.kind == "index":
                 a = a.astype(np.int64)

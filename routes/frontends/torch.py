@@ -68,7 +68,6 @@ torch is the optional extra ``[torch]``, imported when ``from_torch`` runs.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 
 import numpy as np
@@ -76,48 +75,17 @@ import numpy as np
 from .. import ports as P
 from ..errors import RouteError
 from ..graph import Graph, Ref
-from ..registry import op as make_op
 from .aten import BOUNDS, MASKS, TABLE
 from .aten_integers import integral, numbers
 from .aten_tensors import NOOPS
+from .capture import Capture, CaptureError, Missing, Refusal, ref_element
 from .torch_constants import Const, Constants
 from .torch_export import (ExportError, exported as _export, integer_uses, module_path,
                            output_names, source_line)
 
 
-def ref_element(graph, ref, refuse) -> str:
-    """The element sort (``scalar``, ``bool`` or a word type) of graph value ``ref`` that a movement
-    primitive moves; ``refuse(reason)`` for any other port kind (a frontend's one-line
-    refusal)."""
-    port = graph.port(ref)
-    if port.scalar:
-        return "scalar"
-    if port.kind == "bool":
-        return "bool"
-    if port.kind == "integer":
-        return ("int" if port.signed else "uint") + str(port.width)
-    refuse(f"moving a {port.kind} tensor is not translated")
-
-
-class CaptureError(RouteError):
-    """A model or an operator the capture refuses; the message is one line naming the aten
-    operator, the node and its source line."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Missing:
-    """A result without a translation (a saved statistic, pooling indices): refused where
-    read."""
-
-    reason: str
-
-
 # (listing refusals) the value of a refused node, and of every node computed from it.
 _UNKNOWN = object()
-
-
-class _Refusal(Exception):
-    """An entry's refusal (wrapped into a CaptureError naming the node)."""
 
 
 class _Args(dict):
@@ -194,7 +162,7 @@ def _refuse_cumulative_batch_norm(torch, model):
                                f"eval mode")
 
 
-class _Capture(Constants):
+class _Capture(Constants, Capture):
     """One capture: the exported program, the graph being built, the values of its nodes."""
 
     def __init__(self, torch, ep, dropout_seed=0):
@@ -434,7 +402,7 @@ class _Capture(Constants):
         first = len(self.graph.nodes)
         try:
             result = entry(self, args)
-        except (_Refusal, RouteError) as exc:
+        except (Refusal, RouteError) as exc:
             del self.graph.nodes[first:]       # (listing refusals) what the entry began
             return self._refused(node, str(exc).replace("\n", " "), ":")
         self.env[node] = result
@@ -459,14 +427,7 @@ class _Capture(Constants):
         (first) result, ``<name>.<i>`` for the others."""
         last = result[0] if isinstance(result, tuple) else result
         main = last.node if isinstance(last, Ref) and last.node >= first else None
-        module, nodes = module_path(node), self.graph.nodes
-        helpers = 0
-        for k in range(first, len(nodes)):
-            if k == main:
-                label = node.name
-            else:
-                label, helpers = f"{node.name}.{helpers}", helpers + 1
-            nodes[k] = dataclasses.replace(nodes[k], name=label, module=module)
+        self.name_nodes(first, main, node.name, module_path(node))
 
     def _bind(self, node) -> _Args:
         """The node's arguments by schema name, defaults filled in, fx nodes replaced by
@@ -516,9 +477,6 @@ class _Capture(Constants):
     def out_dtype(self):
         return self._meta().dtype
 
-    def refuse(self, reason):
-        raise _Refusal(reason)
-
     def missing(self, reason) -> Missing:
         return Missing(reason)
 
@@ -528,12 +486,8 @@ class _Capture(Constants):
         if not self.out_dtype.is_floating_point:
             self.refuse(f"arithmetic on {self.out_dtype} tensors is not translated")
 
-    def shape(self, v) -> tuple:
-        if isinstance(v, Ref):
-            return self.graph.port(v).shape
-        if isinstance(v, Const):
-            return tuple(v.tensor.shape)
-        return ()
+    def _held_shape(self, v) -> tuple:
+        return tuple(v.tensor.shape) if isinstance(v, Const) else ()
 
     def is_scalar(self, v) -> bool:
         """Whether ``v`` holds the model's scalar (a floating tensor)."""
@@ -543,13 +497,9 @@ class _Capture(Constants):
             return v.tensor.is_floating_point()
         return isinstance(v, float)
 
-    def element(self, v) -> str:
-        """The element sort of a moved value (``scalar`` or ``bool``)."""
-        if isinstance(v, Ref):
-            return ref_element(self.graph, v, self.refuse)
-        if isinstance(v, Const) and v.tensor.dtype == self.torch.bool:
-            return "bool"
-        return "scalar"
+    def _held_element(self, v) -> str:
+        return "bool" if isinstance(v, Const) and v.tensor.dtype == self.torch.bool \
+            else "scalar"
 
     def same_dtype(self, v) -> bool:
         """Whether the node's result has the dtype of its operand ``v``."""
@@ -580,12 +530,6 @@ class _Capture(Constants):
         if isinstance(v, Const):
             return "bool" if v.tensor.dtype == self.torch.bool else "scalar"
         return "bool" if isinstance(v, bool) else "scalar"
-
-    def port(self, ref):
-        return self.graph.port(ref)
-
-    def is_ref(self, v) -> bool:
-        return isinstance(v, Ref)
 
     def by_positions(self, x) -> Ref:
         """The node, an operator that only copies entries of its first operand ``x``
@@ -672,13 +616,6 @@ class _Capture(Constants):
             self.refuse(f"indices below {bound} expected, got {port}")
         return v
 
-    def apply(self, name, *values, **attributes) -> Ref:
-        """Append registered operator ``name`` at ``attributes`` on ``values`` (Refs, Consts
-        or numbers, turned into graph values at the operator's ports)."""
-        o = make_op(name, **attributes)
-        refs = [self._ref(v, port) for v, port in zip(values, o.inputs)]
-        return self.graph.apply(o, *refs)
-
     def _ref(self, v, port) -> Ref:
         if isinstance(v, Ref):
             held = self.graph.port(v)
@@ -693,7 +630,7 @@ class _Capture(Constants):
                       f"{self.node.name}.number")
         if isinstance(v, Const):
             return self._materialize(v, port if not port.scalar else None)
-        raise _Refusal(f"cannot pass {type(v).__name__} {v!r} to a {port} port")
+        raise Refusal(f"cannot pass {type(v).__name__} {v!r} to a {port} port")
 
     def _materialize(self, const, port) -> Ref:
         """The graph constant holding ``const`` (once per port): float64 at a frozen port
@@ -705,7 +642,7 @@ class _Capture(Constants):
             if port is None and tensor.dtype != self.torch.bool:
                 if not tensor.is_floating_point() and tensor.numel() and \
                         int(tensor.abs().max()) > 2 ** 53:
-                    raise _Refusal(f"constant {const.name} holds integers beyond 2**53, "
+                    raise Refusal(f"constant {const.name} holds integers beyond 2**53, "
                                    f"which binary64 does not hold exactly")
                 array = tensor.to(self.torch.float64).numpy().copy()
             else:
