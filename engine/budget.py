@@ -25,6 +25,16 @@ WORKER_BASE = 400 << 20
 MEASURE_BYTES_PER_INPUT = 96
 MEASURE_BYTES_PER_CHUNK = 128
 CHECKPOINT_BYTES_PER_CHUNK = 16 << 10
+# A model run holds each value element (inputs and parameters, constants, every node's
+# outputs) many times over: the exact run's numbers at up to 144 bits (mpmath objects of
+# ~100 bytes), the pieces of the trace before, the emulated run, every node alone on its
+# rounded reads, the rows' stand-ins.  Bytes per element and sample, by route, below every
+# peak measured on 2 cores (peak RSS less the ~400 MiB of the imports, per element):
+# the README block (d 64, 468 K elements) 517 B forward, 816 B with gradients, 1.07 KB
+# with tangents too; torchvision's ResNet-18 at 32x32 (11.4 M elements) 640 B with
+# gradients; a 2-layer GPT-2 of width 32 (107 K elements) 2.4 KB.  An estimate, so that a
+# run that cannot fit is refused at once instead of failing after hours.
+MODEL_BYTES_PER_ELEMENT = {"forward": 256, "gradient": 256, "tangent": 128}
 # A model run holds each input element many times over (the rounded samples, every node's
 # value in the emulated and the exact run, the exact run's mpmath numbers at about 100 bytes
 # for binary64's 8): the arrays of --inputs may take at most this share of the memory.
@@ -125,17 +135,36 @@ def check_model_inputs(declared: int, path, largest: str) -> None:
                           f"fewer or smaller samples")
 
 
-def check_model(elements: int, samples: int, largest: str) -> None:
+def check_model(elements: int, samples: int, largest: str, routes=("forward",),
+                workers: int = 1) -> None:
     """BudgetError when ``samples`` samples of a model whose values (inputs, constants,
     node outputs) hold ``elements`` elements each (``largest``: the largest, named) cannot
-    fit the available memory even as one binary64 copy: a lower bound (the run holds many
-    copies), so it refuses no run that fits, and an artifact declaring huge shapes fails
-    here instead of in the middle of the run."""
+    fit the available memory: first as one binary64 copy (a bound no run goes below; an
+    artifact declaring huge shapes fails here instead of in the middle of the run), then
+    by the estimate of MODEL_BYTES_PER_ELEMENT for ``routes`` on ``workers`` processes, each
+    measuring one configuration; ``workers`` 0: the work runs elsewhere (a Dask cluster),
+    only the first test."""
     need, available = 8 * elements * samples, available_memory()
+    some = f"{samples} sample{'s need' if samples != 1 else ' needs'}"
     if need > available:
-        need_text = f"{samples} sample{'s need' if samples != 1 else ' needs'}"
         raise BudgetError(f"the model's values hold {elements} elements a sample (largest: "
-                          f"{largest}): {need_text} at least {size_text(need)} in binary64 "
+                          f"{largest}): {some} at least {size_text(need)} in binary64 "
                           f"alone, more than the "
                           f"{size_text(available)} available; give fewer --samples or a "
                           f"smaller model")
+    per = sum(MODEL_BYTES_PER_ELEMENT[r] for r in set(routes))
+    need = workers * (WORKER_BASE + per * elements * samples)
+    if not workers or need <= available:
+        return
+    # 5% below the limit: the available memory moves while the machine works.
+    most = int(0.95 * available / workers - WORKER_BASE) // max(per * elements, 1)
+    fits = f"at most {most} sample{'s fit' if most != 1 else ' fits'}" if most > 0 else \
+        "not one sample fits"
+    raise BudgetError(f"the model's values hold {elements} elements a sample (largest: "
+                      f"{largest}), and a model run of {'+'.join(sorted(set(routes)))} "
+                      f"holds about {per} bytes per element and sample (exact values at up "
+                      f"to 144 bits, the emulated run, each node alone): {some} about "
+                      f"{size_text(need)} on {workers} worker{'s' if workers != 1 else ''}, "
+                      f"more than the {size_text(available)} available; {fits} (give fewer "
+                      f"--samples or "
+                      f"--jobs, fewer --routes, or a smaller model or input)")

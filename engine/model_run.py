@@ -96,17 +96,22 @@ class ModelSelection:
                           sort_keys=True)
 
 
-def load_target(target: str, artifact_out: str):
+def load_target(target: str, artifact_out: str, check=None):
     """(graph, artifact path): an artifact read, or a factory's model captured and saved to
-    ``artifact_out``.  ModelError (one line) for a target that is neither."""
+    ``artifact_out``.  ModelError (one line) for a target that is neither.  ``check(graph)``
+    (raising a ModelError to refuse it) runs before a captured graph is saved: a model too
+    large to measure is refused before its artifact is written (gigabytes for a GPT-2)."""
     if ":" not in target or target.endswith(".json"):
         if not os.path.isfile(target):
             raise ModelError(f"{target}: no such artifact (give a graph artifact written by "
                              f"graph.save, or file.py:factory)")
         try:
-            return graph_of(target), target
+            graph = graph_of(target)
         except (routes.RouteError, OSError, ValueError) as exc:
             raise ModelError(str(exc)) from None
+        if check is not None:
+            check(graph)
+        return graph, target
     made = factory_product(target)
     graph = made if isinstance(made, routes.Graph) else None
     if graph is None:
@@ -121,6 +126,8 @@ def load_target(target: str, artifact_out: str):
             raise ModelError(f"{target}: {exc}") from None
     if graph.example_inputs is None:
         raise ModelError(f"{target}: the graph has no example inputs")
+    if check is not None:
+        check(graph)
     graph.save(artifact_out)
     return graph, artifact_out
 
@@ -183,9 +190,10 @@ def unsupported(target: str) -> list:
         raise ModelError(f"{target}: {exc}") from None
 
 
-def check_memory(graph, samples: int) -> None:
+def check_memory(graph, samples: int, routes_=("forward",), workers: int = 1) -> None:
     """ModelError (one line) when ``samples`` samples of ``graph`` cannot fit the memory
-    (budget.check_model), naming its largest value."""
+    (budget.check_model: ``routes_`` measured, one configuration on each of ``workers``
+    local processes; 0 for a remote cluster), naming its largest value."""
     sizes = [(math.prod(p.array_shape), f"input {n} {list(p.array_shape)}")
              for n, p in zip(graph.input_names, graph.inputs)]
     sizes += [(math.prod(p.array_shape), f"constant {i} {list(p.array_shape)}")
@@ -197,7 +205,8 @@ def check_memory(graph, samples: int) -> None:
                   for name, p in zip(node.op.output_names, node.op.outputs)]
     try:
         budget.check_model(sum(n for n, _ in sizes), samples,
-                           max(sizes, key=lambda e: e[0])[1] if sizes else "none")
+                           max(sizes, key=lambda e: e[0])[1] if sizes else "none",
+                           routes_, workers)
     except budget.BudgetError as exc:
         raise ModelError(str(exc)) from None
 

@@ -189,14 +189,19 @@ def cmd_model(args) -> int:
     check_jobs(args.jobs, executor, scheduler)
     try:
         given = model_run.read_inputs(args.inputs) if args.inputs else None
-        graph, sel.artifact = model_run.load_target(args.target, artifact)
+        # Each local worker measures one configuration at a time (model_run.run); a remote
+        # cluster's memory is not this machine's.
+        workers = 0 if scheduler is not None else \
+            min(args.jobs or os.cpu_count() or 1, len(sel.configs()))
+
+        def fits(graph):
+            count = sel.samples if given is None else \
+                len(sample_inputs(graph, sel.samples, sel.seed, given))
+            model_run.check_memory(graph, count, sel.routes, workers)
+        graph, sel.artifact = model_run.load_target(args.target, artifact, fits)
         sel.artifact_hash = routes.graph_hash(sel.artifact)
         if args.assignment:
             _assign(sel, args.assignment, graph)
-        count = sel.samples
-        if given is not None:
-            count = len(sample_inputs(graph, sel.samples, sel.seed, given))
-        model_run.check_memory(graph, count)
         outcome = model_run.run(sel, out, jobs=args.jobs, resume=args.resume,
                                 progress=not args.quiet, executor=executor,
                                 scheduler=scheduler)

@@ -61,3 +61,43 @@ def test_sizes_read_in_binary_units():
     assert budget.size_text(512) == "512 B"
     assert budget.size_text(1536) == "1.5 KiB"
     assert budget.size_text(3 << 30) == "3 GiB"
+
+
+def test_a_model_run_is_estimated_by_route_and_worker(monkeypatch):
+    # 8 GiB available; 4 Mi elements a sample at 512 bytes each (forward + gradient) is
+    # 2 GiB a sample on top of the worker's 400 MiB: 3 samples fit in 95% of 8 GiB
+    # (0.95 * 8 GiB - 400 MiB = 7,741,007,462 bytes; / 2 GiB = 3.6), 4 do not.
+    monkeypatch.setattr(budget, "available_memory", lambda: 8 << 30)
+    fg = ("forward", "gradient")
+    budget.check_model(4 << 20, 3, "x", fg)
+    with pytest.raises(budget.BudgetError) as info:
+        budget.check_model(4 << 20, 4, "input x [2048, 2048]", fg)
+    assert re.search(r"hold 4194304 elements a sample \(largest: input x \[2048, 2048\]\), "
+                     r"and a model run of forward\+gradient holds about 512 bytes per "
+                     r"element.+4 samples need about 8\.39 GiB on 1 worker, more than the "
+                     r"8 GiB available; at most 3 samples fit", str(info.value)), info.value
+    # forward alone is half as much: 7 samples fit; two workers each hold a configuration.
+    budget.check_model(4 << 20, 7, "x", ("forward",))
+    with pytest.raises(budget.BudgetError, match="on 2 workers.+at most 1 sample fits"):
+        budget.check_model(4 << 20, 2, "x", fg, workers=2)
+    # Work on a remote cluster: only the binary64 bound, which never refuses what fits.
+    budget.check_model(4 << 20, 4, "x", fg, workers=0)
+    with pytest.raises(budget.BudgetError, match="in binary64 alone"):
+        budget.check_model(1 << 30, 9, "x", fg, workers=0)
+
+
+def test_a_model_too_large_is_refused_before_its_artifact_is_written(tmp_path, capsys,
+                                                                    monkeypatch):
+    pytest.importorskip("torch")
+    factory = tmp_path / "big.py"
+    factory.write_text("def make():\n    import torch\n    torch.manual_seed(0)\n"
+                       "    return torch.nn.Linear(2048, 2048), (torch.ones(1, 2048),)\n")
+    monkeypatch.setattr(budget, "available_memory", lambda: 1 << 30)
+    out = tmp_path / "m.json"
+    assert main(["model", f"{factory}:make", "--formats", "bfloat16", "--routes",
+                 "forward,gradient", "--samples", "1", "--jobs", "1", "--quiet", "--out",
+                 str(out)]) == 2
+    line = one_error(capsys.readouterr().err, "1 sample needs about", "1 GiB available",
+                     "not one sample fits")
+    assert "largest: input weight [2048, 2048]" in line, line
+    assert not out.exists() and not (tmp_path / "m.json.graph.json").exists()
