@@ -20,20 +20,17 @@ FLOOR = 1e-3
 
 class _Float64Throughout(torch.overrides.TorchFunctionMode):
     """torch's float64 run of a model whose code converts to binary32 on purpose (Llama's
-    RMSNorm, a softmax with dtype=float32): a conversion to float32 of a tensor that
-    depends on the inputs or parameters (requires grad) stays in float64, as the captured
-    float32 model computes it at its own dtype (no rounding there); shape-only constants
-    (rotary tables) keep the float32 the capture folded them in."""
+    RMSNorm and rotary tables, a softmax with dtype=float32): every conversion to float32
+    (``.float()``, a ``dtype=torch.float32`` argument) stays in float64, as the capture
+    reads binary32 as binary64 both in the graph's values and in the constants it folds
+    (routes.frontends.torch: _fold)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        tracked = any(isinstance(a, torch.Tensor) and a.requires_grad and
-                      a.dtype == torch.float64 for a in args)
-        if tracked:
-            if func is torch.Tensor.float:
-                func = torch.Tensor.double
-            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
-            kwargs = {k: torch.float64 if v is torch.float32 else v for k, v in kwargs.items()}
+        if func is torch.Tensor.float:
+            func = torch.Tensor.double
+        args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        kwargs = {k: torch.float64 if v is torch.float32 else v for k, v in kwargs.items()}
         return func(*args, **kwargs)
 
 
@@ -63,7 +60,11 @@ def _relative(ours, theirs, floor=1e-300) -> float:
     assert ours.shape == theirs.shape
     if ours.size == 0:
         return 0.0
-    return float(np.max(np.abs(ours - theirs)) / max(np.max(np.abs(theirs)), floor))
+    diff, scale = float(np.max(np.abs(ours - theirs))), max(float(np.max(np.abs(theirs))), floor)
+    if diff == 0.0:
+        return 0.0                      # both zero (a gradient that is zero everywhere) too
+    # NaN anywhere, or a difference where torch's is zero: never within a tolerance.
+    return diff / scale if diff == diff and scale > 0.0 else float("inf")
 
 
 def worst_difference(model, args, kwargs=None) -> tuple:

@@ -337,6 +337,27 @@ def _linear(cx, a):
                     out_features=ws[0])
 
 
+# ----- ordering ----------------------------------------------------------------------------------
+@_entry("aten.topk.default", "aten.sort.default", "aten.sort.stable")
+def _order(cx, a):
+    """topk (a mixture of experts' router) and sort of numbers: the registered ``topk`` and
+    ``sort`` (values, then positions along the axis: an index result, torch's int64).  Both
+    order ties by position, which is one of the orders PyTorch may give (unstable sort and
+    sorted=False leave it to the kernel); topk refuses inputs where a tie decides the
+    selection (routes' validate)."""
+    cx.scalar_result()
+    x, shape = a.self, cx.shape(a.self)
+    if not shape:
+        cx.refuse("ordering a 0-d tensor is not translated")
+    axis = axis_of(a.dim, len(shape))
+    if str(cx.node.target).startswith("aten.topk"):
+        if not 1 <= a.k <= shape[axis]:
+            cx.refuse(f"k = {a.k} outside [1, {shape[axis]}] is not translated")
+        return cx.apply("topk", x, shape=shape, axis=axis, k=int(a.k),
+                        largest=bool(a.largest))
+    return cx.apply("sort", x, shape=shape, axis=axis, descending=bool(a.descending))
+
+
 # ----- convolution, pooling, normalization -----------------------------------------------------
 def _conv(cx, a, transposed=False):
     """conv, or convTranspose (weight (C_in, C_out/groups, K...), output_padding) when

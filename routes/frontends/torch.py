@@ -407,10 +407,12 @@ class _Capture(Constants, Capture):
             return self._refused(node, str(exc).replace("\n", " "), ":")
         self.env[node] = result
         self._label(node, first, result)
-        dtype = getattr(self._meta(), "dtype", None)
-        for ref in result if isinstance(result, tuple) else (result,):
+        val = node.meta["val"]
+        results = result if isinstance(result, tuple) else (result,)
+        metas = val if isinstance(val, (tuple, list)) else (val,) * len(results)
+        for ref, meta in zip(results, metas):           # (values, indices): each its dtype
             if isinstance(ref, Ref):
-                self.dtypes.setdefault(ref, dtype)
+                self.dtypes.setdefault(ref, getattr(meta, "dtype", None))
 
     def _refused(self, node, reason, sep=""):
         """The node's one-line refusal: raised, or listed (``refusals``) with its value
@@ -449,12 +451,19 @@ class _Capture(Constants, Capture):
         return v
 
     def _fold(self, node):
-        """The node computed by torch on its constant operands (never a random one)."""
+        """The node computed by torch on its constant operands (never a random one), in
+        float64: floating operands are widened exactly and binary32 is read as binary64
+        (a ``dtype=float32`` argument, ``.float()``), so arithmetic on buffers and tables (a
+        frozen batch norm's ``weight * (running_var + eps).rsqrt()``, ALiBi slopes over
+        sqrt(head_dim), rotary and sinusoidal tables) is the math on the model's data to
+        binary64's accuracy, as the graph's values are (a conversion between binary32 and
+        binary64 of a graph value is the identity there); a conversion to a narrower float
+        the program writes (``.half()``, ``.to(torch.bfloat16)``) still rounds."""
         if self.torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
             raise CaptureError(f"from_torch: {self._where(node)} draws random numbers; it is "
                                f"not folded into a constant")
-        args = tuple(_unwrap(self._value(v)) for v in node.args)
-        kwargs = {k: _unwrap(self._value(v)) for k, v in node.kwargs.items()}
+        args = tuple(self._wide(_unwrap(self._value(v))) for v in node.args)
+        kwargs = {k: self._wide(_unwrap(self._value(v))) for k, v in node.kwargs.items()}
         with self.torch.no_grad():
             out = node.target(*args, **kwargs)
         if isinstance(out, (tuple, list)):
@@ -463,6 +472,18 @@ class _Capture(Constants, Capture):
             raise CaptureError(f"from_torch: {self._where(node)} gives a {type(out).__name__}, "
                                f"not a tensor")
         return Const(out, node.name)
+
+    def _wide(self, v):
+        """A folded node's operand with its floating tensors widened exactly to float64 and
+        the dtype float32 read as float64 (_fold)."""
+        t = self.torch
+        if isinstance(v, t.Tensor):
+            return v.to(t.float64) if v.is_floating_point() and v.dtype != t.float64 else v
+        if v is t.float32:
+            return t.float64
+        if isinstance(v, (list, tuple)):
+            return type(v)(self._wide(x) for x in v)
+        return v
 
     # ----- what entries use (routes.frontends.aten) --------------------------------------------
     def _meta(self):
@@ -624,11 +645,15 @@ class _Capture(Constants, Capture):
             if port.scalar and held.kind == "index" and len(held.bounds) == 1:
                 return self.apply("cast", v, shape=held.shape, source="index",
                                   bounds=held.bounds)
+            if port.scalar and held.kind == "bool":         # torch promotes: True 1, False 0
+                return self.apply("cast", v, shape=held.shape)
             return v
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             v = Const(self.torch.full(port.shape, v, dtype=self.torch.float64),
                       f"{self.node.name}.number")
         if isinstance(v, Const):
+            if port.scalar and v.tensor.dtype == self.torch.bool:
+                return self.apply("cast", self._materialize(v, None), shape=self.shape(v))
             return self._materialize(v, port if not port.scalar else None)
         raise Refusal(f"cannot pass {type(v).__name__} {v!r} to a {port} port")
 

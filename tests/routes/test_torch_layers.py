@@ -5,7 +5,8 @@ onto elu / leakyReLU / sign, layer norm over several axes, adaptive max pooling,
 pooling whose last window runs past the padded input, linear
 interpolation, vector norms (a zero vector's gradient is zero, as torch's), tensor clamp
 bounds, slice_scatter (circular padding), KL divergence (isnan), class-index losses with
-weights, ignore_index and label smoothing, and integer arithmetic against torch's own
+weights, ignore_index and label smoothing, Booleans promoted in arithmetic, constants folded
+from buffers and shapes, topk and sort, and integer arithmetic against torch's own
 integers."""
 
 from __future__ import annotations
@@ -54,6 +55,35 @@ class _Bags(nn.Module):
 
     def forward(self, ids, weights=None):
         return self.bag(ids, self.offsets, per_sample_weights=weights)
+
+
+class _FrozenScale(nn.Module):
+    """Arithmetic on a buffer and on a table built from shapes (a frozen batch norm's
+    scale, ALiBi-like slopes): constants the capture folds, in float64."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("var", torch.rand(6, generator=torch.Generator().manual_seed(3))
+                             + 0.5)
+        self.weight = nn.Parameter(1.0 + 0.1 * _randn(6, seed=8))
+
+    def forward(self, x):
+        slopes = torch.arange(1, 7, dtype=x.dtype) / 8.0 ** 0.5
+        return x * self.weight * (self.var + 1e-5).rsqrt() + x * slopes.sqrt()
+
+
+class _Router(nn.Module):
+    """A mixture of experts' router: the top 2 of a softmax, renormalized, and the experts'
+    positions read as numbers (torch's int64 indices)."""
+
+    def __init__(self, largest=True):
+        super().__init__()
+        self.gate = nn.Linear(6, 5)
+        self.largest = largest
+
+    def forward(self, x):
+        w, i = torch.topk(self.gate(x).softmax(-1), 2, dim=-1, largest=self.largest)
+        return w / w.sum(-1, keepdim=True), i * w.sum()
 
 
 GEN = torch.Generator().manual_seed(11)
@@ -127,6 +157,14 @@ LAYERS = {
                      (torch.tensor([1, 2, 3, 4, 5, 6, 7]), torch.rand(7, generator=GEN))),
     "bag-offsets-mean": (_Bags("mean", include_last_offset=True),
                          (torch.tensor([1, 2, 3, 4, 5, 6, 7]),)),
+    # Booleans in arithmetic (torch promotes True to 1), folded constants, ordering.
+    "bool-promoted": (_Function(lambda x: x * (x > 0) + x * torch.ones(6, dtype=torch.bool)),
+                      V),
+    "folded-in-float64": (_FrozenScale(), V),
+    "topk-router": (_Router(), V),
+    "topk-smallest": (_Router(largest=False), V),
+    "sort-descending": (_Function(lambda x: torch.sort(x, dim=0, descending=True).values), V),
+    "sort-stable": (_Function(lambda x: torch.sort(x, stable=True).values * x), V),
     "ce-pixels": (_Function(lambda x, t: F.cross_entropy(x, t), n=3),
                   (_randn(2, 6, 3, 3, seed=4), torch.tensor([[[0, 5, -100]] * 3, [[1, 2, 3]] * 3]))),
 }
