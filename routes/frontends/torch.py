@@ -462,10 +462,14 @@ class _Capture(Constants, Capture):
         if self.torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ()):
             raise CaptureError(f"from_torch: {self._where(node)} draws random numbers; it is "
                                f"not folded into a constant")
-        args = tuple(self._wide(_unwrap(self._value(v))) for v in node.args)
-        kwargs = {k: self._wide(_unwrap(self._value(v))) for k, v in node.kwargs.items()}
+        args = tuple(_unwrap(self._value(v)) for v in node.args)
+        kwargs = {k: _unwrap(self._value(v)) for k, v in node.kwargs.items()}
         with self.torch.no_grad():
-            out = node.target(*args, **kwargs)
+            out = node.target(*self._wide(args), **self._wide(kwargs))
+            if not _shaped_as(out, node.meta.get("val")):
+                # A node reading its operand's bytes (a view as another dtype) computes at
+                # the program's dtypes.
+                out = node.target(*args, **kwargs)
         if isinstance(out, (tuple, list)):
             return tuple(Const(o, f"{node.name}.{i}") for i, o in enumerate(out))
         if not isinstance(out, self.torch.Tensor):
@@ -483,6 +487,8 @@ class _Capture(Constants, Capture):
             return t.float64
         if isinstance(v, (list, tuple)):
             return type(v)(self._wide(x) for x in v)
+        if isinstance(v, dict):
+            return {k: self._wide(x) for k, x in v.items()}
         return v
 
     # ----- what entries use (routes.frontends.aten) --------------------------------------------
@@ -676,6 +682,17 @@ class _Capture(Constants, Capture):
                     array = array.astype(np.int64)
             const.refs[key] = self.graph.constant(array, port, name=const.name)
         return const.refs[key]
+
+
+def _shaped_as(out, val) -> bool:
+    """Whether a folded result has the shapes the program records (``val``: its fake
+    tensors; True when it records none)."""
+    if val is None:
+        return True
+    if isinstance(out, (tuple, list)) and isinstance(val, (tuple, list)):
+        return len(out) == len(val) and all(_shaped_as(o, v) for o, v in zip(out, val))
+    shape = getattr(val, "shape", None)
+    return shape is None or tuple(getattr(out, "shape", ())) == tuple(shape)
 
 
 def _unwrap(v):
