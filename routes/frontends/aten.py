@@ -65,15 +65,16 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from . import aten_integers, aten_lookup, aten_resample, aten_tensors, registrar
+from . import aten_integers, aten_lookup, aten_reduce, aten_resample, aten_tensors, registrar
 from .aten_integers import WORD, integral, words
 from .aten_tensors import axes_of, axis_of, per_axis
 
 # The tensor entries (shape, movement, conversions, comparisons: aten_tensors), adaptive
 # pooling and interpolation (aten_resample), integer ones (aten_integers), embeddings and
-# class-index losses (aten_lookup), then these.
+# class-index losses (aten_lookup), extrema, products, variances and ordering
+# (aten_reduce), then these.
 TABLE: dict[str, Callable] = {**aten_tensors.TABLE, **aten_resample.TABLE,
-                              **aten_integers.TABLE, **aten_lookup.TABLE}
+                              **aten_integers.TABLE, **aten_lookup.TABLE, **aten_reduce.TABLE}
 BOUNDS: dict[str, Callable] = dict(aten_lookup.BOUNDS)
 MASKS: dict[str, Callable] = {}
 _entry = registrar(TABLE, "aten table")
@@ -83,7 +84,11 @@ _entry = registrar(TABLE, "aten table")
 _UNARY = {"relu": "relu", "tanh": "tanh", "sigmoid": "sigmoid", "exp": "exp", "log": "log",
           "neg": "neg", "abs": "abs", "sqrt": "sqrt", "rsqrt": "rsqrt",
           "reciprocal": "reciprocal", "sin": "sin", "cos": "cos", "erf": "erf", "silu": "silu",
-          "log1p": "log1p", "expm1": "expm1", "square": "square", "sign": "sign"}
+          "log1p": "log1p", "expm1": "expm1", "square": "square", "sign": "sign",
+          "tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan", "sinh": "sinh",
+          "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
+          "log2": "log2", "log10": "log10", "exp2": "exp2", "floor": "floor", "ceil": "ceil",
+          "trunc": "trunc", "round": "round", "frac": "frac"}
 
 
 def _unary(op_name):
@@ -153,7 +158,8 @@ def _binary(op_name):
 
 
 for _aten, _op in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "div"),
-                   ("remainder", "remainder"), ("maximum", "max"), ("minimum", "min")):
+                   ("remainder", "remainder"), ("maximum", "max"), ("minimum", "min"),
+                   ("atan2", "atan2")):
     _entry(*[f"aten.{_aten}.{o}" for o in (("Tensor", "Scalar") if _aten in
                                               ("add", "sub", "mul", "div", "remainder")
                                               else ("default",))]
@@ -335,27 +341,6 @@ def _linear(cx, a):
     bias = cx.zeros((ws[0],)) if a.bias is None else cx.like(a.bias, (ws[0],))
     return cx.apply("linear", a.weight, bias, a.input, batch=xs[:-1], in_features=ws[1],
                     out_features=ws[0])
-
-
-# ----- ordering ----------------------------------------------------------------------------------
-@_entry("aten.topk.default", "aten.sort.default", "aten.sort.stable")
-def _order(cx, a):
-    """topk (a mixture of experts' router) and sort of numbers: the registered ``topk`` and
-    ``sort`` (values, then positions along the axis: an index result, torch's int64).  Both
-    order ties by position, which is one of the orders PyTorch may give (unstable sort and
-    sorted=False leave it to the kernel); topk refuses inputs where a tie decides the
-    selection (routes' validate)."""
-    cx.scalar_result()
-    x, shape = a.self, cx.shape(a.self)
-    if not shape:
-        cx.refuse("ordering a 0-d tensor is not translated")
-    axis = axis_of(a.dim, len(shape))
-    if str(cx.node.target).startswith("aten.topk"):
-        if not 1 <= a.k <= shape[axis]:
-            cx.refuse(f"k = {a.k} outside [1, {shape[axis]}] is not translated")
-        return cx.apply("topk", x, shape=shape, axis=axis, k=int(a.k),
-                        largest=bool(a.largest))
-    return cx.apply("sort", x, shape=shape, axis=axis, descending=bool(a.descending))
 
 
 # ----- convolution, pooling, normalization -----------------------------------------------------

@@ -190,32 +190,40 @@ def _cumsum(cx, a):
 
 @_entry("aten.gather.default")
 def _gather(cx, a):
-    """torch.gather(x, dim, index): y[..i..] = x[..index[..i..] along dim..]: the flattened
-    x at positions index * stride(dim) + the offset of the other coordinates (words),
-    decoded below x's size; its gradient sums repeated reads, as gather's backward."""
-    x, shape, ishape = a.self, cx.shape(a.self), cx.shape(a.index)
-    rank = len(shape)
-    axis = a.dim + rank if a.dim < 0 else a.dim
-    if len(ishape) != rank or any(i > n for d, (i, n) in enumerate(zip(ishape, shape))
-                                  if d != axis):
+    """torch.gather(x, dim, index)."""
+    shape, ishape = cx.shape(a.self), cx.shape(a.index)
+    axis = a.dim + len(shape) if a.dim < 0 else a.dim
+    if len(ishape) != len(shape) or any(i > n for d, (i, n) in enumerate(zip(ishape, shape))
+                                        if d != axis):
         cx.refuse(f"index {list(ishape)} must have the rank of the input {list(shape)} and "
                   f"no larger extent off the gathered axis")
+    return gather_along(cx, a.self, axis, a.index)
+
+
+def gather_along(cx, x, axis, index):
+    """y[..i..] = x[..index[..i..] along axis..] (torch.gather; ``index`` of x's rank, no
+    larger extent off the axis): the flattened x at positions index * stride(axis) + the
+    offset of the other coordinates (words), decoded below x's size; its gradient sums
+    repeated reads, as gather's backward."""
+    shape, ishape = cx.shape(x), cx.shape(index)
+    rank = len(shape)
     count = math.prod(shape)
     if count >= _INDEX_BOUND:
         cx.refuse("gathering from more than 2**53 entries is not translated")
     strides = [math.prod(shape[d + 1:]) for d in range(rank)]
     offset = cx.offsets(ishape, strides, skip=axis)
-    along = cx.apply("mul", words(cx, a.index), cx.integers(strides[axis], ishape),
+    along = cx.apply("mul", words(cx, index), cx.integers(strides[axis], ishape),
                      shape=ishape, element=WORD)
     position = cx.apply("add", along, offset, shape=ishape, element=WORD)
-    index = cx.apply("decodeIndex", position, shape=ishape, bounds=(count,), element=WORD)
+    flat_index = cx.apply("decodeIndex", position, shape=ishape, bounds=(count,),
+                          element=WORD)
     if is_integer(cx, x) or not cx.is_ref(x) and integral(cx.dtype(x)):
         x, element = words(cx, x), WORD
     else:
         element = cx.element(x)
     flat = cx.apply("reshape", x, shape=shape, to=(count,), element=element) \
         if rank != 1 else x
-    return cx.apply("gather", flat, index, shape=(count,), axes=(0,), batch=0,
+    return cx.apply("gather", flat, flat_index, shape=(count,), axes=(0,), batch=0,
                     index_shape=ishape, element=element)
 
 

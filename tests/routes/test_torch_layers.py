@@ -6,8 +6,8 @@ pooling whose last window runs past the padded input, linear
 interpolation, vector norms (a zero vector's gradient is zero, as torch's), tensor clamp
 bounds, slice_scatter (circular padding), KL divergence (isnan), class-index losses with
 weights, ignore_index and label smoothing, Booleans promoted in arithmetic, constants folded
-from buffers and shapes, topk and sort, and integer arithmetic against torch's own
-integers."""
+from buffers and shapes, topk and sort, extrema (amax, max(dim) at ties), products,
+variances, atan2 and rounding, and integer arithmetic against torch's own integers."""
 
 from __future__ import annotations
 
@@ -165,6 +165,22 @@ LAYERS = {
     "topk-smallest": (_Router(largest=False), V),
     "sort-descending": (_Function(lambda x: torch.sort(x, dim=0, descending=True).values), V),
     "sort-stable": (_Function(lambda x: torch.sort(x, stable=True).values * x), V),
+    # Extrema, products, variances; max(dim) at ties (a row of ReLU zeros) gives torch's
+    # one index the whole gradient.
+    "std-var-mean": (_Function(lambda x: x * (x.std(-1, keepdim=True) + torch.var_mean(x, 0)[0]
+                                              * torch.var_mean(x, 0)[1] + x.var(correction=0))),
+                     V),
+    "logsumexp-amax": (_Function(lambda x: torch.logsumexp(x, -1, keepdim=True) +
+                                 x.amin((0, 1)) + x.max() * x.amax(0)), V),
+    "max-dim-ties": (_Function(lambda x: (x - 100).relu().max(-1, keepdim=True).values +
+                               x.min(0).values * x.max(1, keepdim=True).indices), V),
+    "prod-cumprod": (_Function(lambda x: x.prod(-1).sum() + torch.cumprod(x, 1)), V),
+    "atan2-trig": (_Function(lambda x: torch.atan2(x, x.flip(0)) + torch.atan(x) +
+                             torch.asinh(x) * torch.cosh(x) + torch.log2(x.abs() + 1) +
+                             torch.exp2(x) + torch.acos(x.tanh()) + torch.atanh(x.tanh() / 2)),
+                   V),
+    "rounding": (_Function(lambda x: torch.floor(3 * x) * x + torch.round(3 * x) +
+                           torch.frac(3 * x) + (3 * x).trunc() * x.ceil()), V),
     "ce-pixels": (_Function(lambda x, t: F.cross_entropy(x, t), n=3),
                   (_randn(2, 6, 3, 3, seed=4), torch.tensor([[[0, 5, -100]] * 3, [[1, 2, 3]] * 3]))),
 }
