@@ -64,7 +64,20 @@ def exported(model, args, kwargs=None):
 
 
 def _first_line(exc) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    """torch's first line; for a guard on a value the inputs decide (a branch on
+    ``bool(tensor)``, ``.item()``, a data-dependent shape), where the model's code took it."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if "data-dependent" not in first:
+        return first
+    import traceback
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not re.search(r"[/\\]torch[/\\](_|fx|export|utils|overrides|nn[/\\]modules"
+                               r"[/\\]module\.py)", f.filename)]
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno} " \
+        f"({(frames[-1].line or '').strip()[:80]})" if frames else ""
+    return (f"{first.rstrip('.')}: the model branches on a value of its inputs{where}, which "
+            f"an export cannot follow; give the flags that decide it (nn.Transformer's "
+            f"tgt_is_causal, say) or capture a model without the branch")
 
 
 def _register_outputs(torch, model, args, kwargs) -> bool:

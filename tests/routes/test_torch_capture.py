@@ -308,10 +308,15 @@ def test_an_unsupported_attribute_is_refused_with_the_reason():
         f"(dropout_p=0.5) draws a random mask")
 
 
-def test_data_dependent_control_flow_is_refused():
-    assert _refusal(DataDependent(), torch.randn(3)).startswith(
-        "from_torch: torch.export could not capture the model: Could not guard on "
-        "data-dependent expression")
+def test_data_dependent_control_flow_is_refused_where_the_model_branches():
+    line = DataDependent.forward.__code__.co_firstlineno + 1
+    text = _refusal(DataDependent(), torch.randn(3))
+    assert text.startswith("from_torch: torch.export could not capture the model: Could not "
+                           "guard on data-dependent expression"), text
+    assert text.endswith(f": the model branches on a value of its inputs at "
+                         f"test_torch_capture.py:{line} (if x.sum() > 0:), which an export "
+                         f"cannot follow; give the flags that decide it (nn.Transformer's "
+                         f"tgt_is_causal, say) or capture a model without the branch"), text
 
 
 def test_in_place_updates_of_buffers_and_cumulative_batch_norm_are_refused():
