@@ -34,7 +34,8 @@ here; ``cx`` is the capture (routes.frontends.torch).
   hardtanh_backward: select(lo < x < hi, x, clamp(detach(x))).
 
 - operators that only copy entries (``as_strided``, nearest upsampling, ``roll``,
-  ``repeat``, pixel and channel shuffles, ``index_select`` by constant indices) are
+  ``repeat``, pixel and channel shuffles, ``diagonal``, ``index_select`` by constant
+  indices) are
   ``gather`` at the positions torch computes on the table of positions
   (cx.by_positions); ``index_select`` by computed indices gathers by them; ``flip`` is
   ``flip``; ``constant_pad_nd`` is ``pad`` (zeros), a slice for negative pads, and for
@@ -440,7 +441,7 @@ _entry("aten.as_strided.default", "aten.upsample_nearest1d.vec", "aten.upsample_
        "aten._upsample_nearest_exact1d.vec", "aten._upsample_nearest_exact2d.vec",
        "aten._upsample_nearest_exact3d.vec", "aten.roll.default", "aten.repeat.default",
        "aten.pixel_shuffle.default", "aten.pixel_unshuffle.default",
-       "aten.channel_shuffle.default")(lambda cx, a: cx.by_positions(a.self if "self" in a
+       "aten.channel_shuffle.default", "aten.diagonal.default")(lambda cx, a: cx.by_positions(a.self if "self" in a
                                                                        else a.input))
 
 

@@ -179,6 +179,8 @@ LAYERS = {
                              torch.asinh(x) * torch.cosh(x) + torch.log2(x.abs() + 1) +
                              torch.exp2(x) + torch.acos(x.tanh()) + torch.atanh(x.tanh() / 2)),
                    V),
+    "diagonal": (_Function(lambda x: torch.diagonal(x @ x.T) + torch.diagonal(x, 1)[:4] *
+                           x.T.diag()), V),
     "rounding": (_Function(lambda x: torch.floor(3 * x) * x + torch.round(3 * x) +
                            torch.frac(3 * x) + (3 * x).trunc() * x.ceil()), V),
     "ce-pixels": (_Function(lambda x, t: F.cross_entropy(x, t), n=3),
