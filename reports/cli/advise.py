@@ -98,11 +98,13 @@ def cmd_advise(args) -> int:
         check_report_dir(args.html)
     try:
         given = model_run.read_inputs(args.inputs) if args.inputs else None
-        def fits(graph):
-            model_run.check_memory(graph, len(sample_inputs(graph, args.samples or 2, seed,
-                                                            given)), ("forward", "gradient"))
+        drawn = []
+
+        def fits(graph):                   # before a captured model's artifact is written
+            drawn.append(sample_inputs(graph, args.samples or 2, seed, given))
+            model_run.check_memory(graph, len(drawn[0]), ("forward", "gradient"))
         graph, _ = model_run.load_target(args.target, artifact, fits)
-        xs = sample_inputs(graph, args.samples or 2, seed, given)
+        xs = drawn[0]
         log = None if args.quiet else orchestrate.Phases("advise", delay=0.0, every=30.0)
         found = advise.advise(graph, budget, cands, args.unit, xs, seed,
                               args.held_back or 2, mode[0], policy[0], log,

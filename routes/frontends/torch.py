@@ -465,10 +465,13 @@ class _Capture(Constants, Capture):
         args = tuple(_unwrap(self._value(v)) for v in node.args)
         kwargs = {k: _unwrap(self._value(v)) for k, v in node.kwargs.items()}
         with self.torch.no_grad():
-            out = node.target(*self._wide(args), **self._wide(kwargs))
-            if not _shaped_as(out, node.meta.get("val")):
-                # A node reading its operand's bytes (a view as another dtype) computes at
-                # the program's dtypes.
+            try:
+                out = node.target(*self._wide(args), **self._wide(kwargs))
+            except Exception:                     # noqa: BLE001 (an operator that needs
+                out = None                        # its program dtypes: computed so below)
+            if out is None or not _shaped_as(out, node.meta.get("val")):
+                # A node reading its operand's bytes (a view as another dtype), or one that
+                # takes only the program's dtypes, computes at those.
                 out = node.target(*args, **kwargs)
         if isinstance(out, (tuple, list)):
             return tuple(Const(o, f"{node.name}.{i}") for i, o in enumerate(out))
