@@ -93,7 +93,7 @@ def _variance(cx, a):
         cx.refuse(f"a variance of {count} entries with correction {c} divides by "
                   f"{count - c} (torch gives inf or NaN)")
     m = cx.apply("mean", x, shape=shape, axes=axes, keepdim=True)
-    d = cx.apply("sub", x, cx.move("broadcast", m, shape=cx.shape(m), to=shape), shape=shape)
+    d = cx.apply("sub", x, cx.like(m, shape), shape=shape)
     total = cx.apply("reduce", cx.apply("square", d, shape=shape), shape=shape, op="sum",
                      axes=axes, keepdim=keep)
     out = cx.shape(total)

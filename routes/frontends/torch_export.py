@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import traceback
 import warnings
 
 from .aten import TABLE
@@ -69,7 +70,6 @@ def _first_line(exc) -> str:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if "data-dependent" not in first:
         return first
-    import traceback
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not re.search(r"[/\\]torch[/\\](_|fx|export|utils|overrides|nn[/\\]modules"
                                r"[/\\]module\.py)", f.filename)]
