@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import importlib
+import importlib.abc
 import os
 import re
 import sys
@@ -172,10 +173,31 @@ def prepare_torchvision() -> bool:
     return True
 
 
+class _BeforeTorchvision(importlib.abc.MetaPathFinder):
+    """An import hook that runs prepare_torchvision when something first imports
+    torchvision, then steps aside: preparing imports torch (over a second), which user code
+    that never imports torchvision should not pay, in the parent and in every worker."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "torchvision":
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+            prepare_torchvision()
+        return None                               # the usual finders find it
+
+
+def prepare_torchvision_on_import() -> None:
+    """prepare_torchvision at the first ``import torchvision`` of this process (directly
+    or through timm or transformers), not before."""
+    if "torchvision" not in sys.modules and \
+            not any(isinstance(f, _BeforeTorchvision) for f in sys.meta_path):
+        sys.meta_path.insert(0, _BeforeTorchvision())
+
+
 def _import_file(path: str):
     """The module of the Python file ``path``, run once per process (its folder goes on
     sys.path, as for a script, so it can import its neighbours; torchvision made importable
-    first: prepare_torchvision)."""
+    first: prepare_torchvision_on_import)."""
     import importlib.util
     full = os.path.abspath(path)
     if not os.path.isfile(full):
@@ -190,7 +212,7 @@ def _import_file(path: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[key] = module
     try:
-        prepare_torchvision()
+        prepare_torchvision_on_import()
         spec.loader.exec_module(module)
     except Exception as exc:                                  # noqa: BLE001 (user code)
         del sys.modules[key]
@@ -218,9 +240,7 @@ def _import(lib: str):
     if not any(os.path.abspath(p or ".") == cwd for p in sys.path):
         sys.path.insert(0, cwd)
     try:
-        # (not for the libraries that never import torchvision: preparing it imports torch)
-        if lib.split(".")[0] not in ("numpy", "math", "torch", "jax"):
-            prepare_torchvision()
+        prepare_torchvision_on_import()
         return importlib.import_module(lib)
     except ModuleNotFoundError as exc:
         if exc.name is not None and not (lib == exc.name or lib.startswith(exc.name + ".")):

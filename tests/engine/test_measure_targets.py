@@ -354,6 +354,20 @@ def test_a_module_in_the_working_directory_imports_without_pythonpath(module_dir
     assert row["incorrectly_rounded"] == _wrong(got, cr)
 
 
+def test_a_module_target_that_never_imports_torchvision_does_not_import_torch(module_dir):
+    """torchvision is prepared (engine.targets.prepare_torchvision, which imports torch) only
+    when something imports it: a module target that does not is resolved without torch.
+    A fresh interpreter, so no other test's imports count."""
+    code = ("import sys\n"
+            "from roundoff_coverage.engine import targets\n"
+            "assert callable(targets.importable('targets:expf'))\n"
+            "print('torch' in sys.modules, 'torchvision' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-P", "-c", code], cwd=module_dir, env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["False", "False"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("name,message", [
