@@ -248,16 +248,17 @@ def _alignment(m, least):
     return np.where(m > 0, e, -np.inf)
 
 
-def _tensor_core_block(clo, chi, plo, phi, big_e, small_e, extra):
+def _tensor_core_block(clo, chi, plo, phi, big_e, small_e, extra, floor=None):
     """(lo, hi) enclosing every cut sum of one tensor-core group (numerics.tensor_cores):
     the running result c in [clo, chi] and the products in [plo, phi], whose operands'
     alignment exponents are at most big_e = (ea, eb) and at least small_e (-inf where an
     operand may be zero).  E, the largest of e(a) + e(b) over the nonzero products and
-    max(e(c), -126), lies in [Emin, Emax]; the quantum 2**(E - 23 - extra) in [qmin, Q] --
-    powers of two, each dividing the larger.  As in _aligned_block, a coarser quantum cuts
-    further toward zero, so each cut term lies in [lo >= 0 ? trunc_Q(lo) : trunc_qmin(lo),
-    hi >= 0 ? trunc_qmin(hi) : trunc_Q(hi)], summed outward.  ``extra`` None: no cut, the
-    interval sum."""
+    max(e(c), -126) -- at least ``floor`` where a term is nonzero (the unit's exponent
+    floor; None: none) -- lies in [Emin, Emax]; the quantum 2**(E - 23 - extra) in
+    [qmin, Q] -- powers of two, each dividing the larger.  As in _aligned_block, a coarser
+    quantum cuts further toward zero, so each cut term lies in [lo >= 0 ? trunc_Q(lo) :
+    trunc_qmin(lo), hi >= 0 ? trunc_qmin(hi) : trunc_Q(hi)], summed outward.  ``extra``
+    None: no cut, the interval sum."""
     if extra is None:
         slo, shi = clo, chi
         for j in range(plo.shape[-1]):
@@ -268,7 +269,8 @@ def _tensor_core_block(clo, chi, plo, phi, big_e, small_e, extra):
 
     def exponent(pe, cm):
         ce = _alignment(cm, 2.0 ** -126)
-        return np.maximum(np.max(pe[0] + pe[1], axis=-1, initial=-np.inf), ce)
+        e = np.maximum(np.max(pe[0] + pe[1], axis=-1, initial=-np.inf), ce)
+        return e if floor is None else np.where(np.isfinite(e), np.maximum(e, floor), e)
 
     e_hi, e_lo = exponent(big_e, cmag), exponent(small_e, cmig)
     # a group whose terms may all be zero: the smallest quantum is the least one
@@ -755,7 +757,7 @@ class BoundingBackend(EnclosureFormats, Backend):
                 clo, chi = _tensor_core_block(
                     clo, chi, plo[..., part], phi[..., part],
                     [_alignment(m[..., part], least) for m in mags],
-                    [_alignment(m[..., part], least) for m in migs], path.extra)
+                    [_alignment(m[..., part], least) for m in migs], path.extra, core.floor)
                 over = (np.abs(clo) >= 2.0 ** 128) | (np.abs(chi) >= 2.0 ** 128)
                 clo, chi = self._round(clo, chi, out, path.rounding)
                 clo, chi = np.where(over, np.nan, clo), np.where(over, np.nan, chi)

@@ -338,7 +338,7 @@ def tensor_core_dot_bound(block_abs, group: int, fmt, mode: str, extra, rounding
     alignment counts a subnormal at the least normal exponent).  Group j cuts its g + 1
     terms (the running result and its products) to multiples of 2**(E_j - 23 - extra),
     2**E_j <= max(A_j + E_(j-1), 2**-126) -- a binary32 running result is aligned at its
-    exponent, subnormals at -126 -- each by less than one quantum (no cut when ``extra`` is
+    exponent, subnormals at -126, and a unit's exponent floor is at most -126 -- each by less than one quantum (no cut when ``extra`` is
     None), then rounds the sum once (``rounding``, ``out_bits`` fraction bits, binary32's
     range):
         E_j <= E_(j-1) + D_j + u (A_j + E_(j-1) + D_j) + eta,

@@ -9,7 +9,10 @@ cores", arXiv 2512.07004, 2025):
 - every product and c is aligned to E, the largest exponent among them, where a product's
   exponent is e(a) + e(b) -- e(x) = floor(log2 |x|), subnormal inputs counted at their
   format's least normal exponent -- and c's is e(c) (binary32 subnormals at -126).  The
-  product's significand lies in [1, 4): its carry bit sits above E;
+  product's significand lies in [1, 4): its carry bit sits above E.  A unit with an
+  exponent ``floor`` aligns at no less than it: a group of products all below 2**floor
+  (c = 0; a nonzero binary32 c has e(c) >= -126) is cut at 2**(floor - 23 - extra), and
+  what lies below is lost (Hopper and Blackwell: -133, the published models' value);
 - each aligned term is cut (truncated toward zero, sign and magnitude) to a multiple of
   2**(E - 23 - extra): ``extra`` alignment bits below binary32's 23 fraction bits (negative:
   fewer bits than binary32 keeps); the cut terms are summed exactly;
@@ -45,6 +48,7 @@ from roundoff_coverage.formats.fast import threads_for
 INPUTS = ("binary16", "bfloat16", "tf32", "float8_e4m3fn", "float8_e5m2")
 OUTPUTS = ("binary32", "binary16")
 _NONE = -(1 << 20)          # the exponent of a zero operand: below every real exponent
+_LOWEST = _NONE // 2        # an alignment exponent at most this: every term is zero
 _SPECIAL = 1 << 10          # at least the exponent of a term with an inf or NaN operand
 _C_FLOOR = -126             # c is aligned by its binary32 exponent, subnormals at -126
 
@@ -80,15 +84,24 @@ class Datapath:
 @dataclass(frozen=True)
 class TensorCore:
     """A GPU's matrix unit: a Datapath per input format (INPUTS), subnormal inputs and
-    outputs kept or flushed to zero, and the source of its parameters."""
+    outputs kept or flushed to zero, the exponent floor of its alignment (None: none;
+    module docstring), and the source of its parameters."""
 
     name: str
     paths: dict = field(hash=False)
     subnormal_inputs: bool = True
     subnormal_outputs: bool = True
     source: str = ""
+    floor: int | None = None
 
     def __post_init__(self):
+        # At most -126, where a nonzero binary32 c aligns anyway (the a priori bound,
+        # numerics.bounds.tensor_core_dot_bound, counts the alignment from 2**-126).
+        if self.floor is not None and (isinstance(self.floor, bool) or
+                                       not isinstance(self.floor, int) or
+                                       not -300 <= self.floor <= -126):
+            raise ValueError(f"tensor core {self.name}: the exponent floor is an integer in "
+                             f"-300..-126 or None (got {self.floor!r})")
         for key, path in self.paths.items():
             if key not in INPUTS or not isinstance(path, Datapath):
                 raise ValueError(f"tensor core {self.name}: paths map input formats "
@@ -166,7 +179,8 @@ class TensorCore:
                                  fout.label == "binary32" else 0)
         nearest = p.rounding == "nearest_even" or fout.label == "binary16"
         return (p.group, 0 if p.extra is None else p.extra, p.extra is None, prec, fout.emin,
-                fout.emax, nearest, not self.subnormal_outputs)
+                fout.emax, nearest, not self.subnormal_outputs,
+                _NONE if self.floor is None else self.floor)
 
 
 # The input format a matrix unit reads a run's storage format as: binary32 operands are read
@@ -327,16 +341,20 @@ def _group_top(c, ea, EB, t0, t1, top):
 
 
 @numba.njit(inline="always")
-def _group_sum(c, a, B, t0, t1, top, shift, exact, s, scale, lost):
-    """s[j]: the group's terms cut toward zero to multiples of q = 2**(top[j] - shift), as
-    an integer count of q: a term x contributes trunc(x / q), which is int64(x * scale) with
-    scale = 1/q -- a power-of-two scaling (exact; a term below 2**-1022 after it is lost to
-    the cut anyway) and the conversion's truncation toward zero.  Every term is below
+def _group_sum(c, a, B, t0, t1, top, shift, exact, s, scale, lost, floor):
+    """top[j] raised to ``floor`` where a term is nonzero (the unit's exponent floor; _NONE:
+    none); then s[j]: the group's terms cut toward zero to multiples of q = 2**(top[j] -
+    shift), as an integer count of q: a term x contributes trunc(x / q), which is
+    int64(x * scale) with scale = 1/q -- a power-of-two scaling (exact; a term below
+    2**-1022 after it is lost to the cut anyway) and the conversion's truncation toward
+    zero.  Every term is below
     2**(top - e + 2), so below 2**(shift + 2) quanta: at most 257 of them fit int64, and
     binary64 while shift <= 45.  ``exact``: lost[j] marks a group where a term had bits
     below q (it is summed again exactly)."""
     n = top.size
     for j in range(n):
+        if _LOWEST < top[j] < floor:
+            top[j] = floor
         sc = _power(shift - min(max(top[j], -900), 900))
         scale[j] = sc
         x = c[j] * sc
@@ -376,7 +394,8 @@ def _group_sum(c, a, B, t0, t1, top, shift, exact, s, scale, lost):
 
 
 @numba.njit(parallel=True, cache=True)
-def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nearest, flush):
+def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nearest, flush,
+                   floor):
     """out[bt, i, :]: the groups of A[bt, i, :] times every column B[bt, :, j] in order (B
     and its exponents EB laid out (nb, k, n)), each a block FMA with the running result as c,
     starting from out's own values (module docstring).  Per group: the alignment exponent
@@ -386,7 +405,7 @@ def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nea
     sum only where an inf or NaN operand meets the group."""
     nb, m, n = out.shape
     k = A.shape[2]
-    lowest = _NONE // 2
+    lowest = _LOWEST
     # The quantum 2**(E - shift): 23 + extra bits below the alignment exponent; the exact
     # path's 2**(E - 43) leaves at most 33 terms below 2**45 quanta each exactly summable.
     shift = 43 if exact else 23 + extra
@@ -410,7 +429,8 @@ def _matmul_kernel(A, EA, B, EB, out, group, extra, exact, prec, emin, emax, nea
                 i = i0 + r
                 cr = c[r]
                 _group_top(cr, EA[bt, i], EB[bt], t0, t1, top)
-                _group_sum(cr, A[bt, i], B[bt], t0, t1, top, shift, exact, s, scale, lost)
+                _group_sum(cr, A[bt, i], B[bt], t0, t1, top, shift, exact, s, scale, lost,
+                           floor)
                 # The common case in one vectorized sweep: a finite, nonzero sum whose
                 # binary32 result is normal, rounded toward zero (its top prec - 1 fraction
                 # bits) or to nearest even into 24 bits (the hardware conversion); every other
@@ -477,7 +497,7 @@ def _hopper(name):
     return TensorCore(name, {"binary16": Datapath(16, 2, binary16=True),
                              "bfloat16": Datapath(16, 2), "tf32": Datapath(8, 2),
                              "float8_e4m3fn": Datapath(32, -10),
-                             "float8_e5m2": Datapath(32, -10)}, source=_KM)
+                             "float8_e5m2": Datapath(32, -10)}, source=_KM, floor=-133)
 
 
 PRESETS = {
@@ -494,7 +514,7 @@ PRESETS = {
                                 "bfloat16": Datapath(16, 2), "tf32": Datapath(8, 2),
                                 "float8_e4m3fn": Datapath(32, None, "nearest_even"),
                                 "float8_e5m2": Datapath(32, None, "nearest_even")},
-                       source=_KM),
+                       source=_KM, floor=-133),
 }
 
 

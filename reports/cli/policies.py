@@ -14,8 +14,9 @@ def add(sub, shared):
                        description="Without NAME: the policy presets, the parametrized "
                                    "policies, and a table of the tensor-core presets (tc:GPU): "
                                    "each input format's group size, extra alignment bits, "
-                                   "final rounding and outputs.  With NAME: that policy's "
-                                   "parts, or a tensor core's datapaths and sources.")
+                                   "final rounding, outputs and the unit's exponent floor.  "
+                                   "With NAME: that policy's parts, or a tensor core's "
+                                   "datapaths and sources.")
     p.add_argument("name", nargs="?", metavar="NAME",
                    help="a policy (strict, fp32_accumulate, fixed_point:14, tc:h100...)")
     p.set_defaults(handler=cmd_policies)
@@ -26,11 +27,13 @@ def _datapath_rows(core):
     for fin, p in core.paths.items():
         rows.append([f"tc:{core.name}", fin, str(p.group),
                      "none (exact)" if p.extra is None else f"{p.extra:+d}", p.rounding,
-                     "binary32, binary16" if p.binary16 else "binary32"])
+                     "binary32, binary16" if p.binary16 else "binary32",
+                     "none" if core.floor is None else str(core.floor)])
     return rows
 
 
-_COLUMNS = ("policy", "input", "group", "extra bits", "rounding (binary32)", "outputs")
+_COLUMNS = ("policy", "input", "group", "extra bits", "rounding (binary32)", "outputs",
+            "exponent floor")
 
 
 def cmd_policies(args) -> int:

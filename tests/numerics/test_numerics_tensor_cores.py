@@ -67,8 +67,9 @@ def _cut(x: Fraction, q: Fraction) -> Fraction:
     return Fraction(math.trunc(x / q)) * q
 
 
-def oracle(path: tc.Datapath, a, b, c, fin, fout, flush_out=False) -> float:
-    """One output of the model, from its definition in exact rationals."""
+def oracle(path: tc.Datapath, a, b, c, fin, fout, flush_out=False, floor=None) -> float:
+    """One output of the model, from its definition in exact rationals (``floor``: the
+    unit's exponent floor, the least alignment exponent of a group with a nonzero term)."""
     fin, fout = formats.get(fin), formats.get(fout)
     nearest = path.rounding == "nearest_even" or fout.label == "binary16"
     out = fout if path.extra is None or path.extra >= 0 or fout.label != "binary32" else \
@@ -88,7 +89,8 @@ def oracle(path: tc.Datapath, a, b, c, fin, fout, flush_out=False) -> float:
         if path.extra is None:
             s = sum(terms, Fraction(0))
         else:
-            q = Fraction(2) ** (max(exps) - 23 - path.extra)
+            e = max(exps) if floor is None else max(max(exps), floor)
+            q = Fraction(2) ** (e - 23 - path.extra)
             s = sum((_cut(t, q) for t in terms), Fraction(0))
         mode = "nearest_even" if nearest else "toward_zero"
         r = formats.round_exact(s, out, mode)
@@ -121,7 +123,8 @@ def test_every_datapath_against_the_oracle(gpu):
             c[0] = 0.0
             a[1] = 0.0                                    # an all-zero row of products
             got = core.fma(a, b, c, fin, fout)
-            want = np.array([oracle(path, a[i], b[i], c[i], fin, fout) for i in range(12)])
+            want = np.array([oracle(path, a[i], b[i], c[i], fin, fout, floor=core.floor)
+                             for i in range(12)])
             assert _same_bits(got, want).all(), (fin, fout, got, want)
 
 
@@ -157,6 +160,28 @@ def test_final_rounding_alone():
     rn = tc.TensorCore("t", {"bfloat16": tc.Datapath(16, 2, "nearest_even")}).fma(
         a, b, [0.0], "bfloat16")
     assert rz[0] == 1.0 and rn[0] == 1.0 + 2.0 ** -23
+
+
+def test_exponent_floor_alone():
+    # 2**-149 - 2**-159 from bfloat16 products, c = 0: without a floor E = -149 keeps both
+    # terms whole and the sum, rounded toward zero into binary32 (subnormal quantum
+    # 2**-149), is 0; with Hopper's floor E = -133 the quantum is 2**-158, the tiny term is
+    # cut to 0 and the result is 2**-149.  Only the floor decides: same group, bits, rounding.
+    a = np.array([[2.0 ** -75, 2.0 ** -80]])
+    b = np.array([[2.0 ** -74, -(2.0 ** -79)]])
+    path = tc.Datapath(16, 2)
+    got = {f: tc.TensorCore("t", {"bfloat16": path}, floor=f).fma(a, b, [0.0], "bfloat16")[0]
+           for f in (None, -133)}
+    assert got == {None: 0.0, -133: 2.0 ** -149}
+    for f in (None, -133):
+        assert got[f] == oracle(path, a[0], b[0], 0.0, "bfloat16", "binary32", floor=f)
+    # the presets: Hopper and Blackwell have it, Ampere has none; a nonzero c (e(c) >= -126)
+    # or products above 2**-133 never meet it.
+    assert tc.tensor_core("h100").fma(a, b, [0.0], "bfloat16")[0] == 2.0 ** -149
+    assert tc.tensor_core("b200").fma(a, b, [0.0], "bfloat16")[0] == 2.0 ** -149
+    assert tc.tensor_core("a100").fma(a, b, [0.0], "bfloat16")[0] == 0.0
+    with pytest.raises(ValueError, match="exponent floor is an integer"):
+        tc.TensorCore("t", {"bfloat16": path}, floor=-100)
 
 
 def test_hopper_fp8_keeps_thirteen_fraction_bits():
@@ -356,6 +381,19 @@ def test_enclosure_holds_the_unit_and_the_exact_product(fmt, gpu):
         assert all(Fraction(float(lo)) <= e <= Fraction(float(hi))
                    for lo, hi, e, k in zip(elo.ravel(), ehi.ravel(), exact.ravel(),
                                            known.ravel()) if k)
+
+
+def test_the_enclosure_follows_the_exponent_floor():
+    # test_exponent_floor_alone's products as a binary32 matmul (the tf32 path; binary32
+    # stores the subnormal result): point inputs give the unit's own value, 2**-149 under
+    # Hopper's floor and 0 under Ampere's none.
+    x = np.array([[2.0 ** -75, 2.0 ** -80]])
+    y = np.array([[2.0 ** -74], [-(2.0 ** -79)]])
+    for gpu, want in (("h100", 2.0 ** -149), ("a100", 0.0)):
+        got = numerics.emulated("binary32", "nearest_even", f"tc:{gpu}").matmul(x, y)
+        bk = numerics.bounding("binary32", "nearest_even", f"tc:{gpu}")
+        clo, chi, _, _ = bk.split(bk.matmul(bk.asarray(x), bk.asarray(y)))
+        assert got[0, 0] == clo[0, 0] == chi[0, 0] == want, (gpu, got, clo, chi)
 
 
 def test_a_unit_that_cuts_more_falls_outside_the_enclosure():
