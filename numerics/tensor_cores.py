@@ -12,7 +12,8 @@ cores", arXiv 2512.07004, 2025):
   product's significand lies in [1, 4): its carry bit sits above E.  A unit with an
   exponent ``floor`` aligns at no less than it: a group of products all below 2**floor
   (c = 0; a nonzero binary32 c has e(c) >= -126) is cut at 2**(floor - 23 - extra), and
-  what lies below is lost (Hopper and Blackwell: -133, the published models' value);
+  what lies below is lost (Hopper and Blackwell: -133, the published models' value;
+  Blackwell's binary16 outputs of fp16 inputs: -15);
 - each aligned term is cut (truncated toward zero, sign and magnitude) to a multiple of
   2**(E - 23 - extra): ``extra`` alignment bits below binary32's 23 fraction bits (negative:
   fewer bits than binary32 keeps); the cut terms are summed exactly;
@@ -57,13 +58,15 @@ _C_FLOOR = -126             # c is aligned by its binary32 exponent, subnormals 
 class Datapath:
     """How one input format's products are added: ``group`` products per block FMA,
     ``extra`` alignment bits below binary32's 23 fraction bits (None: no cut, the exact
-    sum), the final rounding into binary32 outputs, and whether binary16 outputs (rounded
-    to nearest even) are modelled."""
+    sum), the final rounding into binary32 outputs, whether binary16 outputs (rounded
+    to nearest even) are modelled, and their own exponent floor (``floor16``; None: the
+    unit's, TensorCore.floor)."""
 
     group: int
     extra: int | None
     rounding: str = "toward_zero"
     binary16: bool = False
+    floor16: int | None = None
 
     def __post_init__(self):
         if isinstance(self.group, bool) or not isinstance(self.group, int) or \
@@ -76,6 +79,12 @@ class Datapath:
                                        not -20 <= self.extra <= 20):
             raise ValueError(f"tensor core: extra alignment bits must be an integer in "
                              f"-20..20 or None (got {self.extra!r})")
+        if self.floor16 is not None and (isinstance(self.floor16, bool) or
+                                         not isinstance(self.floor16, int) or
+                                         not self.binary16 or not -300 <= self.floor16 <= 0):
+            raise ValueError(f"tensor core: floor16, the exponent floor of binary16 outputs, "
+                             f"is an integer in -300..0 on a datapath with binary16 outputs "
+                             f"(got {self.floor16!r})")
         if self.rounding not in ("toward_zero", "nearest_even"):
             raise ValueError(f"tensor core: the final rounding is toward_zero or "
                              f"nearest_even (got {self.rounding!r})")
@@ -174,13 +183,23 @@ class TensorCore:
         e = np.where(np.isfinite(x), e, 1 << 22)      # an inf or NaN operand: _SPECIAL
         return np.where(x == 0, _NONE, e).astype(np.int32), x
 
+    def alignment_floor(self, input_format, output_format="binary32") -> int | None:
+        """The exponent floor of the alignment for these formats (module docstring): the
+        datapath's floor16 for binary16 outputs where it has one, the unit's otherwise."""
+        p = self.path(input_format, output_format)
+        if _label(output_format) == "binary16" and p.floor16 is not None:
+            return p.floor16
+        return self.floor
+
     def _params(self, p: Datapath, fout):
         prec = fout.precision + (min(p.extra, 0) if p.extra is not None and
                                  fout.label == "binary32" else 0)
         nearest = p.rounding == "nearest_even" or fout.label == "binary16"
+        floor = p.floor16 if fout.label == "binary16" and p.floor16 is not None else \
+            self.floor
         return (p.group, 0 if p.extra is None else p.extra, p.extra is None, prec, fout.emin,
                 fout.emax, nearest, not self.subnormal_outputs,
-                _NONE if self.floor is None else self.floor)
+                _NONE if floor is None else floor)
 
 
 # The input format a matrix unit reads a run's storage format as: binary32 operands are read
@@ -508,9 +527,10 @@ PRESETS = {
     "ada": _ada("ada"),
     "l40s": _ada("l40s", fp16_out=False),    # L40S gives no binary16 outputs of fp16 inputs
     "h100": _hopper("h100"), "h200": _hopper("h200"),
-    # Blackwell: Hopper's fp16/bf16/tf32 paths; FP8 in groups of 32 summed without a cut
-    # and rounded to nearest even (every published B200 FP8 output is that sum).
-    "b200": TensorCore("b200", {"binary16": Datapath(16, 2, binary16=True),
+    # Blackwell: Hopper's fp16/bf16/tf32 paths, binary16 outputs aligned at no less than
+    # 2**-15 (the published B200 model); FP8 in groups of 32 summed without a cut and
+    # rounded to nearest even (every published B200 FP8 output is that sum).
+    "b200": TensorCore("b200", {"binary16": Datapath(16, 2, binary16=True, floor16=-15),
                                 "bfloat16": Datapath(16, 2), "tf32": Datapath(8, 2),
                                 "float8_e4m3fn": Datapath(32, None, "nearest_even"),
                                 "float8_e5m2": Datapath(32, None, "nearest_even")},

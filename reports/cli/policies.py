@@ -28,8 +28,13 @@ def _datapath_rows(core):
         rows.append([f"tc:{core.name}", fin, str(p.group),
                      "none (exact)" if p.extra is None else f"{p.extra:+d}", p.rounding,
                      "binary32, binary16" if p.binary16 else "binary32",
-                     "none" if core.floor is None else str(core.floor)])
+                     _floor(core.floor) + ("" if p.floor16 is None else
+                                           f" (binary16 outputs: {p.floor16})")])
     return rows
+
+
+def _floor(floor) -> str:
+    return "none" if floor is None else str(floor)
 
 
 _COLUMNS = ("policy", "input", "group", "extra bits", "rounding (binary32)", "outputs",

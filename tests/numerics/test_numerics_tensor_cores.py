@@ -123,7 +123,8 @@ def test_every_datapath_against_the_oracle(gpu):
             c[0] = 0.0
             a[1] = 0.0                                    # an all-zero row of products
             got = core.fma(a, b, c, fin, fout)
-            want = np.array([oracle(path, a[i], b[i], c[i], fin, fout, floor=core.floor)
+            floor = core.alignment_floor(fin, fout)
+            want = np.array([oracle(path, a[i], b[i], c[i], fin, fout, floor=floor)
                              for i in range(12)])
             assert _same_bits(got, want).all(), (fin, fout, got, want)
 
@@ -381,6 +382,27 @@ def test_enclosure_holds_the_unit_and_the_exact_product(fmt, gpu):
         assert all(Fraction(float(lo)) <= e <= Fraction(float(hi))
                    for lo, hi, e, k in zip(elo.ravel(), ehi.ravel(), exact.ravel(),
                                            known.ravel()) if k)
+
+
+def test_blackwell_binary16_outputs_have_their_own_floor():
+    # 2**-25 + 2**-42 from fp16 products into a binary16 output (c = 0): the exact sum lies
+    # just above half of binary16's least subnormal 2**-24, so to nearest it is 2**-24
+    # (Hopper: E = -25, the quantum 2**-50 keeps both).  Blackwell aligns binary16 outputs
+    # at no less than 2**-15: the quantum 2**-40 cuts 2**-42 away, the sum is the tie
+    # 2**-25, and to nearest even it is 0.
+    a = np.array([[2.0 ** -12, 2.0 ** -21]])
+    b = np.array([[2.0 ** -13, 2.0 ** -21]])
+    got = {g: tc.tensor_core(g).fma(a, b, [0.0], "binary16", "binary16")[0]
+           for g in ("h100", "b200")}
+    assert got == {"h100": 2.0 ** -24, "b200": 0.0}
+    for g in ("h100", "b200"):
+        core = tc.tensor_core(g)
+        assert got[g] == oracle(core.paths["binary16"], a[0], b[0], 0.0, "binary16",
+                                "binary16", floor=core.alignment_floor("binary16", "binary16"))
+    # binary32 outputs keep the unit's floor
+    assert tc.tensor_core("b200").alignment_floor("binary16") == -133
+    with pytest.raises(ValueError, match="floor16"):
+        tc.Datapath(16, 2, floor16=-15)                 # no binary16 outputs
 
 
 def test_the_enclosure_follows_the_exponent_floor():
