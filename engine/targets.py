@@ -149,6 +149,9 @@ def prepare_torchvision() -> bool:
     declared (now or before); False when nothing was needed (no torch or torchvision,
     torchvision already imported, or its ops load)."""
     import importlib.util
+    # The hook's work is being done now: without it, find_spec("torchvision") below cannot
+    # call back into this function (which would declare the schemas twice).
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _BeforeTorchvision)]
     if _DECLARED:
         return True
     if "torchvision" in sys.modules or importlib.util.find_spec("torch") is None:
@@ -180,9 +183,7 @@ class _BeforeTorchvision(importlib.abc.MetaPathFinder):
 
     def find_spec(self, name, path=None, target=None):
         if name == "torchvision":
-            if self in sys.meta_path:
-                sys.meta_path.remove(self)
-            prepare_torchvision()
+            prepare_torchvision()                 # (which removes this hook first)
         return None                               # the usual finders find it
 
 

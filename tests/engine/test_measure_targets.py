@@ -368,6 +368,28 @@ def test_a_module_target_that_never_imports_torchvision_does_not_import_torch(mo
     assert p.stdout.split() == ["False", "False"]
 
 
+def test_preparing_torchvision_beside_the_import_hook_declares_once(tmp_path):
+    """A module target installed the hook, then something prepares torchvision directly
+    (the zoo tests do): preparing looks torchvision up, which must not run the hook's
+    preparation a second time (torch refuses a schema declared twice); torchvision's own
+    layers import and run afterwards."""
+    import importlib.util
+    if importlib.util.find_spec("torch") is None or \
+            importlib.util.find_spec("torchvision") is None:
+        pytest.skip("torch or torchvision is not installed")
+    code = ("from roundoff_coverage.engine import targets\n"
+            "targets.prepare_torchvision_on_import()\n"
+            "targets.prepare_torchvision()\n"
+            "targets.prepare_torchvision_on_import()\n"
+            "import torch, torchvision\n"
+            "from torchvision.ops import MLP\n"
+            "print(MLP(4, [3])(torch.ones(2, 4)).shape)\n")
+    p = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "torch.Size([2, 3])"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("name,message", [
