@@ -186,8 +186,10 @@ class TensorCore:
     def alignment_floor(self, input_format, output_format="binary32") -> int | None:
         """The exponent floor of the alignment for these formats (module docstring): the
         datapath's floor16 for binary16 outputs where it has one, the unit's otherwise."""
-        p = self.path(input_format, output_format)
-        if _label(output_format) == "binary16" and p.floor16 is not None:
+        return self._floor(self.path(input_format, output_format), _label(output_format))
+
+    def _floor(self, p: Datapath, output_label: str) -> int | None:
+        if output_label == "binary16" and p.floor16 is not None:
             return p.floor16
         return self.floor
 
@@ -195,8 +197,7 @@ class TensorCore:
         prec = fout.precision + (min(p.extra, 0) if p.extra is not None and
                                  fout.label == "binary32" else 0)
         nearest = p.rounding == "nearest_even" or fout.label == "binary16"
-        floor = p.floor16 if fout.label == "binary16" and p.floor16 is not None else \
-            self.floor
+        floor = self._floor(p, fout.label)
         return (p.group, 0 if p.extra is None else p.extra, p.extra is None, prec, fout.emin,
                 fout.emax, nearest, not self.subnormal_outputs,
                 _NONE if floor is None else floor)
@@ -366,9 +367,8 @@ def _group_sum(c, a, B, t0, t1, top, shift, exact, s, scale, lost, floor):
     shift), as an integer count of q: a term x contributes trunc(x / q), which is
     int64(x * scale) with scale = 1/q -- a power-of-two scaling (exact; a term below
     2**-1022 after it is lost to the cut anyway) and the conversion's truncation toward
-    zero.  Every term is below
-    2**(top - e + 2), so below 2**(shift + 2) quanta: at most 257 of them fit int64, and
-    binary64 while shift <= 45.  ``exact``: lost[j] marks a group where a term had bits
+    zero.  Every term is below 2**(top - e + 2), so below 2**(shift + 2) quanta: at most
+    257 of them fit int64, and binary64 while shift <= 45.  ``exact``: lost[j] marks a group where a term had bits
     below q (it is summed again exactly)."""
     n = top.size
     for j in range(n):

@@ -269,11 +269,14 @@ def wait_for_checkpoint(proc, ckpt, seconds, poll):
     """Wait (at most ``seconds``, looking every ``poll``) until the running command ``proc``
     has written a task into its checkpoint file ``ckpt``; it must still be running then."""
     deadline = time.monotonic() + seconds
+    seen = False
     while time.monotonic() < deadline and proc.poll() is None:
         if ckpt.exists() and ckpt.read_bytes().count(b'"task"') >= 1:
+            seen = True
             break
         time.sleep(poll)
     assert proc.poll() is None, proc.stderr.read()
+    assert seen, f"no task in {ckpt} after {seconds} s"
 
 
 # ----- a faulty backend -------------------------------------------------------------------------

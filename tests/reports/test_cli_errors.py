@@ -449,7 +449,10 @@ def test_interrupted_measure_prints_the_chunks_kept(capsys, tmp_path, monkeypatc
 def test_ctrl_c_during_measure_keeps_the_finished_chunks(tmp_path):
     out = tmp_path / "m.json"
     ckpt = pathlib.Path(runner.checkpoint_path(out))
-    chunks = 6
+    # Far more chunks than can finish between seeing the first one kept and the signal
+    # arriving (6 could, on a fast day: the run then ended whole, its checkpoint removed);
+    # the run is interrupted early, so they cost nothing.
+    chunks = 60
     proc = subprocess.Popen([sys.executable, "-m", "roundoff_coverage", "measure", "numpy.exp",
                              "--format", "binary32", "--samples", str(chunks * measure.CHUNK),
                              "--jobs", "1", "--quiet", "--out", str(out)],
