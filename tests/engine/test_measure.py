@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats
-from roundoff_coverage import numerics
 from roundoff_coverage.engine import measure
 from roundoff_coverage.reports.cli import main
 from conftest import mp_context, mpfr_context, one_error

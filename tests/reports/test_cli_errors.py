@@ -14,7 +14,6 @@ import io
 import json
 import os
 import pathlib
-import re
 import signal
 import stat
 import subprocess
