@@ -757,7 +757,8 @@ class BoundingBackend(EnclosureFormats, Backend):
                 clo, chi = _tensor_core_block(
                     clo, chi, plo[..., part], phi[..., part],
                     [_alignment(m[..., part], least) for m in mags],
-                    [_alignment(m[..., part], least) for m in migs], path.extra, core.floor)
+                    [_alignment(m[..., part], least) for m in migs], path.extra,
+                    core.alignment_floor(fin))
                 over = (np.abs(clo) >= 2.0 ** 128) | (np.abs(chi) >= 2.0 ** 128)
                 clo, chi = self._round(clo, chi, out, path.rounding)
                 clo, chi = np.where(over, np.nan, clo), np.where(over, np.nan, chi)

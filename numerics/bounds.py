@@ -338,9 +338,9 @@ def tensor_core_dot_bound(block_abs, group: int, fmt, mode: str, extra, rounding
     alignment counts a subnormal at the least normal exponent).  Group j cuts its g + 1
     terms (the running result and its products) to multiples of 2**(E_j - 23 - extra),
     2**E_j <= max(A_j + E_(j-1), 2**-126) -- a binary32 running result is aligned at its
-    exponent, subnormals at -126, and a unit's exponent floor is at most -126 -- each by less than one quantum (no cut when ``extra`` is
-    None), then rounds the sum once (``rounding``, ``out_bits`` fraction bits, binary32's
-    range):
+    exponent, subnormals at -126, and a unit's exponent floor is at most -126 -- each by
+    less than one quantum (no cut when ``extra`` is None), then rounds the sum once
+    (``rounding``, ``out_bits`` fraction bits, binary32's range):
         E_j <= E_(j-1) + D_j + u (A_j + E_(j-1) + D_j) + eta,
         D_j = (g + 1) 2**(-23 - extra) (A_j + E_(j-1) + 2**-126),
     evaluated in binary64 with every step rounded up; then the final rounding into the

@@ -368,8 +368,8 @@ def _group_sum(c, a, B, t0, t1, top, shift, exact, s, scale, lost, floor):
     int64(x * scale) with scale = 1/q -- a power-of-two scaling (exact; a term below
     2**-1022 after it is lost to the cut anyway) and the conversion's truncation toward
     zero.  Every term is below 2**(top - e + 2), so below 2**(shift + 2) quanta: at most
-    257 of them fit int64, and binary64 while shift <= 45.  ``exact``: lost[j] marks a group where a term had bits
-    below q (it is summed again exactly)."""
+    257 of them fit int64, and binary64 while shift <= 45.  ``exact``: lost[j] marks a
+    group where a term had bits below q (it is summed again exactly)."""
     n = top.size
     for j in range(n):
         if _LOWEST < top[j] < floor:
