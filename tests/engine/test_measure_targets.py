@@ -91,6 +91,13 @@ def _cli(cwd, *argv, timeout=600):
     return p, row
 
 
+def _fresh_python(cwd, code):
+    """``python -P -c code`` in ``cwd``, as _cli's commands run (no PYTHONPATH): a fresh
+    interpreter, so no other test's imports count."""
+    return subprocess.run([sys.executable, "-P", "-c", code], cwd=cwd, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+
+
 @pytest.fixture
 def module_dir(tmp_path):
     (tmp_path / "targets.py").write_text(MODULE)
@@ -362,8 +369,7 @@ def test_a_module_target_that_never_imports_torchvision_does_not_import_torch(mo
             "from roundoff_coverage.engine import targets\n"
             "assert callable(targets.importable('targets:expf'))\n"
             "print('torch' in sys.modules, 'torchvision' in sys.modules)\n")
-    p = subprocess.run([sys.executable, "-P", "-c", code], cwd=module_dir, env=_env(),
-                       capture_output=True, text=True, timeout=300)
+    p = _fresh_python(module_dir, code)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["False", "False"]
 
@@ -384,8 +390,7 @@ def test_preparing_torchvision_beside_the_import_hook_declares_once(tmp_path):
             "import torch, torchvision\n"
             "from torchvision.ops import MLP\n"
             "print(MLP(4, [3])(torch.ones(2, 4)).shape)\n")
-    p = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, env=_env(),
-                       capture_output=True, text=True, timeout=300)
+    p = _fresh_python(tmp_path, code)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "torch.Size([2, 3])"
 
