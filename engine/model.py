@@ -309,17 +309,27 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
                        (r == "gradient" and want_grad) or (r == "tangent" and want_tan)))
 
     def fn(prec, items):
-        ref = numerics.reference(prec)
-        rule = GraphRule(g, ref)
-        out = []
+        # The first evaluation in double-double where it can (engine/reference.py: first).
+        fast = reference.first(prec) if prec == reference.start(fmt) else None
+        slow, out = numerics.reference(prec), []
         for i, s in enumerate(items):
             cots, tans = dirs[s]
             hook = _node_log(g, log, f"exact run at {prec} bits, sample {i + 1}/{len(items)}")
             kept.pop(s, None)                            # the last trace only
-            tr = rule.trace([ref.asarray(a) if is_float_port(p) else a
-                             for a, p in zip(xs[s], g.inputs)],
-                            cots if want_grad else None, tans if want_tan else None,
-                            pre=hook)
+
+            def trace(bk):
+                return GraphRule(g, bk).trace([bk.asarray(a) if is_float_port(p) else a
+                                               for a, p in zip(xs[s], g.inputs)],
+                                              cots if want_grad else None,
+                                              tans if want_tan else None, pre=hook)
+            tr = None
+            if fast is not None:
+                try:
+                    tr = trace(fast)
+                except Exception:         # noqa: BLE001 -- what double-double cannot hold
+                    tr = None
+            if tr is None:
+                tr = trace(slow)
             kept[s] = tr
             if s in last:
                 before[s] = last[s]

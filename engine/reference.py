@@ -15,25 +15,35 @@ with the next evaluation in its own ulps and would cost the whole graph a third 
 4 * (p + 64) bits for nothing.  A value still moving after the last doubling keeps its last
 evaluation (the rows' reason says so); an exact 0's residue there lies far below
 2**(qmin - 64), where the measurement clamps exact values (numerics.metrics.clamp_exact).
+
+A graph's first evaluation is only compared with the next one (the values kept are the
+last evaluation's), so it runs in double-double arithmetic (``first``:
+numerics/double_double.py, every primitive accurate to about 2**-100 of its result, beyond
+the start precision of formats of up to 36 bits) where the start precision allows: numpy
+speed instead of mpmath's per element.  A sweep the double-double numbers cannot hold (a
+value beyond 2**+-900, a NaN or an infinity, a rule that computes outside the backend's
+primitives) is evaluated by mpmath at the start precision, as before.
 """
 
 from __future__ import annotations
 
 from .. import numerics
 
-__all__ = ["EXTRA", "MAX_PREC", "MODEL_DOUBLINGS", "start", "settle", "floor", "COVERAGE",
-           "MODEL", "BOUND"]
+__all__ = ["EXTRA", "MAX_PREC", "MODEL_DOUBLINGS", "DD_PREC", "start", "settle", "floor",
+           "first", "COVERAGE", "MODEL", "BOUND"]
 
 EXTRA = 64                 # bits beyond the format's precision at the first evaluation
 MAX_PREC = 2048            # the highest precision an operator's reference may reach
 MODEL_DOUBLINGS = 2        # a graph's exact run doubles at most twice (module docstring)
+DD_PREC = 100              # double-double primitives: accurate to about 2**-100 (first)
 
 COVERAGE = ("numerics.reference by numerics.settle: each draw at format precision + 64 "
             "bits and at twice that, the precision doubled (at most 2048 bits) until "
             "two successive evaluations agree to 2**-32 ulp; ref_prec: the "
             "highest precision a row's draws needed")
 MODEL = ("numerics.reference by numerics.settle over every value of the graph's "
-         "sweeps: each sample at format precision + 64 bits and at twice that, "
+         "sweeps: each sample at format precision + 64 bits (double-double arithmetic "
+         "where that is at most 100 bits) and at twice that, "
          "doubled at most twice while two evaluations differ by more than 2**-32 ulp "
          "(at no less than 2**-p of the tensor's scale)")
 BOUND = ("routes.bounds.domain over the box, against numerics.reference by "
@@ -63,3 +73,9 @@ def floor(fmt) -> float:
     ulps at that level (module docstring): 2**-p, the tensor measures' cancellation
     threshold."""
     return 2.0 ** -fmt.precision
+
+
+def first(prec: int):
+    """The backend of a graph's first evaluation at ``prec`` bits: double-double where its
+    primitives are that accurate (module docstring), else None (mpmath's reference)."""
+    return numerics.double_double() if prec <= DD_PREC else None

@@ -15,6 +15,7 @@ from mpmath.libmp import fone, fzero
 
 from roundoff_coverage import formats
 
+from .double_double import DD
 from .intervals import enclosures
 from .reference import ReferenceBackend, raw_real, round_raw, special_raw
 
@@ -252,6 +253,8 @@ def compact(a):
     if isinstance(a, (tuple, list)):
         return type(a)(compact(x) for x in a)
     arr = np.asarray(a)
+    if arr.dtype == DD:                          # double-double: its pieces (finite, in range)
+        return Compact(arr["hi"].copy(), arr["lo"].copy())
     if arr.size == 0 or (arr.dtype != object and arr.dtype.kind != "f"):
         return a
     if arr.dtype != object:

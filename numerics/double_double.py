@@ -1,0 +1,331 @@
+"""double_double() -> DoubleDoubleBackend: real arithmetic in double-double numbers on
+numpy arrays, for an exact evaluation whose values are only compared with a later one at
+higher precision and never reported (a model run's first sweep of its graph at the
+format's precision + 64 bits).
+
+A number is a pair of binary64 numbers, value ``hi + lo`` with ``hi = RN(hi + lo)``, held in
+numpy arrays of the structured dtype ``DD`` (fields ``hi`` and ``lo``).  numpy moves such
+arrays as any other (reshape, transpose, indexing, concatenate, pad, tril: a zero-filled
+entry is the number 0) and refuses arithmetic, ordering and conversion to float on them, so
+a rule that computes outside the backend's primitives fails loudly instead of computing on
+one half of a number; the caller then evaluates with mpmath.
+
+Accuracy (u = 2**-53): add and subtract are AccurateDWPlusDW of Joldes, Muller and Popescu
+("Tight and rigorous error bounds for basic building blocks of double-word arithmetic", ACM
+TOMS 44(2), 2017), relative error at most 3u**2 / (1 - 4u); multiply is their DWTimesDW
+with the cross products rounded separately (numpy has no fused multiply-add); divide is the
+binary64 quotient corrected twice by its double-double remainder (the QD library's accurate
+division); sqrt one Newton correction of the binary64 root; rsqrt 1 / sqrt.  Products of
+binary64 numbers are exact by Veltkamp's splitting (Dekker 1971), which needs |x| < 2**996.
+The tests hold every one of them to 2**-100 of the exact result (mpmath at 400 bits, wide
+exponents and cancellation; observed at most 2**-104.7), beyond the 2**-72 .. 2**-88 that
+the first evaluation of a bfloat16 .. binary32 graph asks for (format precision + 64 bits).
+``matmul`` and ``dot`` are the exact sums of products (numerics/exact_products.py) rounded
+once to double-double.  The other primitives are mpmath's (numerics/reference.py at
+PREC = 106 bits) on the exact values, their results rounded to double-double.
+
+Range: every result must be 0 or have 2**-900 <= |hi| <= 2**900 (lo then keeps its bits, the
+splitting cannot overflow); a NaN, an infinity or a value outside that range raises
+``OutOfRange``.  The caller evaluates that sweep with mpmath instead: an overflow that
+mpmath would hold as a large finite number never reaches a comparison.
+"""
+
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+from mpmath import libmp
+
+from roundoff_coverage import formats
+
+from .backend import Backend
+from .exact import OrderPolicy
+from .exact_products import exact_dot, exact_matmul
+from .reference import ReferenceBackend, binary64_raw, read_raw
+
+__all__ = ["DD", "DoubleDoubleBackend", "OutOfRange", "double_double"]
+
+DD = np.dtype([("hi", np.float64), ("lo", np.float64)])
+PREC = 106              # mpmath's precision for the primitives not computed here
+_BIG, _SMALL = 2.0 ** 900, 2.0 ** -900
+_SPLIT = 134217729.0    # 2**27 + 1: Veltkamp's splitting constant for binary64
+# The primitives computed here; every other elementwise primitive is mpmath's.
+_NATIVE = ("add", "subtract", "multiply", "divide", "negative", "abs", "maximum", "minimum",
+           "square", "sqrt", "rsqrt", "reciprocal")
+
+
+class OutOfRange(ArithmeticError):
+    """A double-double result that is not finite or lies outside [2**-900, 2**900]."""
+
+
+# ----- error-free transformations and double-double operations on float64 arrays -----------
+def _two_sum(a, b):
+    s = a + b
+    t = s - a
+    return s, (a - (s - t)) + (b - t)
+
+
+def _fast_two_sum(a, b):
+    """s + e = a + b exactly, for |a| >= |b| (or a = 0)."""
+    s = a + b
+    return s, b - (s - a)
+
+
+def _split(a):
+    t = _SPLIT * a
+    hi = t - (t - a)
+    return hi, a - hi
+
+
+def _two_prod(a, b):
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _add(xh, xl, yh, yl):
+    sh, sl = _two_sum(xh, yh)
+    th, tl = _two_sum(xl, yl)
+    vh, vl = _fast_two_sum(sh, sl + th)
+    return _fast_two_sum(vh, tl + vl)
+
+
+def _mul(xh, xl, yh, yl):
+    ch, cl = _two_prod(xh, yh)
+    return _fast_two_sum(ch, cl + (xh * yl + xl * yh))
+
+
+def _div(xh, xl, yh, yl):
+    q1 = xh / yh
+    rh, rl = _add(xh, xl, *_mul(-q1, 0.0, yh, yl))
+    q2 = rh / yh
+    rh, rl = _add(rh, rl, *_mul(-q2, 0.0, yh, yl))
+    q3 = rh / yh
+    h, l = _fast_two_sum(q1, q2)
+    return _add(h, l, q3, 0.0)
+
+
+def _sqrt(xh, xl):
+    s = np.sqrt(xh)
+    ph, pl = _two_prod(s, s)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(s > 0, (((xh - ph) - pl) + xl) / (2.0 * s), 0.0)
+    return _fast_two_sum(s, r)
+
+
+def _pair(hi, lo):
+    out = np.empty(np.shape(hi), dtype=DD)
+    out["hi"], out["lo"] = hi, lo
+    return out
+
+
+def _checked(hi, lo):
+    """The pair as a DD array, or OutOfRange (module docstring)."""
+    big = np.abs(hi)
+    with np.errstate(invalid="ignore"):
+        bad = ~((big == 0) | ((big >= _SMALL) & (big <= _BIG)))
+    if bad.any():
+        raise OutOfRange(f"double-double: a result outside [2**-900, 2**900] "
+                         f"({float(np.asarray(hi)[bad].reshape(-1)[0])!r})")
+    return _pair(hi + 0.0, np.where(big == 0, 0.0, lo))     # zeros +0 (mpmath has one zero)
+
+
+class DoubleDoubleBackend(Backend):
+    """Double-double numbers (module docstring)."""
+
+    name = "double_double"
+    capabilities = ReferenceBackend.capabilities
+
+    def __init__(self):
+        self.prec = PREC
+        self.policy = OrderPolicy()
+        self._mp = ReferenceBackend(PREC)
+
+    # -- conversion --
+    def asarray(self, x):
+        """Numbers as double-double: binary16/32/64 and integer arrays exactly (integers up
+        to 2**53), anything else entry by entry through mpmath (rounded to double-double)."""
+        arr = np.asarray(x)
+        if arr.dtype == DD:
+            return arr
+        if arr.dtype.kind == "f" and arr.dtype.itemsize <= 8:
+            return _checked(arr.astype(np.float64), np.zeros(arr.shape))
+        if arr.dtype.kind in "iub":
+            f = arr.astype(np.float64)
+            if np.array_equal(f.astype(arr.dtype), arr):
+                return _checked(f, np.zeros(arr.shape))
+        return self._from_mp(self._mp.asarray(arr))
+
+    def _from_mp(self, a):
+        """An object array of mpf / float entries rounded to double-double."""
+        a = np.asarray(a, dtype=object)
+        hi, lo = np.empty(a.shape), np.empty(a.shape)
+        fh, fl = hi.reshape(-1), lo.reshape(-1)
+        for i, v in enumerate(a.reshape(-1).tolist()):
+            if type(v) is float:
+                fh[i], fl[i] = v, 0.0
+                continue
+            r = read_raw(v, self.prec)
+            h = binary64_raw(r)
+            if h is not None:
+                fh[i], fl[i] = h, 0.0
+                continue
+            sign, man, exp, bc = r
+            if not man or not -900 <= exp + bc <= 900:
+                raise OutOfRange(f"double-double: {mpmath.nstr(mpmath.mpf(r), 8)} is outside "
+                                 f"[2**-900, 2**900]")
+            h = libmp.to_float(r, rnd="n")                   # nearest binary64
+            fh[i], fl[i] = h, libmp.to_float(libmp.mpf_sub(r, libmp.from_float(h)), rnd="n")
+        return _checked(*_fast_two_sum(hi, lo))
+
+    def _to_mp(self, a):
+        """Double-double entries as exact mpf values (Python floats where lo = 0)."""
+        a = self.asarray(a)
+        out = np.empty(a.shape, dtype=object)
+        mk = self._mp.ctx.make_mpf
+        out.reshape(-1)[:] = [h if lo == 0.0 else
+                              mk(libmp.mpf_add(libmp.from_float(h), libmp.from_float(lo)))
+                              for h, lo in zip(a["hi"].reshape(-1).tolist(),
+                                               a["lo"].reshape(-1).tolist())]
+        return out
+
+    def constant(self, literal, shape=()):
+        """``literal`` rounded to double-double (107 bits, then split)."""
+        v = self._from_mp(np.array([mpmath.mp.make_mpf(read_raw(literal, 107))],
+                                   dtype=object))[0]
+        out = np.empty(shape, dtype=DD)
+        out[...] = v
+        return out
+
+    def to_float64(self, a) -> np.ndarray:
+        return self.cast(a, "binary64")
+
+    def where(self, cond, a, b):
+        return np.where(cond, self.asarray(a), self.asarray(b))
+
+    def cast(self, a, fmt, mode=None, with_flags=False):
+        """Each value rounded once into ``fmt``: through round-to-odd at 53 bits for formats
+        of at most 51 bits (Boldo and Melquiond, "Emulation of FMA and correctly rounded
+        sums: proved algorithms using rounding to odd", IEEE TC 57(4), 2008: then any
+        rounding to p <= 51 bits is the rounding of the exact value), hi itself for
+        binary64 to nearest (hi = RN(hi + lo)); otherwise mpmath's cast."""
+        fmt = formats.get(fmt)
+        mode = mode or "nearest_even"
+        x = self.asarray(a)
+        if not with_flags and mode != "stochastic" and fmt.fits_binary64:
+            hi, lo = x["hi"], x["lo"]
+            if fmt == formats.get("binary64") and mode == "nearest_even":
+                return hi + 0.0
+            if fmt.precision <= 51:
+                odd = np.frexp(hi)[0] * 2.0 ** 53 % 2 == 1
+                odd = np.where((lo == 0) | odd, hi, np.nextafter(hi, np.copysign(np.inf, lo)))
+                return formats.round_to(odd, fmt, mode)
+        return self._mp.cast(self._to_mp(x), fmt, mode, with_flags)
+
+    # -- arithmetic --
+    def _apply(self, name, *arrays):
+        if name not in _NATIVE:
+            return self._from_mp(getattr(self._mp, name)(*[self._to_mp(a) for a in arrays]))
+        xs = np.broadcast_arrays(*[self.asarray(a) for a in arrays])
+        parts = [(x["hi"], x["lo"]) for x in xs]
+        with np.errstate(all="ignore"):
+            if name in ("add", "subtract"):
+                (xh, xl), (yh, yl) = parts
+                if name == "subtract":
+                    yh, yl = -yh, -yl
+                return _checked(*_add(xh, xl, yh, yl))
+            if name in ("multiply", "square"):
+                (xh, xl), (yh, yl) = parts if name == "multiply" else parts * 2
+                return _checked(*_mul(xh, xl, yh, yl))
+            if name in ("divide", "reciprocal"):
+                (xh, xl), (yh, yl) = parts if name == "divide" else \
+                    [(np.ones(parts[0][0].shape), np.zeros(parts[0][0].shape))] + parts
+                return _checked(*_div(xh, xl, yh, yl))
+            if name == "negative":
+                return _checked(-parts[0][0], -parts[0][1])
+            if name == "abs":
+                (xh, xl), = parts
+                neg = xh < 0
+                return _checked(np.where(neg, -xh, xh), np.where(neg, -xl, xl))
+            if name in ("maximum", "minimum"):
+                (xh, xl), (yh, yl) = parts
+                x_more = (xh > yh) | ((xh == yh) & (xl > yl))
+                pick = x_more if name == "maximum" else ~x_more
+                return _checked(np.where(pick, xh, yh), np.where(pick, xl, yl))
+            (xh, xl), = parts
+            if (xh < 0).any():
+                raise OutOfRange(f"double-double: {name} of a negative number")
+            s = _sqrt(xh, xl)
+            if name == "sqrt":
+                return _checked(*s)
+            return _checked(*_div(np.ones(xh.shape), np.zeros(xh.shape), *s))
+
+    def matmul(self, a, b):
+        """a @ b (numpy's shape rules): the exact sums of products rounded to double-double."""
+        a, b = self.asarray(a), self.asarray(b)
+        if min(a.ndim, b.ndim) == 0 or a.size == 0 or b.size == 0 or \
+                a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
+            return super().matmul(a, b)
+        return self._exact(a, b, exact_matmul, -2 if b.ndim > 1 else 0)
+
+    def dot(self, a, b):
+        a, b = self.asarray(a), self.asarray(b)
+        if min(a.ndim, b.ndim) == 0 or a.shape[-1] != b.shape[-1] or a.size == 0 or \
+                b.size == 0:
+            return super().dot(a, b)
+        return self._exact(a, b, exact_dot, -1)
+
+    def _exact(self, a, b, product, inner_b):
+        """The exact product of (a.hi + a.lo) and (b.hi + b.lo): a's pieces concatenated
+        along the contraction axis against b's, lo scaled by 2**53 so that every row of
+        pieces spans few bits (exact_products slices by span), one product per level of
+        scale (hi hi; hi lo + lo hi; lo lo), added exactly as integers, then rounded."""
+        pa = [a["hi"]] + ([np.ldexp(a["lo"], 53)] if (a["lo"] != 0).any() else [])
+        pb = [b["hi"]] + ([np.ldexp(b["lo"], 53)] if (b["lo"] != 0).any() else [])
+        total = None
+        for level in range(len(pa) + len(pb) - 1):
+            pairs = [(s, level - s) for s in range(len(pa)) if 0 <= level - s < len(pb)]
+            left = np.concatenate([pa[s] for s, _ in pairs], axis=-1)
+            right = np.concatenate([pb[t] for _, t in pairs], axis=inner_b)
+            n, e = product(left, right).integers()
+            e = e.astype(object) - 53 * level
+            if total is None:
+                total = (n, e)
+            else:
+                low = np.minimum(total[1], e)
+                total = ((total[0] << (total[1] - low).astype(object)) +
+                         (n << (e - low).astype(object)), low)
+        n, e = total
+        hi, lo = np.empty(n.shape), np.empty(n.shape)
+        fh, fl = hi.reshape(-1), lo.reshape(-1)
+        for i, (m, x) in enumerate(zip(n.reshape(-1).tolist(), e.reshape(-1).tolist())):
+            if not m:
+                fh[i] = fl[i] = 0.0
+                continue
+            if not -900 <= m.bit_length() + x <= 900:
+                raise OutOfRange("double-double: a product's sum outside [2**-900, 2**900]")
+            h = float(m)                                     # m rounded to nearest
+            r = m - int(h)
+            fh[i], fl[i] = math.ldexp(h, x), math.ldexp(float(r), x)
+        return _checked(*_fast_two_sum(hi, lo))
+
+    # -- comparisons and predicates --
+    def _compare(self, name, a, b):
+        x, y = np.broadcast_arrays(self.asarray(a), self.asarray(b))
+        xh, xl, yh, yl = x["hi"], x["lo"], y["hi"], y["lo"]
+        eq = (xh == yh) & (xl == yl)
+        less = (xh < yh) | ((xh == yh) & (xl < yl))
+        return {"equal": eq, "not_equal": ~eq, "less": less, "less_equal": less | eq,
+                "greater": ~(less | eq), "greater_equal": ~less}[name]
+
+    def _predicate(self, name, a):
+        hi = self.asarray(a)["hi"]
+        return {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}[name](hi)
+
+
+def double_double() -> DoubleDoubleBackend:
+    """The double-double backend (module docstring)."""
+    return DoubleDoubleBackend()

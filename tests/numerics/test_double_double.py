@@ -1,0 +1,150 @@
+"""numerics/double_double.py against mpmath at 400 bits and exact rationals: each native
+primitive within 2**-100 of its exact result (wide exponents, cancellation), the exact
+products rounded once, casts equal to MPFR's roundings, and what it cannot hold refused."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import gmpy2
+import mpmath
+import numpy as np
+import pytest
+
+from roundoff_coverage import formats
+from roundoff_coverage.numerics.double_double import DD, OutOfRange, double_double
+
+from mpfr_oracle import MODES7, FormatOracle
+
+DDB = double_double()
+MP = mpmath.MPContext()
+MP.prec = 400
+
+
+def _numbers(rng, n, span=40):
+    """Double-double numbers hi + lo with |lo| up to 2**-55 of hi, exponents over +-span."""
+    hi = rng.standard_normal(n) * np.exp2(rng.integers(-span, span, n).astype(float))
+    lo = hi * rng.uniform(-1, 1, n) * 2.0 ** -55
+    out = np.empty(n, dtype=DD)
+    out["hi"], out["lo"] = hi + lo, (hi - (hi + lo)) + lo       # renormalised exactly
+    return out
+
+
+def _exact(a):
+    return [MP.mpf(h) + MP.mpf(lo) for h, lo in zip(a["hi"].tolist(), a["lo"].tolist())]
+
+
+def _worst(got, want):
+    """The largest relative error of got (DD) against the mpf values want."""
+    rel = [abs(g - w) / abs(w) if w else abs(g) for g, w in zip(_exact(got), want)]
+    return max(rel)
+
+
+EXACT = {"add": lambda x, y: x + y, "subtract": lambda x, y: x - y,
+         "multiply": lambda x, y: x * y, "divide": lambda x, y: x / y,
+         "square": lambda x: x * x, "reciprocal": lambda x: 1 / x,
+         "sqrt": lambda x: MP.sqrt(x), "rsqrt": lambda x: 1 / MP.sqrt(x)}
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_each_native_primitive_is_within_2_to_the_minus_100_of_its_exact_result(name):
+    rng = np.random.default_rng(len(name))
+    f = EXACT[name]
+    arity = f.__code__.co_argcount
+    xs = [_numbers(rng, 4000) for _ in range(arity)]
+    if name in ("sqrt", "rsqrt"):
+        xs = [DDB.abs(xs[0])]
+    if name == "subtract":
+        # Cancellation: y agrees with x in its top 1..100 bits.
+        xs[1] = DDB.add(xs[0], DDB.multiply(xs[0], np.exp2(-rng.integers(1, 100, 4000)
+                                                            .astype(float))))
+    out = getattr(DDB, name)(*xs)
+    want = [f(*v) for v in zip(*[_exact(x) for x in xs])]
+    assert _worst(out, want) <= 2.0 ** -100
+    assert (np.abs(out["lo"]) <= np.abs(np.spacing(out["hi"])) / 2).all()   # normalised
+
+
+def test_exact_primitives_are_exact():
+    rng = np.random.default_rng(5)
+    x, y = _numbers(rng, 500), _numbers(rng, 500)
+    y[:50] = x[:50]
+    for name, f in (("negative", lambda a, b: -a), ("abs", lambda a, b: abs(a)),
+                    ("maximum", max), ("minimum", min)):
+        args = (x,) if name in ("negative", "abs") else (x, y)
+        assert _exact(getattr(DDB, name)(*args)) == [f(a, b) for a, b in
+                                                     zip(_exact(x), _exact(y))]
+    assert DDB.less(x, y).tolist() == [a < b for a, b in zip(_exact(x), _exact(y))]
+    assert DDB.equal(x, y).tolist() == [a == b for a, b in zip(_exact(x), _exact(y))]
+
+
+def test_matmul_and_dot_are_the_exact_sums_rounded_once():
+    rng = np.random.default_rng(6)
+    a = _numbers(rng, 7 * 9, 20).reshape(7, 9)
+    b = _numbers(rng, 9 * 5, 20).reshape(9, 5)
+    # Cancellation: column 0 of b makes row 0's sum nearly vanish.
+    b[:, 0] = DDB.negative(DDB.asarray(np.zeros(9)))
+    a_ex = [[Fraction(h) + Fraction(lo) for h, lo in zip(r["hi"], r["lo"])] for r in a]
+    b_ex = [[Fraction(h) + Fraction(lo) for h, lo in zip(r["hi"], r["lo"])] for r in b]
+    got = DDB.matmul(a, b)
+    for i in range(7):
+        for j in range(5):
+            want = sum(a_ex[i][k] * b_ex[k][j] for k in range(9))
+            g = Fraction(got["hi"][i, j]) + Fraction(got["lo"][i, j])
+            assert abs(g - want) <= abs(want) * Fraction(1, 2 ** 104)
+    d = DDB.dot(a[:5], DDB.asarray(np.swapaxes(b, 0, 1)[:, :, None][:5, :, 0]))
+    for i in range(5):
+        want = sum(a_ex[i][k] * b_ex[k][i] for k in range(9))
+        g = Fraction(d["hi"][i]) + Fraction(d["lo"][i])
+        assert abs(g - want) <= abs(want) * Fraction(1, 2 ** 104)
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "binary16", "float8_e4m3fn", "binary32"])
+def test_casts_are_mpfrs_roundings_of_the_exact_values(fmt):
+    rng = np.random.default_rng(7)
+    f = formats.get(fmt)
+    # Ties of the format and their neighbours: hi on a midpoint, lo just above or below.
+    mids = formats.round_to(rng.standard_normal(300), f, "nearest_even") * \
+        (1 + 2.0 ** -(f.precision))
+    x = np.empty(900, dtype=DD)
+    x["hi"] = np.concatenate([mids, mids, rng.standard_normal(300)])
+    x["lo"] = np.concatenate([np.abs(mids) * 2.0 ** -70, -np.abs(mids) * 2.0 ** -70,
+                              np.zeros(300)])
+    oracle = FormatOracle(f)
+    with gmpy2.context(precision=300):              # hi + lo exactly (they span < 200 bits)
+        exact = [gmpy2.mpfr(h) + gmpy2.mpfr(lo) for h, lo in zip(x["hi"].tolist(),
+                                                                 x["lo"].tolist())]
+    for mode in MODES7:
+        got = DDB.cast(x, fmt, mode)
+        assert got.tolist() == [oracle.round(v, mode)[0] for v in exact], mode
+
+
+def test_the_other_primitives_are_mpmaths_at_106_bits():
+    rng = np.random.default_rng(8)
+    x = DDB.multiply(_numbers(rng, 300, 2), np.full(300, 0.5))
+    for name in ("exp", "erf", "tanh", "log1p"):
+        if name == "log1p":
+            x = DDB.abs(x)
+        want = [getattr(MP, name)(v) for v in _exact(x)]
+        assert _worst(getattr(DDB, name)(x), want) <= 2.0 ** -104
+
+
+def test_what_it_cannot_hold_is_refused():
+    with pytest.raises(OutOfRange):
+        DDB.multiply(np.array([2.0 ** 600]), np.array([2.0 ** 600]))
+    with pytest.raises(OutOfRange):
+        DDB.divide(np.ones(2), np.zeros(2))
+    with pytest.raises(OutOfRange):
+        DDB.asarray(np.array([np.nan]))
+    with pytest.raises(OutOfRange):
+        DDB.exp(np.array([-1000.0]))                # 2**-1443: below the range
+    with pytest.raises(TypeError):                  # numpy arithmetic on a DD array
+        DDB.asarray(np.ones(3)) * 2
+
+
+def test_constants_and_zeros():
+    c = DDB.constant("0.1", (3,))
+    assert abs(Fraction(c["hi"][0]) + Fraction(c["lo"][0]) - Fraction(1, 10)) <= \
+        Fraction(1, 10) * Fraction(1, 2 ** 106)
+    z = DDB.subtract(np.array([1.5]), np.array([1.5]))
+    assert z["hi"][0] == 0 and not np.signbit(z["hi"][0])     # mpmath's one zero: +0
+    assert np.pad(DDB.asarray(np.ones(2)), 1)["hi"].tolist() == [0, 1, 1, 0]
