@@ -21,8 +21,8 @@ last evaluation's), so it runs in double-double arithmetic (``first``:
 numerics/double_double.py, every primitive accurate to about 2**-100 of its result, beyond
 the start precision of formats of up to 36 bits) where the start precision allows: numpy
 speed instead of mpmath's per element.  A sweep the double-double numbers cannot hold (a
-value beyond 2**+-900, a NaN or an infinity, a rule that computes outside the backend's
-primitives) is evaluated by mpmath at the start precision, as before.
+finite value beyond 2**+-900, a rule that computes outside the backend's primitives) is
+evaluated by mpmath at the start precision, as before.
 """
 
 from __future__ import annotations

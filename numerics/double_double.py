@@ -24,10 +24,12 @@ the first evaluation of a bfloat16 .. binary32 graph asks for (format precision 
 once to double-double.  The other primitives are mpmath's (numerics/reference.py at
 PREC = 106 bits) on the exact values, their results rounded to double-double.
 
-Range: every result must be 0 or have 2**-900 <= |hi| <= 2**900 (lo then keeps its bits, the
-splitting cannot overflow); a NaN, an infinity or a value outside that range raises
-``OutOfRange``.  The caller evaluates that sweep with mpmath instead: an overflow that
-mpmath would hold as a large finite number never reaches a comparison.
+Range: every finite result must be 0 or have 2**-900 <= |hi| <= 2**900 (lo then keeps its
+bits, the splitting cannot overflow); NaN and infinities are held (lo 0) where the
+reference's conventions give them from NaN or infinite operands, a division by zero or a
+root of a negative number (a mask of -inf, a pooling's padding).  Anything else -- an
+overflow that mpmath would hold as a large finite number, a value below 2**-900 -- raises
+``OutOfRange``, and the caller evaluates that sweep with mpmath instead.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from .exact import OrderPolicy
 from .exact_products import exact_dot, exact_matmul
 from .reference import ReferenceBackend, binary64_raw, read_raw
 
-__all__ = ["DD", "DoubleDoubleBackend", "OutOfRange", "double_double"]
+__all__ = ["DD", "DoubleDoubleBackend", "OutOfRange", "double_double", "exact_values"]
 
 DD = np.dtype([("hi", np.float64), ("lo", np.float64)])
 PREC = 106              # mpmath's precision for the primitives not computed here
@@ -121,9 +123,8 @@ def _sums(x):
     from the top in double-double, exactly while a partial sum spans at most 106 bits and
     within 3u**2 of it per addition beyond (the limbs below are smaller than its last
     bit); the top limb, which may exceed 2**53, in two exact halves.  Entries of the slow
-    path (``wide``) one by one; OutOfRange for a NaN or an infinity."""
-    if (x.special != 0).any():
-        raise OutOfRange("double-double: a sum of products that is not finite")
+    path (``wide``) one by one; NaN and infinities (``special``: sums of non-finite
+    products, the real extension's) as they are."""
     count = x.limbs.shape[0]
     hi, lo = np.zeros(x.shape), np.zeros(x.shape)
     with np.errstate(all="ignore"):
@@ -142,7 +143,20 @@ def _sums(x):
             raise OutOfRange("double-double: a sum of products outside [2**-900, 2**900]")
         h = float(m)                                         # m rounded to nearest
         fh[i], fl[i] = math.ldexp(h, e), math.ldexp(float(m - int(h)), e)
-    return hi, lo
+    special = x.special != 0
+    return np.where(special, x.special, hi), np.where(special, 0.0, lo)
+
+
+def exact_values(a, ctx=mpmath.mp):
+    """A DD array as an object array of its exact values: Python floats where lo is 0 (NaN
+    and infinities included), mpf of ``ctx`` (only made, never rounded in) otherwise."""
+    out = np.empty(a.shape, dtype=object)
+    mk = ctx.make_mpf
+    out.reshape(-1)[:] = [h if lo == 0.0 else
+                          mk(libmp.mpf_add(libmp.from_float(h), libmp.from_float(lo)))
+                          for h, lo in zip(a["hi"].reshape(-1).tolist(),
+                                           a["lo"].reshape(-1).tolist())]
+    return out
 
 
 def _pair(hi, lo):
@@ -151,15 +165,31 @@ def _pair(hi, lo):
     return out
 
 
-def _checked(hi, lo):
-    """The pair as a DD array, or OutOfRange (module docstring)."""
+def _checked(hi, lo, ieee=None):
+    """The pair as a DD array (zeros +0, as mpmath's one zero; lo 0 beside a NaN or an
+    infinity), or OutOfRange for a finite result outside [2**-900, 2**900] or a non-finite
+    one that is not marked in ``ieee`` (the IEEE result of non-finite operands or of a
+    division by zero, the reference's conventions, as opposed to an overflow)."""
     big = np.abs(hi)
     with np.errstate(invalid="ignore"):
-        bad = ~((big == 0) | ((big >= _SMALL) & (big <= _BIG)))
+        finite = np.isfinite(hi)
+        bad = finite & (big != 0) & ((big < _SMALL) | (big > _BIG))
+        bad |= ~finite if ieee is None else ~finite & ~ieee
     if bad.any():
         raise OutOfRange(f"double-double: a result outside [2**-900, 2**900] "
                          f"({float(np.asarray(hi)[bad].reshape(-1)[0])!r})")
-    return _pair(hi + 0.0, np.where(big == 0, 0.0, lo))     # zeros +0 (mpmath has one zero)
+    return _pair(hi + 0.0, np.where(finite & (big != 0), lo, 0.0))
+
+
+# The IEEE results of the native primitives on binary64 numbers: a double-double result
+# where an operand is a NaN or an infinity (or the divisor is 0, a root's argument negative)
+# is that of the his alone (the reference's conventions: x/0 = +-inf by the sign of x,
+# 0 * inf = inf - inf = sqrt(-1) = NaN, maximum and minimum propagate NaN).
+_IEEE = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+         "divide": np.divide, "negative": np.negative, "abs": np.abs,
+         "maximum": np.maximum, "minimum": np.minimum, "square": np.square,
+         "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+         "reciprocal": lambda x: 1.0 / x}
 
 
 class DoubleDoubleBackend(Backend):
@@ -181,7 +211,8 @@ class DoubleDoubleBackend(Backend):
         if arr.dtype == DD:
             return arr
         if arr.dtype.kind == "f" and arr.dtype.itemsize <= 8:
-            return _checked(arr.astype(np.float64), np.zeros(arr.shape))
+            f = arr.astype(np.float64)
+            return _checked(f, np.zeros(arr.shape), ~np.isfinite(f))
         if arr.dtype.kind in "iub":
             f = arr.astype(np.float64)
             if np.array_equal(f.astype(arr.dtype), arr):
@@ -193,7 +224,7 @@ class DoubleDoubleBackend(Backend):
         a = np.asarray(a, dtype=object)
         hi, lo = np.empty(a.shape), np.empty(a.shape)
         fh, fl = hi.reshape(-1), lo.reshape(-1)
-        for i, v in enumerate(a.reshape(-1).tolist()):
+        for i, v in enumerate(a.reshape(-1).tolist()):      # NaN and infinities as floats
             if type(v) is float:
                 fh[i], fl[i] = v, 0.0
                 continue
@@ -208,18 +239,12 @@ class DoubleDoubleBackend(Backend):
                                  f"[2**-900, 2**900]")
             h = libmp.to_float(r, rnd="n")                   # nearest binary64
             fh[i], fl[i] = h, libmp.to_float(libmp.mpf_sub(r, libmp.from_float(h)), rnd="n")
-        return _checked(*_fast_two_sum(hi, lo))
+        with np.errstate(invalid="ignore"):
+            return _checked(*_fast_two_sum(hi, lo), ~np.isfinite(hi))
 
     def _to_mp(self, a):
-        """Double-double entries as exact mpf values (Python floats where lo = 0)."""
-        a = self.asarray(a)
-        out = np.empty(a.shape, dtype=object)
-        mk = self._mp.ctx.make_mpf
-        out.reshape(-1)[:] = [h if lo == 0.0 else
-                              mk(libmp.mpf_add(libmp.from_float(h), libmp.from_float(lo)))
-                              for h, lo in zip(a["hi"].reshape(-1).tolist(),
-                                               a["lo"].reshape(-1).tolist())]
-        return out
+        """Double-double entries as the reference's numbers (``exact_values``)."""
+        return exact_values(self.asarray(a), self._mp.ctx)
 
     def constant(self, literal, shape=()):
         """``literal`` rounded to double-double (107 bits, then split)."""
@@ -233,7 +258,11 @@ class DoubleDoubleBackend(Backend):
         return self.cast(a, "binary64")
 
     def where(self, cond, a, b):
-        return np.where(cond, self.asarray(a), self.asarray(b))
+        """np.where, in double-double where either side is (integers stay integers)."""
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype == DD or b.dtype == DD:
+            a, b = self.asarray(a), self.asarray(b)
+        return np.where(cond, a, b)
 
     def cast(self, a, fmt, mode=None, with_flags=False):
         """Each value rounded once into ``fmt``: through round-to-odd at 53 bits for formats
@@ -260,37 +289,48 @@ class DoubleDoubleBackend(Backend):
             return self._from_mp(getattr(self._mp, name)(*[self._to_mp(a) for a in arrays]))
         xs = np.broadcast_arrays(*[self.asarray(a) for a in arrays])
         parts = [(x["hi"], x["lo"]) for x in xs]
+        ieee = np.zeros(xs[0].shape, dtype=bool)
+        for h, _ in parts:
+            ieee |= ~np.isfinite(h)
+        if name in ("divide", "reciprocal"):
+            ieee |= parts[-1][0] == 0
+        elif name in ("sqrt", "rsqrt"):
+            ieee |= (parts[0][0] < 0) | ((parts[0][0] == 0) & (name == "rsqrt"))
         with np.errstate(all="ignore"):
-            if name in ("add", "subtract"):
-                (xh, xl), (yh, yl) = parts
-                if name == "subtract":
-                    yh, yl = -yh, -yl
-                return _checked(*_add(xh, xl, yh, yl))
-            if name in ("multiply", "square"):
-                (xh, xl), (yh, yl) = parts if name == "multiply" else parts * 2
-                return _checked(*_mul(xh, xl, yh, yl))
-            if name in ("divide", "reciprocal"):
-                (xh, xl), (yh, yl) = parts if name == "divide" else \
-                    [(np.ones(parts[0][0].shape), np.zeros(parts[0][0].shape))] + parts
-                return _checked(*_div(xh, xl, yh, yl))
-            if name == "negative":
-                return _checked(-parts[0][0], -parts[0][1])
-            if name == "abs":
-                (xh, xl), = parts
-                neg = xh < 0
-                return _checked(np.where(neg, -xh, xh), np.where(neg, -xl, xl))
-            if name in ("maximum", "minimum"):
-                (xh, xl), (yh, yl) = parts
-                x_more = (xh > yh) | ((xh == yh) & (xl > yl))
-                pick = x_more if name == "maximum" else ~x_more
-                return _checked(np.where(pick, xh, yh), np.where(pick, xl, yl))
+            hi, lo = self._native(name, parts)
+            if ieee.any():
+                hi = np.where(ieee, _IEEE[name](*[h for h, _ in parts]), hi)
+        return _checked(hi, lo, ieee)
+
+    @staticmethod
+    def _native(name, parts):
+        """(hi, lo) of a native primitive (module docstring) on finite operands."""
+        if name in ("add", "subtract"):
+            (xh, xl), (yh, yl) = parts
+            return _add(xh, xl, yh, yl) if name == "add" else _add(xh, xl, -yh, -yl)
+        if name in ("multiply", "square"):
+            (xh, xl), (yh, yl) = parts if name == "multiply" else parts * 2
+            return _mul(xh, xl, yh, yl)
+        if name in ("divide", "reciprocal"):
+            (xh, xl), (yh, yl) = parts if name == "divide" else \
+                [(np.ones(parts[0][0].shape), np.zeros(parts[0][0].shape))] + parts
+            return _div(xh, xl, yh, yl)
+        if name == "negative":
+            return -parts[0][0], -parts[0][1]
+        if name == "abs":
             (xh, xl), = parts
-            if (xh < 0).any():
-                raise OutOfRange(f"double-double: {name} of a negative number")
-            s = _sqrt(xh, xl)
-            if name == "sqrt":
-                return _checked(*s)
-            return _checked(*_div(np.ones(xh.shape), np.zeros(xh.shape), *s))
+            neg = xh < 0
+            return np.where(neg, -xh, xh), np.where(neg, -xl, xl)
+        if name in ("maximum", "minimum"):
+            (xh, xl), (yh, yl) = parts
+            x_more = (xh > yh) | ((xh == yh) & (xl > yl))
+            pick = x_more if name == "maximum" else ~x_more
+            return np.where(pick, xh, yh), np.where(pick, xl, yl)
+        (xh, xl), = parts
+        s = _sqrt(np.maximum(xh, 0.0), xl)
+        if name == "sqrt":
+            return s
+        return _div(np.ones(xh.shape), np.zeros(xh.shape), *s)
 
     def matmul(self, a, b):
         """a @ b (numpy's shape rules): the exact sums of products rounded to double-double."""
@@ -324,17 +364,20 @@ class DoubleDoubleBackend(Backend):
             right = np.concatenate([pb[t] for _, t in pairs], axis=inner_b)
             h, l = _sums(product(left, right))
             h, l = np.ldexp(h, -53 * level), np.ldexp(l, -53 * level)
-            hi, lo = (h, l) if hi is None else _add(hi, lo, h, l)
-        return _checked(hi, lo)
+            with np.errstate(invalid="ignore"):
+                hi, lo = (h, l) if hi is None else _add(hi, lo, h, l)
+        ieee = ~np.isfinite(hi)          # the real extension's NaN and infinities (_sums)
+        return _checked(hi, lo, ieee)
 
     # -- comparisons and predicates --
     def _compare(self, name, a, b):
         x, y = np.broadcast_arrays(self.asarray(a), self.asarray(b))
         xh, xl, yh, yl = x["hi"], x["lo"], y["hi"], y["lo"]
-        eq = (xh == yh) & (xl == yl)
+        eq = (xh == yh) & (xl == yl)                  # False beside a NaN: unordered
         less = (xh < yh) | ((xh == yh) & (xl < yl))
+        more = (xh > yh) | ((xh == yh) & (xl > yl))
         return {"equal": eq, "not_equal": ~eq, "less": less, "less_equal": less | eq,
-                "greater": ~(less | eq), "greater_equal": ~less}[name]
+                "greater": more, "greater_equal": more | eq}[name]
 
     def _predicate(self, name, a):
         hi = self.asarray(a)["hi"]

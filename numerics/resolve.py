@@ -15,7 +15,7 @@ from mpmath.libmp import fone, fzero
 
 from roundoff_coverage import formats
 
-from .double_double import DD
+from .double_double import DD, exact_values
 from .intervals import enclosures
 from .reference import ReferenceBackend, raw_real, round_raw, special_raw
 
@@ -253,8 +253,10 @@ def compact(a):
     if isinstance(a, (tuple, list)):
         return type(a)(compact(x) for x in a)
     arr = np.asarray(a)
-    if arr.dtype == DD:                          # double-double: its pieces (finite, in range)
-        return Compact(arr["hi"].copy(), arr["lo"].copy())
+    if arr.dtype == DD:       # double-double: its pieces, or its values beside a NaN or inf
+        if np.isfinite(arr["hi"]).all():
+            return Compact(arr["hi"].copy(), arr["lo"].copy())
+        return exact_values(arr)
     if arr.size == 0 or (arr.dtype != object and arr.dtype.kind != "f"):
         return a
     if arr.dtype != object:
