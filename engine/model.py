@@ -11,6 +11,7 @@ One unit of work is a configuration (format, mode, policy) over every sample.  P
 - cotangents: 1 for a scalar output (a loss), else N(0, 1) rounded into the format; tangents:
   N(0, 1) per value input, rounded into the format;
 - the exact run: GraphRule.trace under numerics.reference at format precision + 64 bits
+  (that first sweep in double-double arithmetic where it can: engine/reference.py first)
   and at twice that, doubled (at most twice: engine/reference.py) until every recorded value
   agrees to 2**-32 ulp, at no less than 2**-p of its tensor's scale (numerics.settle:
   agreement is evidence, not proof);
