@@ -59,7 +59,8 @@ _NATIVE = ("add", "subtract", "multiply", "divide", "negative", "abs", "maximum"
 
 
 class OutOfRange(ArithmeticError):
-    """A double-double result that is not finite or lies outside [2**-900, 2**900]."""
+    """A result double-double does not hold: a finite one outside [2**-900, 2**900] (an
+    underflow to 0 included), a NaN or an infinity the reference would not give."""
 
 
 # ----- error-free transformations and double-double operations on float64 arrays -----------
@@ -144,6 +145,8 @@ def _sums(x):
         h = float(m)                                         # m rounded to nearest
         fh[i], fl[i] = math.ldexp(h, e), math.ldexp(float(m - int(h)), e)
     special = x.special != 0
+    if (x.limbs.any(axis=0) & (hi == 0) & ~special).any():
+        raise OutOfRange("double-double: a sum of products below 2**-900")
     return np.where(special, x.special, hi), np.where(special, 0.0, lo)
 
 
@@ -278,7 +281,11 @@ class DoubleDoubleBackend(Backend):
             if fmt == formats.get("binary64") and mode == "nearest_even":
                 return hi + 0.0
             if fmt.precision <= 51:
-                odd = np.frexp(hi)[0] * 2.0 ** 53 % 2 == 1
+                # Round to odd at 53 bits: hi = RN(hi + lo), so the exact value lies strictly
+                # between hi and its neighbour toward lo; of the two, the one with an odd
+                # last bit (hi's significand: frexp's mantissa times 2**53).
+                with np.errstate(invalid="ignore"):
+                    odd = np.frexp(hi)[0] * 2.0 ** 53 % 2 == 1
                 odd = np.where((lo == 0) | odd, hi, np.nextafter(hi, np.copysign(np.inf, lo)))
                 return formats.round_to(odd, fmt, mode)
         return self._mp.cast(self._to_mp(x), fmt, mode, with_flags)
@@ -300,6 +307,13 @@ class DoubleDoubleBackend(Backend):
             hi, lo = self._native(name, parts)
             if ieee.any():
                 hi = np.where(ieee, _IEEE[name](*[h for h, _ in parts]), hi)
+        if name in ("multiply", "square", "divide", "reciprocal"):
+            # A product or quotient of nonzero numbers that underflowed to 0.
+            nonzero = parts[0][0] != 0
+            if name == "multiply":
+                nonzero &= parts[1][0] != 0
+            if (nonzero & (hi == 0) & ~ieee).any():
+                raise OutOfRange(f"double-double: {name} underflows below 2**-900")
         return _checked(hi, lo, ieee)
 
     @staticmethod

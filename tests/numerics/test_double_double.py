@@ -140,6 +140,12 @@ def test_what_it_cannot_hold_is_refused():
         DDB.exp(np.array([-1000.0]))                # 2**-1443: below the range
     with pytest.raises(OutOfRange):
         DDB.asarray(np.array([2.0 ** -1000]))
+    with pytest.raises(OutOfRange):                 # underflows: 2**-1400, not 0
+        DDB.multiply(np.array([2.0 ** -700]), np.array([2.0 ** -700]))
+    with pytest.raises(OutOfRange):
+        DDB.divide(np.array([2.0 ** -700]), np.array([2.0 ** 700]))
+    with pytest.raises(OutOfRange):
+        DDB.matmul(np.array([[2.0 ** -700]]), np.array([[2.0 ** -700]]))
     with pytest.raises(TypeError):                  # numpy arithmetic on a DD array
         DDB.asarray(np.ones(3)) * 2
 
