@@ -557,6 +557,11 @@ class ReferenceBackend(Backend):
         if arr.dtype.kind in "iub":
             conv = arr.astype(np.float64)
             return conv if np.array_equal(conv.astype(arr.dtype), arr) else None
+        flat = arr.reshape(-1).tolist()
+        if set(map(type, flat)) <= {float}:
+            # Python floats only (a model's parameters: millions of them, read by every
+            # product): numpy converts them exactly, without a Python step per entry.
+            return np.array(flat, dtype=np.float64).reshape(arr.shape)
         mpf, num = self._mpf, self._num
 
         def value(v):
@@ -567,8 +572,7 @@ class ReferenceBackend(Backend):
                 raise _Wide
             return f
         try:
-            return np.array([value(v) for v in arr.reshape(-1)],
-                            dtype=np.float64).reshape(arr.shape)
+            return np.array([value(v) for v in flat], dtype=np.float64).reshape(arr.shape)
         except _Wide:
             return None
 
