@@ -47,15 +47,13 @@ from .exact import OrderPolicy
 from .exact_products import exact_dot, exact_matmul
 from .reference import ReferenceBackend, binary64_raw, read_raw
 
-__all__ = ["DD", "DoubleDoubleBackend", "OutOfRange", "double_double", "exact_values"]
+__all__ = ["DD", "DoubleDoubleBackend", "OutOfRange", "double_double", "exact_values",
+           "exact_sums"]
 
 DD = np.dtype([("hi", np.float64), ("lo", np.float64)])
 PREC = 106              # mpmath's precision for the primitives not computed here
 _BIG, _SMALL = 2.0 ** 900, 2.0 ** -900
 _SPLIT = 134217729.0    # 2**27 + 1: Veltkamp's splitting constant for binary64
-# The primitives computed here; every other elementwise primitive is mpmath's.
-_NATIVE = ("add", "subtract", "multiply", "divide", "negative", "abs", "maximum", "minimum",
-           "square", "sqrt", "rsqrt", "reciprocal")
 
 
 class OutOfRange(ArithmeticError):
@@ -153,12 +151,16 @@ def _sums(x):
 def exact_values(a, ctx=mpmath.mp):
     """A DD array as an object array of its exact values: Python floats where lo is 0 (NaN
     and infinities included), mpf of ``ctx`` (only made, never rounded in) otherwise."""
-    out = np.empty(a.shape, dtype=object)
+    return exact_sums(a["hi"], a["lo"], ctx)
+
+
+def exact_sums(hi, lo, ctx=mpmath.mp):
+    """hi + lo (float64 arrays) exactly, as ``exact_values`` writes them."""
+    out = np.empty(np.shape(hi), dtype=object)
     mk = ctx.make_mpf
-    out.reshape(-1)[:] = [h if lo == 0.0 else
-                          mk(libmp.mpf_add(libmp.from_float(h), libmp.from_float(lo)))
-                          for h, lo in zip(a["hi"].reshape(-1).tolist(),
-                                           a["lo"].reshape(-1).tolist())]
+    out.reshape(-1)[:] = [h if low == 0.0 else
+                          mk(libmp.mpf_add(libmp.from_float(h), libmp.from_float(low)))
+                          for h, low in zip(np.ravel(hi).tolist(), np.ravel(lo).tolist())]
     return out
 
 
@@ -184,7 +186,8 @@ def _checked(hi, lo, ieee=None):
     return _pair(hi + 0.0, np.where(finite & (big != 0), lo, 0.0))
 
 
-# The IEEE results of the native primitives on binary64 numbers: a double-double result
+# The primitives computed here (every other elementwise primitive is mpmath's), and their
+# IEEE results on binary64 numbers: a double-double result
 # where an operand is a NaN or an infinity (or the divisor is 0, a root's argument negative)
 # is that of the his alone (the reference's conventions: x/0 = +-inf by the sign of x,
 # 0 * inf = inf - inf = sqrt(-1) = NaN, maximum and minimum propagate NaN).
@@ -292,7 +295,7 @@ class DoubleDoubleBackend(Backend):
 
     # -- arithmetic --
     def _apply(self, name, *arrays):
-        if name not in _NATIVE:
+        if name not in _IEEE:                   # not computed here: mpmath's
             return self._from_mp(getattr(self._mp, name)(*[self._to_mp(a) for a in arrays]))
         xs = np.broadcast_arrays(*[self.asarray(a) for a in arrays])
         parts = [(x["hi"], x["lo"]) for x in xs]

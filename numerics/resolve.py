@@ -8,14 +8,13 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-import mpmath
 import numpy as np
 from mpmath import libmp
 from mpmath.libmp import fone, fzero
 
 from roundoff_coverage import formats
 
-from .double_double import DD, exact_values
+from .double_double import DD, exact_sums, exact_values
 from .intervals import enclosures
 from .reference import ReferenceBackend, raw_real, round_raw, special_raw
 
@@ -271,14 +270,9 @@ def compact(a):
 
 
 def _expanded(a):
-    """A Compact's values hi + lo as exact mpf entries (anything else as it is)."""
-    if not isinstance(a, Compact):
-        return a
-    out = np.empty(a.hi.shape, dtype=object)
-    out.reshape(-1)[:] = [mpmath.mp.make_mpf(libmp.mpf_add(libmp.from_float(h),
-                                                           libmp.from_float(lo)))
-                          for h, lo in zip(a.hi.reshape(-1).tolist(), a.lo.reshape(-1).tolist())]
-    return out
+    """A Compact's values hi + lo as exact numbers (double_double.exact_sums: floats where
+    lo is 0, mpf otherwise; anything else as it is)."""
+    return exact_sums(a.hi, a.lo) if isinstance(a, Compact) else a
 
 
 def _agree_compact(a: Compact, b: Compact, fmt, tol, floor=None) -> bool:

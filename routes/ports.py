@@ -24,8 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from roundoff_coverage.numerics.double_double import DD
-
 KINDS = ("value", "frozen", "detached", "index", "bool", "integer")
 SCALAR_KINDS = ("value", "frozen", "detached")       # hold the model's scalar
 
@@ -86,8 +84,8 @@ class Port:
         a = np.asarray(array)
         kind = a.dtype.kind
         # ml_dtypes floats (bfloat16, float8...) are numpy void-kind types of their own module;
-        # double-double numbers (numerics/double_double.py) a structured dtype.
-        if self.scalar and kind not in "fiuO" and a.dtype != DD and \
+        # a backend's structured numbers (double-double pairs, enclosures) have named fields.
+        if self.scalar and kind not in "fiuO" and a.dtype.names is None and \
                 not a.dtype.type.__module__.startswith("ml_dtypes"):
             return f"got a {a.dtype} array"
         if self.kind in ("index", "integer") and kind not in "iu":
