@@ -523,7 +523,26 @@ class ReferenceBackend(Backend):
 
     def _pieces(self, x):
         """x as a list of S float64 arrays summing exactly to it (S = 1 for binary64 values),
-        or None when some entry is NaN, infinite or has a piece outside binary64's range."""
+        or None when some entry is NaN, infinite or has a piece outside binary64's range.
+        An object array that holds one number in several entries (a convolution's windows
+        gathered from its input: each entry up to K times) is cut once per number."""
+        arr = np.asarray(x)
+        if arr.dtype == object and arr.size > 1:
+            first = {}
+            at = np.fromiter((first.setdefault(id(v), i)
+                              for i, v in enumerate(arr.reshape(-1).tolist())),
+                             dtype=np.intp, count=arr.size)
+            if len(first) < arr.size:
+                keep = np.fromiter(first.values(), dtype=np.intp, count=len(first))
+                slot = np.empty(arr.size, dtype=np.intp)
+                slot[keep] = np.arange(keep.size)
+                cut = self._cut(arr.reshape(-1)[keep])
+                return None if cut is None else \
+                    [p[slot[at]].reshape(arr.shape) for p in cut]
+        return self._cut(arr)
+
+    def _cut(self, x):
+        """_pieces of every entry of ``x``."""
         direct = self._binary64(x)
         if direct is not None:
             return None if not np.isfinite(direct).all() else [direct]
