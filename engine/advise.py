@@ -53,7 +53,7 @@ from .assignment import (BASE, TOP_LEVEL, UNIT_KINDS, AssignmentError, RecipeCan
                          by_node, candidate, hooks, units_of)
 from .model import exact_traces, whole_name
 from .samples import ModelError, prepared, sample_inputs
-from .sites import sites, value_at
+from .sites import nearest64, sites, value_at
 
 ROUNDS = 6                          # confirmation rounds before falling back
 REFINE = 24                         # measured one-unit lowerings after the confirmation
@@ -160,8 +160,8 @@ class Errors:
         g, self.xs, self.dirs = prepared(graph, base, samples, seed)
         self.g = g
         self.want_grad, self.mode, self.policy, self.seed = want_grad, mode, policy, seed
-        exact, _, _ = exact_traces(g, base, self.xs, self.dirs, want_grad, False,
-                                   *((log,) if log else ()))
+        exact, _, _, pieces = exact_traces(g, base, self.xs, self.dirs, want_grad, False,
+                                           *((log,) if log else ()))
         routes = ("forward", "gradient") if want_grad else ("forward",)
         self.whole = [s for s in sites(g, routes) if s.node < 0]
         ref = numerics.reference(64)
@@ -170,7 +170,7 @@ class Errors:
             parts = [value_at(tr, site) for tr in exact]
             if all(p is not None for p in parts):
                 self.exact[whole_name(site)] = np.concatenate(
-                    [ref.to_float64(np.asarray(p, dtype=object)).reshape(-1) for p in parts])
+                    [nearest64(p, c, ref) for p, c in zip(parts, pieces)])
         self.base = numerics.emulated(base, mode, policy, seed=seed)
         self._backends = {}
         self.runs = 0

@@ -133,7 +133,7 @@ def measure_port(row, comp, exact, fmt, bound, apriori=None, interval=None, kind
     ``interval``: absolute bounds per element (routes.apriori, numerics.bounding);
     ``kinds``, ``inputs``: the sample kind of each element and a unary elementwise
     operator's (input name, input values), as ``per_sample`` gives them, or None.
-    ``stand``: the exact values' (binary64 stand-ins, raw mpf or None) of
+    ``stand``: the exact values' (binary64 stand-ins, tensor_measures.Raws) of
     engine/tensor_measures.stand_ins, when the caller has them (the model run: one pass
     over the exact values per site)."""
     row["samples"] = int(comp.size)
@@ -392,8 +392,8 @@ def _signed_zeros(out, comp):
 
 def _clamped_stand_ins(comp, y, mpfs, fmt):
     """What ``_exact_values(comp, clamp_exact(exact))`` gives, from the exact values' binary64
-    stand-ins ``y`` (rounded to nearest, as _exact_values rounds) and raw mpfs (None where
-    the value is a binary64 number): clamping commutes with the monotone rounding (a value
+    stand-ins ``y`` (rounded to nearest, as _exact_values rounds) and their
+    tensor_measures.Raws ``mpfs``: clamping commutes with the monotone rounding (a value
     rounding to 2**top or 2**tiny is one clamped or not; a nonzero one below binary64's
     range has the stand-in 0, its raw mpf says it is not 0).  None where _exact_values
     keeps the exact values (precision over 26 bits) or the clamps leave binary64's range
@@ -403,9 +403,11 @@ def _clamped_stand_ins(comp, y, mpfs, fmt):
         return None
     out = np.array(y, dtype=np.float64, copy=True).reshape(-1)
     a = np.abs(out)
-    # clamp_exact clamps mpf entries only (a binary64 entry stays as it is).
+    # clamp_exact clamps mpf entries only (a binary64 entry stays as it is); an entry whose
+    # rest is known (tensor_measures.Raws.lo) and whose stand-in is 0 is an exact 0.
     big, small = a >= math.ldexp(1.0, top), a < math.ldexp(1.0, tiny)
-    for i in np.flatnonzero(big | small):
+    zero = (out == 0) & ~np.isnan(mpfs.lo)
+    for i in np.flatnonzero((big | small) & ~zero):
         m = mpfs[i]
         if m is None or not m[1]:                # binary64, or an mpf zero, inf or NaN
             continue

@@ -119,7 +119,8 @@ import time
 import numpy as np
 
 from roundoff_coverage import formats, numerics
-from roundoff_coverage.numerics.resolve import agree, compact
+from roundoff_coverage.numerics.double_double import DD, exact_sums
+from roundoff_coverage.numerics.resolve import Compact, agree, compact
 from roundoff_coverage.routes.graph import GraphRule, Ref
 
 from . import assignment as assigned
@@ -134,7 +135,8 @@ from .measuring import measure_port
 from .model_recipe import RecipeRun
 from .model_scaled import Scaled
 from .samples import ModelError, is_float_port, prepared
-from .sites import LOCAL, PROPAGATED, ROUTES, Config, rounder_of, sites, value_at
+from .sites import (LOCAL, PROPAGATED, ROUTES, Config, compact_of, compacts_of, nearest64,
+                    rounder_of, sites, value_at)
 
 # The exact run settles by the reference policy (engine/reference.py: format precision + 64
 # bits, doubled at most twice); rows whose values still moved at the last doubling say so
@@ -185,7 +187,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
     phases = {}
     t0 = time.perf_counter()
-    exact, precs, moving = exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log)
+    exact, precs, moving, pieces = exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log)
     phases["reference"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     log("emulated run")
@@ -199,15 +201,16 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
                                     for a, p in zip(x, g.inputs)],
                                    c if want_grad else None, t if want_tan else None,
                                    override, post=post, pre=pre))
-    reads = [_rounded(g, fmt, tr, want_grad, want_tan) if scaled is None else
-             scaled.reads(g, tr, c, want_grad, want_tan) for tr, (c, _) in zip(exact, dirs)]
+    reads = [_rounded(g, fmt, tr, want_grad, want_tan, p) if scaled is None else
+             scaled.reads(g, tr, c, want_grad, want_tan) for tr, (c, _), p in
+             zip(exact, dirs, pieces)]
     local = []
     for s, r in enumerate(reads):
         override, pre, post = store.hooks(g, "local", s)
         local.append(rule.alone(r, override, post=post, pre=pre))
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    local_exact = _local_exact(g, reads, max(precs), log)
+    local_exact, local_pieces = _local_exact(g, reads, fmt, max(precs), log)
     phases["reference"] += time.perf_counter() - t0
     t0 = time.perf_counter()
     log("errors of every node")
@@ -215,9 +218,10 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     for site in sites(g, routes):
         out += _rows(g, config, fmt, site, exact, emulated, local, local_exact, max(precs),
                      sorted(s for s, sites_ in moving.items() if site in sites_), scaled,
-                     recipe)
+                     recipe, pieces, local_pieces)
     if others:
-        out += _others(g, config, fmt, routes, exact, max(precs), xs, dirs, others, target)
+        out += _others(g, config, fmt, routes, exact, max(precs), xs, dirs, others, target,
+                       pieces)
     phases["measurement"] = time.perf_counter() - t0
     ranked = None
     attributed = shares_of.wanted(attribution, g, routes,
@@ -229,7 +233,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
         phases["attribution"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled,
-                        recipe, log)
+                        recipe, log, pieces)
     if ranked is not None:
         summary["largest_share"] = ranked
     phases["summary"] = time.perf_counter() - t0
@@ -300,10 +304,12 @@ def _node_log(g, log, phase, alone=False):
 
 def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
     """(traces, precisions, {sample: the sites whose values still moved at the last
-    doubling}) of every sample by numerics.settle over the samples.  Only the last trace of
-    a sample is kept; settle compares the precisions on compact copies of its sites' values
-    (numerics.resolve.compact: two binary64 pieces a value), so a model's exact run holds one
-    trace and the pieces of the one before, not two traces of mpf values."""
+    doubling}, the compact copies of each trace's sites (sites.compacts_of)) of every sample
+    by numerics.settle over the samples.  Only the last trace of a sample is kept; settle
+    compares the precisions on compact copies of its sites' values (numerics.resolve.compact:
+    two binary64 pieces a value), so a model's exact run holds one trace and the pieces of
+    the one before, not two traces of mpf values; the last copies are the stand-ins the
+    rows and the rounded reads take."""
     kept, before, last = {}, {}, {}
     what = sites(g, ROUTES if want_grad and want_tan else
                  tuple(r for r in ROUTES if r == "forward" or
@@ -341,35 +347,72 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
     moving = {s: {site for site, a, b in zip(what, before[s], last[s])
                   if not agree(a, b, fmt, floor=reference.floor(fmt))}
               for s, ok in enumerate(settled.settled) if not ok and s in before}
-    return [kept[s] for s in range(len(xs))], settled.precs, moving
+    traces = [kept[s] for s in range(len(xs))]
+    return traces, settled.precs, moving, [compacts_of(tr, what, last[s])
+                                           for s, tr in enumerate(traces)]
 
 
-def _rounded(g, fmt, tr, want_grad, want_tan) -> list:
+def _rounded(g, fmt, tr, want_grad, want_tan, pieces=None) -> list:
     """Per node, what it reads in ``tr`` rounded to nearest into fmt: (arguments, gradient
-    flags, output cotangents, argument tangents)."""
+    flags, output cotangents, argument tangents); from the compact copies ``pieces``
+    (sites.compacts_of) where they hold a value."""
     rnd = rounder_of(fmt)
     out = []
     for k, node in enumerate(g.nodes):
         op = node.op
         flags = tuple(want_grad and p.differentiable and (k, i) in tr.contributions
                       for i, p in enumerate(op.inputs))
-        cts = [rnd(tr.cotangents.get(Ref(k, j))) for j in range(len(op.outputs))] \
+        cts = [rnd(tr.cotangents.get(Ref(k, j)), pieces) for j in range(len(op.outputs))] \
             if any(flags) else None
-        ts = [rnd(tr.tangents.get(r)) if p.differentiable else None
+        ts = [rnd(tr.tangents.get(r), pieces) if p.differentiable else None
               for r, p in zip(node.args, op.inputs)] if want_tan else None
-        out.append(([rnd(tr.values[r]) for r in node.args], flags, cts, ts))
+        out.append(([rnd(tr.values[r], pieces) for r in node.args], flags, cts, ts))
     return out
 
 
-def _local_exact(g, reads, prec, log=_quiet):
-    """The exact values of every node alone on its rounded reads (the local errors'
-    reference), per sample, at ``prec`` bits: the precision the exact trace settled at
-    (each node on format values near the trace's own values is no worse conditioned than
-    in the trace; one evaluation instead of a second precision loop)."""
-    rule = GraphRule(g, numerics.reference(prec))
-    return [rule.alone(r, pre=_node_log(g, log, f"exact nodes alone (local errors), sample "
-                                               f"{s + 1}/{len(reads)}", alone=True))
-            for s, r in enumerate(reads)]
+def _local_exact(g, reads, fmt, prec, log=_quiet) -> tuple[list, list]:
+    """(traces, their compact copies as exact_traces gives them) of the exact values of
+    every node alone on its rounded reads (the local errors' reference), per sample, at
+    ``prec`` bits: the precision the exact trace settled at, in double-double arithmetic
+    where that trace's first sweep is the evidence (engine/reference.py, ``alone``); a
+    node double-double cannot evaluate, or a sample, by mpmath."""
+    slow = GraphRule(g, numerics.reference(prec))
+    dd = reference.alone(fmt, prec)
+    fast = GraphRule(g, dd) if dd is not None else None
+    traces, pieces = [], []
+    for s, r in enumerate(reads):
+        hook = _node_log(g, log, f"exact nodes alone (local errors), sample "
+                                 f"{s + 1}/{len(reads)}", alone=True)
+        tr = None
+        if fast is not None:
+            try:
+                tr = fast.alone(r, pre=hook, fallback=slow)
+            except Exception:         # noqa: BLE001 -- what double-double cannot hold
+                tr = None
+        if tr is None:
+            tr = slow.alone(r, pre=hook)
+        tr, copies = _exact_numbers(tr)
+        traces.append(tr)
+        pieces.append(copies)
+    return traces, pieces
+
+
+def _exact_numbers(tr) -> tuple:
+    """``tr`` with its double-double arrays as object arrays of their exact values (what
+    the rows read of an exact value), and {id: (array, Compact)} of those (compacts_of)."""
+    copies = {}
+    for kind in ("values", "contributions", "tangents"):
+        part = getattr(tr, kind)
+        for key, a in part.items():
+            if isinstance(a, np.ndarray) and a.dtype == DD:
+                c = compact(a)
+                if isinstance(c, Compact):
+                    a = exact_sums(c.hi, c.lo)
+                    copies[id(a)] = (a, c)
+                else:
+                    a = c
+                part[key] = a
+    return tr, copies
 
 
 def _node_label(g, k) -> tuple:
@@ -383,14 +426,17 @@ def _node_label(g, k) -> tuple:
 
 
 def _rows(g, config, fmt, site, exact, emulated, local, local_exact, prec,
-          moving=(), scaled=None, recipe=None) -> list:
+          moving=(), scaled=None, recipe=None, pieces=None, local_pieces=None) -> list:
     """The propagated and (for a node) local rows of ``site`` (``scaled``: a Scaled;
-    ``recipe``: a RecipeRun, whose product nodes' rows say what their operands took)."""
-    pairs = ((PROPAGATED, emulated, exact),) + \
-        (((LOCAL, local, local_exact),) if site.node >= 0 else ())
+    ``recipe``: a RecipeRun, whose product nodes' rows say what their operands took;
+    ``pieces``, ``local_pieces``: the compact copies of the exact traces and of the nodes
+    alone, exact_traces and _local_exact)."""
+    pairs = ((PROPAGATED, emulated, exact, pieces),) + \
+        (((LOCAL, local, local_exact, local_pieces),) if site.node >= 0 else ())
     out = []
-    for a, traces, ex in pairs:
-        row = _row(g, config, fmt, site, a, traces, ex, prec, moving, scaled=scaled)
+    for a, traces, ex, copies in pairs:
+        row = _row(g, config, fmt, site, a, traces, ex, prec, moving, scaled=scaled,
+                   pieces=copies)
         if row is not None and recipe is not None:
             recipe.annotate(g, row, site, a, range(len(traces)))
         if row is not None:
@@ -399,10 +445,10 @@ def _rows(g, config, fmt, site, exact, emulated, local, local_exact, prec,
 
 
 def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
-         implementation="emulated", policy=None, scaled=None) -> dict | None:
+         implementation="emulated", policy=None, scaled=None, pieces=None) -> dict | None:
     """One row: ``traces``' values at ``site`` against ``exact``'s over the samples; None
     where no sample has an exact value there (a constant's argument, a value no cotangent
-    reaches)."""
+    reaches); ``pieces``: ``exact``'s compact copies (exact_traces) or None."""
     node, module, op, attrs = _node_label(g, site.node)
     if node is None:
         node = whole_name(site)
@@ -412,7 +458,7 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
                            status="ok", node=node, module=module,
                            node_index=site.node if site.node >= 0 else None,
                            attribution=attribution, ref_prec=prec)
-    comps, exacts, where = [], [], []
+    comps, exacts, stands, where = [], [], [], []
     for s, (tr, ex) in enumerate(zip(traces, exact)):
         c, e = value_at(tr, site), value_at(ex, site)
         if e is None:
@@ -423,13 +469,20 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
                                                        f"here (the node failed)"}
         comps.append(np.asarray(c, dtype=np.float64).reshape(-1))
         exacts.append(np.asarray(e, dtype=object).reshape(-1))
+        p = compact_of(pieces[s], e) if pieces else None
+        if p is not None:
+            stands.append((p.hi.reshape(-1), p.lo.reshape(-1)))
+        else:
+            y, raws = tensor_measures.stand_ins(exacts[-1])
+            stands.append((y, raws.lo))
         where.append(s)
     if not comps:
         return None
     comp, ex = np.concatenate(comps), np.concatenate(exacts)
-    # One pass over the exact values: their nearest binary64 numbers (NaN where NaN) and
-    # raw mpfs, which the NaN tests, the tensor measures and the ulps read.
-    y, mpfs = tensor_measures.stand_ins(ex)
+    # The exact values' nearest binary64 numbers (NaN where NaN; the compact copies' where
+    # the exact run kept them) and their raw mpfs, which the NaN tests, the tensor measures
+    # and the ulps read.
+    y, mpfs = tensor_measures.stand_ins(ex, *(np.concatenate(part) for part in zip(*stands)))
     computed_nan, exact_nan = np.isnan(comp), np.isnan(y)
     missed = exact_nan & ~computed_nan
     if missed.any():
@@ -487,7 +540,7 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
 
 def _subset(y, mpfs, mask) -> tuple:
     """The stand-ins (tensor_measures.stand_ins) of the elements of ``mask``."""
-    return y[mask], [mpfs[i] for i in np.flatnonzero(mask)]
+    return y[mask], mpfs.subset(mask)
 
 
 def _unmeasured_nan(row, count) -> None:
@@ -503,7 +556,8 @@ def _unmeasured_nan(row, count) -> None:
                      f"computed run: unmeasured, left out of the statistics")
 
 
-def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, target) -> list:
+def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, target,
+            pieces=None) -> list:
     """The rows of the implementations beside emulated (engine/implementations/, their
     graph seam): the whole model's outputs and gradients, and every node value they expose,
     against the same exact traces; one no_rule row for an implementation that cannot run."""
@@ -529,7 +583,7 @@ def _others(g, config, fmt, routes, exact, prec, xs, dirs, implementations, targ
             if site.node >= 0 and (site.where == "contributions" or not cls.node_values):
                 continue                  # compiled kernels keep no node values
             row = _row(g, config, fmt, site, PROPAGATED, traces, exact, prec,
-                       implementation=impl, policy=cls.graph_policy)
+                       implementation=impl, policy=cls.graph_policy, pieces=pieces)
             if row is not None and not (site.node >= 0 and row["status"] == "error"):
                 out.append(row)
     return out
@@ -550,12 +604,13 @@ def _worst(ulp, comp, exact, sizes, samples) -> dict | None:
 # ----- the summary -------------------------------------------------------------------------------
 
 def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
-              scaled=None, recipe=None, log=_quiet) -> dict:
+              scaled=None, recipe=None, log=_quiet, pieces=None) -> dict:
     """The nodes with the largest local errors per route, and the effect of keeping each node
     (and each module) in binary32 on the whole model's errors; for a scaled format
     (``scaled``), what quantizing the inputs did, and keeping a node means leaving its
     outputs unquantized; under a recipe (``recipe``), keeping a product means leaving its
-    operands unquantized too."""
+    operands unquantized too.  ``pieces``: the exact traces' compact copies
+    (exact_traces)."""
     top, ranked = {}, {}
     for route in routes:
         local = [r for r in measured if r["attribution"] == LOCAL and r["route"] == route
@@ -587,7 +642,7 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
     if note:
         summary["keep_note"] = "; ".join(n for n in (summary.get("keep_note"), note) if n)
     summary["keep_binary32"] = _keep(g, config, xs, dirs, exact, emulated, routes, emu,
-                                     groups, scaled, recipe, log)
+                                     groups, scaled, recipe, log, pieces)
     return summary
 
 
@@ -683,7 +738,7 @@ def whole_name(site) -> str:
 
 
 def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None,
-          recipe=None, log=_quiet) -> list:
+          recipe=None, log=_quiet, pieces=None) -> list:
     """The keep-in-binary32 entries (module docstring) of the nodes and modules ``groups``
     (_keep_groups), per route, the largest reduction of the route's normwise error first."""
     fmt = emu.fmt
@@ -691,8 +746,9 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
     if not whole:
         return []
     ref = numerics.reference(64)
-    exact64 = [{s: ref.to_float64(np.asarray(value_at(tr, s), dtype=object)).reshape(-1)
-                for s in whole if value_at(tr, s) is not None} for tr in exact]
+    exact64 = [{s: nearest64(value_at(tr, s), p, ref) for s in whole
+                if value_at(tr, s) is not None}
+               for tr, p in zip(exact, pieces or [None] * len(exact))]
     before = _errors(g, fmt, emulated, exact64, whole, scaled)
     wide = numerics.emulated(KEEP_FORMAT, config.mode, config.policy, seed=emu.seed)
     want_grad = "gradient" in routes
@@ -741,7 +797,7 @@ def _gain(e) -> float:
         return 0.0
     if a == 0 or b == 0:
         return float("-inf") if a == 0 else float("inf")
-    return float(np.log2(a / b))
+    return math.log2(a) - math.log2(b)          # no underflow of a / b (1e-300 / 1e10)
 
 
 # ----- scaled formats ----------------------------------------------------------------------------

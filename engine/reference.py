@@ -23,6 +23,17 @@ the start precision of formats of up to 36 bits) where the start precision allow
 speed instead of mpmath's per element.  A sweep the double-double numbers cannot hold (a
 finite value beyond 2**+-900, a rule that computes outside the backend's primitives) is
 evaluated by mpmath at the start precision, as before.
+
+Every node alone on its rounded reads (the local errors' exact values) is evaluated once,
+at the precision the graph settled at: its reads are format values near the trace's own,
+where the node is no worse conditioned.  Where the graph settled at its second sweep, the
+first sweep's agreement with it (to 2**-32 ulp, at no less than 2**-p of each tensor's
+scale) is the evidence that the start precision already held every node's values there;
+double-double's primitives are at least that accurate (``alone``: to about 2**-100 of
+their result against 2**-(p + 64), every rounding of the mpmath evaluation), so the nodes
+alone run in double-double too, a node it cannot evaluate by mpmath at the settled
+precision.  A graph that needed a third sweep has its nodes alone in mpmath at that
+precision.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from __future__ import annotations
 from .. import numerics
 
 __all__ = ["EXTRA", "MAX_PREC", "MODEL_DOUBLINGS", "DD_PREC", "start", "settle", "floor",
-           "first", "COVERAGE", "MODEL", "BOUND"]
+           "first", "alone", "COVERAGE", "MODEL", "BOUND"]
 
 EXTRA = 64                 # bits beyond the format's precision at the first evaluation
 MAX_PREC = 2048            # the highest precision an operator's reference may reach
@@ -45,7 +56,9 @@ MODEL = ("numerics.reference by numerics.settle over every value of the graph's 
          "sweeps: each sample at format precision + 64 bits (double-double arithmetic "
          "where that is at most 100 bits) and at twice that, "
          "doubled at most twice while two evaluations differ by more than 2**-32 ulp "
-         "(at no less than 2**-p of the tensor's scale)")
+         "(at no less than 2**-p of the tensor's scale); every node alone on its rounded "
+         "reads once at the settled precision (double-double where the graph settled at "
+         "the second sweep)")
 BOUND = ("routes.bounds.domain over the box, against numerics.reference by "
          "numerics.settle at points drawn in the box (format precision + 64 bits, "
          "doubled until two evaluations agree to 2**-32 ulp, at most 2048 bits)")
@@ -79,3 +92,12 @@ def first(prec: int):
     """The backend of a graph's first evaluation at ``prec`` bits: double-double where its
     primitives are that accurate (module docstring), else None (mpmath's reference)."""
     return numerics.double_double() if prec <= DD_PREC else None
+
+
+def alone(fmt, prec: int):
+    """The backend of every node alone on its rounded reads (a model run's local errors)
+    after the graph's exact run settled at ``prec`` bits: double-double where that run
+    agreed at its second sweep with a first one at start(fmt) <= DD_PREC bits (module
+    docstring), else None (mpmath's reference at ``prec``)."""
+    return numerics.double_double() if start(fmt) <= DD_PREC and prec <= 2 * start(fmt) \
+        else None

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from roundoff_coverage import formats, numerics
+from roundoff_coverage.numerics.double_double import odd53
+from roundoff_coverage.numerics.resolve import Compact
 from roundoff_coverage.routes.graph import INPUT, Ref
 
 from . import reference
@@ -88,14 +90,48 @@ def value_at(trace, site):
     return getattr(trace, site.where).get(site.ref)
 
 
+def compacts_of(trace, what, pieces) -> dict:
+    """{id(array): (array, its Compact)} of the exact arrays of ``trace`` at the sites
+    ``what``, from ``pieces`` (numerics.resolve.compact of each, in that order; the arrays
+    with no Compact form left out): what the rows, the rounded reads and the summary read
+    of an exact value instead of its mpf entries."""
+    out = {}
+    for site, c in zip(what, pieces):
+        a = value_at(trace, site)
+        if isinstance(c, Compact) and a is not None:
+            out[id(a)] = (a, c)
+    return out
+
+
+def compact_of(compacts, a):
+    """The Compact of exact array ``a`` in ``compacts`` (compacts_of), or None."""
+    hit = compacts.get(id(a)) if compacts and a is not None else None
+    return hit[1] if hit is not None and hit[0] is a else None
+
+
+def nearest64(a, compacts, ref) -> np.ndarray:
+    """The nearest binary64 of each exact value of array ``a``, flat: its Compact's hi where
+    ``compacts`` (compacts_of) has one, else ``ref``'s (a numerics.reference) rounding."""
+    c = compact_of(compacts, a)
+    return c.hi.reshape(-1) if c is not None else \
+        ref.to_float64(np.asarray(a, dtype=object)).reshape(-1)
+
+
 def rounder_of(fmt):
     ref = numerics.reference(reference.start(fmt))
+    fmt = formats.get(fmt)
+    odd = fmt.fits_binary64 and fmt.precision <= 51
 
-    def rnd(v):
-        """An exact value rounded to nearest into fmt (float64); others unchanged."""
+    def rnd(v, compacts=None):
+        """An exact value rounded to nearest into fmt (float64); others unchanged.  From
+        its Compact where ``compacts`` has one (rounded to odd at 53 bits, then into fmt:
+        the exact value's rounding, double_double.odd53)."""
         if v is None:
             return None
         a = np.asarray(v)
+        c = compact_of(compacts, v) if odd else None
+        if c is not None:
+            return formats.round_to(odd53(c.hi, c.lo), fmt)
         return ref.cast(a, fmt) if a.dtype == object else a
     return rnd
 

@@ -58,33 +58,59 @@ COMPONENTWISE = ("scale_ulp", "cancelled", "cancelled_error")
 FIELDS = NORMWISE + COMPONENTWISE
 
 
-def stand_ins(exact) -> tuple[np.ndarray, list]:
-    """(the nearest binary64 of each exact value, flat; the mpmath value of each or None
-    where the exact value is a binary64 number already)."""
+class Raws:
+    """The raw mpf value of each entry of a flat array of exact values, read when asked
+    (None where the entry is a binary64 number already, a float), and ``lo``: the exact
+    value minus its stand-in, rounded to nearest binary64, where that is known without the
+    mpf (0 for a binary64 entry, a Compact's lo: numerics.resolve), NaN elsewhere."""
+
+    __slots__ = ("flat", "lo")
+
+    def __init__(self, flat, lo):
+        self.flat, self.lo = flat, lo
+
+    def __getitem__(self, i):
+        return getattr(self.flat[i], "_mpf_", None)
+
+    def subset(self, mask) -> "Raws":
+        return Raws(self.flat[mask], self.lo[mask])
+
+
+def stand_ins(exact, nearest=None, lo=None) -> tuple[np.ndarray, Raws]:
+    """(the nearest binary64 of each exact value, flat; their Raws).  ``nearest``, ``lo``:
+    those binary64 numbers and the rests (Raws.lo) where the caller has them (a Compact's
+    hi and lo, numerics.resolve)."""
     a = np.asarray(exact)
+    flat = a.reshape(-1)
+    if nearest is not None:
+        return (np.asarray(nearest, dtype=np.float64).reshape(-1),
+                Raws(flat, np.asarray(lo, dtype=np.float64).reshape(-1)))
     if a.dtype.kind == "f":
-        return np.asarray(a, dtype=np.float64).reshape(-1), [None] * a.size
-    flat = np.asarray(exact, dtype=object).reshape(-1)
-    y = np.empty(flat.size, dtype=np.float64)
-    mpfs = [None] * flat.size
-    for i, v in enumerate(flat):
+        return np.asarray(flat, dtype=np.float64), Raws(flat, np.zeros(flat.size))
+    y, rest = np.empty(flat.size, dtype=np.float64), np.full(flat.size, np.nan)
+    for i, v in enumerate(flat.tolist()):
         m = getattr(v, "_mpf_", None)
         if m is None:
-            y[i] = float(v)
+            y[i], rest[i] = float(v), 0.0
         else:
-            mpfs[i] = m
             y[i] = libmp.to_float(m, rnd=libmp.round_nearest)
-    return y, mpfs
+    return y, Raws(flat, rest)
 
 
 def differences(comp, y, mpfs) -> np.ndarray:
     """comp - exact in binary64: from the stand-ins ``y``, and from the exact value rounded
     once where the stand-in equals the computed value but the exact value is not that
-    binary64 number (module docstring)."""
+    binary64 number (module docstring): there comp - exact = -(exact - stand-in), whose
+    rounding is ``-mpfs.lo`` where that is known, else computed from the mpf."""
     c = np.asarray(comp, dtype=np.float64).reshape(-1)
     with np.errstate(invalid="ignore", over="ignore"):
         d = c - y
-    for i in np.flatnonzero(d == 0):
+    same = np.flatnonzero(d == 0)
+    rest = mpfs.lo[same]
+    known = ~np.isnan(rest)
+    moved = same[known & (rest != 0)]
+    d[moved] = -mpfs.lo[moved]
+    for i in same[~known]:
         m = mpfs[i]
         if m is not None and m[1] and libmp.mpf_cmp(m, libmp.from_float(float(c[i]))) != 0:
             d[i] = libmp.to_float(libmp.mpf_sub(libmp.from_float(float(c[i])), m, 53,

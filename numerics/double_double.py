@@ -48,7 +48,7 @@ from .exact_products import exact_dot, exact_matmul
 from .reference import ReferenceBackend, binary64_raw, read_raw
 
 __all__ = ["DD", "DoubleDoubleBackend", "OutOfRange", "double_double", "exact_values",
-           "exact_sums"]
+           "exact_sums", "odd53"]
 
 DD = np.dtype([("hi", np.float64), ("lo", np.float64)])
 PREC = 106              # mpmath's precision for the primitives not computed here
@@ -162,6 +162,19 @@ def exact_sums(hi, lo, ctx=mpmath.mp):
                           mk(libmp.mpf_add(libmp.from_float(h), libmp.from_float(low)))
                           for h, low in zip(np.ravel(hi).tolist(), np.ravel(lo).tolist())]
     return out
+
+
+def odd53(hi, lo):
+    """hi + lo (hi = RN(hi + lo), finite) rounded to odd at binary64's 53 bits, from which
+    any rounding into p <= 51 bits is that of hi + lo itself (Boldo and Melquiond,
+    "Emulation of FMA and correctly rounded sums: proved algorithms using rounding to odd",
+    IEEE TC 57(4), 2008).  The value lies strictly between hi and its neighbour toward lo
+    (lo != 0); of the two, the one with an odd last bit (hi's significand: frexp's mantissa
+    times 2**53; a subnormal hi has lo = 0, lo's bits being binary64 bits below half of
+    hi's last)."""
+    with np.errstate(invalid="ignore"):
+        odd = np.frexp(hi)[0] * 2.0 ** 53 % 2 == 1
+    return np.where((lo == 0) | odd, hi, np.nextafter(hi, np.copysign(np.inf, lo)))
 
 
 def _pair(hi, lo):
@@ -284,13 +297,7 @@ class DoubleDoubleBackend(Backend):
             if fmt == formats.get("binary64") and mode == "nearest_even":
                 return hi + 0.0
             if fmt.precision <= 51:
-                # Round to odd at 53 bits: hi = RN(hi + lo), so the exact value lies strictly
-                # between hi and its neighbour toward lo; of the two, the one with an odd
-                # last bit (hi's significand: frexp's mantissa times 2**53).
-                with np.errstate(invalid="ignore"):
-                    odd = np.frexp(hi)[0] * 2.0 ** 53 % 2 == 1
-                odd = np.where((lo == 0) | odd, hi, np.nextafter(hi, np.copysign(np.inf, lo)))
-                return formats.round_to(odd, fmt, mode)
+                return formats.round_to(odd53(hi, lo), fmt, mode)
         return self._mp.cast(self._to_mp(x), fmt, mode, with_flags)
 
     # -- arithmetic --

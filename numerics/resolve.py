@@ -203,11 +203,12 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None,
 @dataclass(frozen=True)
 class Compact:
     """An array of reals (mpf or float entries) kept as two binary64 numbers a value, ``hi
-    + lo``: ``hi`` the top 53 bits of the mantissa (truncated), ``lo`` the rest rounded to
-    nearest; 16 bytes a value instead of an mpf's ~200, all that settle needs of an earlier
-    evaluation to test the next one against.  ``hi + lo`` is within 2**-105 of the value,
-    far below the 2**-32 ulp tolerance of any format that fits binary64 (2**-84 of the value
-    at binary64's 53 bits)."""
+    + lo``: ``hi`` the value rounded to nearest binary64 (ties to even), ``lo`` the rest
+    rounded to nearest; 16 bytes a value instead of an mpf's ~200.  ``hi + lo`` is within
+    2**-106 of the value, far below the 2**-32 ulp tolerance settle compares with (2**-84
+    of the value at binary64's 53 bits); ``hi`` is the value's binary64 stand-in, ``-lo``
+    the nearest binary64 of ``hi`` minus the value, and double_double.odd53 its rounding to
+    odd (from which it rounds correctly into any format of at most 51 bits)."""
 
     hi: np.ndarray
     lo: np.ndarray
@@ -219,8 +220,8 @@ class _NoPieces(Exception):
 
 def _two(v):
     """(hi, lo) of one mpf or float (Compact), or _NoPieces for a NaN, an infinity or a value
-    whose pieces leave binary64's range (its last kept bit below 2**-1074 or its top at
-    2**1024)."""
+    whose pieces leave binary64's range (a bit of hi or of lo below 2**-1074, or a value of
+    2**1023 or more, whose rounding could overflow)."""
     if type(v) is float:
         if v != v or v in (math.inf, -math.inf):
             raise _NoPieces
@@ -233,12 +234,24 @@ def _two(v):
         if bc:                                  # mpmath's NaN and infinities: man 0, bc < 0
             raise _NoPieces
         return 0.0, 0.0
-    cut = max(bc - 53, 0)
-    if exp + cut < -1074 or exp + bc > 1024 or (cut and exp + max(cut - 53, 0) < -1074):
+    if exp + bc > 1023:
         raise _NoPieces
+    if bc <= 53:
+        if exp < -1074:
+            raise _NoPieces
+        hi = math.ldexp(int(man), exp)
+        return (-hi, 0.0) if sign else (hi, 0.0)
+    cut = bc - 53
     top = int(man >> cut)
-    hi = math.ldexp(top, exp + cut)
-    lo = math.ldexp(float(int(man) - (top << cut)), exp) if cut else 0.0
+    rest = int(man) - (top << cut)             # odd (mpmath's mantissas are), below 2**cut
+    half = 1 << (cut - 1)
+    if rest > half or (rest == half and top & 1):
+        top, rest = top + 1, rest - (1 << cut)  # to nearest, ties to even
+    # hi's last bit at exp + cut; lo = float(rest) (to nearest) has its last bit at exp +
+    # max(bits of rest - 53, 0): both must be binary64 bits (no second rounding below 2**-1074).
+    if exp + cut < -1074 or exp + max(abs(rest).bit_length() - 53, 0) < -1074:
+        raise _NoPieces
+    hi, lo = math.ldexp(top, exp + cut), math.ldexp(float(rest), exp)
     return (-hi, -lo) if sign else (hi, lo)
 
 

@@ -538,17 +538,24 @@ class GraphRule:
             out.tangents = self._tangents(inputs, tangents, override, post, pre)[2]
         return out
 
-    def alone(self, reads, override=None, post=None, pre=None) -> "Trace":
+    def alone(self, reads, override=None, post=None, pre=None, fallback=None,
+              only=None) -> "Trace":
         """Every node alone, each on the reads it is given instead of what the nodes before
         it computed: ``reads`` holds per node (arguments, gradient flags, the cotangents of
         its outputs or None, the tangents of its arguments or None).  A Trace of the node
         outputs, their pullbacks' contributions and output tangents (the keys of
         ``trace``); a node that fails on its reads (a check a rounded value breaks) is
-        left out.  ``override``, ``post`` and ``pre`` as in ``trace``; an overriding
-        backend's results are read back into this one's numbers."""
-        xp, out = self.xp, Trace(values={})
+        left out, and so are the tangents of a node whose linearization fails.
+        ``override``, ``post`` and ``pre`` as in ``trace``; an overriding backend's results
+        are read back into this one's numbers.  ``fallback``: a GraphRule of the same graph
+        that evaluates, whole, each node that fails here in any step (a backend that
+        cannot hold a value; its results are that rule's numbers, and what fails there too
+        is left out as above); ``only``: the node indices to evaluate (all by default)."""
+        xp, out, redo = self.xp, Trace(values={}), []
         reference = xp.name.startswith("reference")
         for k, (node, (args, flags, cts, ts)) in enumerate(zip(self.graph.nodes, reads)):
+            if only is not None and k not in only:
+                continue
             op = node.op
             b = (override or {}).get(k, xp)
             if reference:
@@ -557,32 +564,60 @@ class GraphRule:
                 args = list(_posted(pre, "argument", k, args))
                 cts = None if cts is None else list(_posted(pre, "cotangent", k, cts))
                 ts = None if ts is None else list(_posted(pre, "argument_tangent", k, ts))
-
-            def back(vs, ports, b=b):
-                return vs if b is xp else [xp.asarray(v) if v is not None and p.scalar
-                                           else v for v, p in zip(vs, ports)]
-            try:
-                ys, pull = invoke_prepared(op, args, b, flags)
-            except Exception:                                   # noqa: BLE001
-                continue
-            for j, y in enumerate(back(ys, op.outputs)):
-                out.values[Ref(k, j)] = y if post is None or y is None else \
-                    post("value", k, j, y)
-            if cts is not None and any(c is not None for c in cts):
-                for i, gi in enumerate(back(pull(cts), op.inputs)):
-                    if flags[i] and gi is not None:
-                        out.contributions[(k, i)] = gi if post is None else \
-                            post("contribution", k, i, gi)
-            if ts is not None:
+            if fallback is None:
+                got = self._alone_node(k, op, args, flags, cts, ts, b, post, strict=False)
+            else:
                 try:
-                    _, touts = checked_rule(op, args, b).linearize(args, ts)
+                    got = self._alone_node(k, op, args, flags, cts, ts, b, post, strict=True)
                 except Exception:                               # noqa: BLE001
+                    redo.append(k)
                     continue
-                for j, t in enumerate(back(touts, op.outputs)):
-                    if t is not None:
-                        out.tangents[Ref(k, j)] = t if post is None else \
-                            post("tangent", k, j, t)
+            if got is None:
+                continue
+            for kind, part in got.items():
+                getattr(out, kind).update(part)
+        if redo:
+            again = fallback.alone(reads, override, post, pre, only=set(redo))
+            for kind in ("values", "contributions", "tangents"):
+                getattr(out, kind).update(getattr(again, kind))
         return out
+
+    def _alone_node(self, k, op, args, flags, cts, ts, b, post, strict) -> dict | None:
+        """{"values": .., "contributions": .., "tangents": ..} of node ``k`` alone (alone),
+        None where the node fails on its reads; ``strict``: every failure raises instead
+        (a failing pullback always does)."""
+        xp = self.xp
+
+        def back(vs, ports):
+            return vs if b is xp else [xp.asarray(v) if v is not None and p.scalar
+                                       else v for v, p in zip(vs, ports)]
+        got = {"values": {}, "contributions": {}, "tangents": {}}
+        try:
+            ys, pull = invoke_prepared(op, args, b, flags)
+        except Exception:                                       # noqa: BLE001
+            if strict:
+                raise
+            return None
+        for j, y in enumerate(back(ys, op.outputs)):
+            got["values"][Ref(k, j)] = y if post is None or y is None else \
+                post("value", k, j, y)
+        if cts is not None and any(c is not None for c in cts):
+            for i, gi in enumerate(back(pull(cts), op.inputs)):
+                if flags[i] and gi is not None:
+                    got["contributions"][(k, i)] = gi if post is None else \
+                        post("contribution", k, i, gi)
+        if ts is not None:
+            try:
+                _, touts = checked_rule(op, args, b).linearize(args, ts)
+            except Exception:                                   # noqa: BLE001
+                if strict:
+                    raise
+                return got
+            for j, t in enumerate(back(touts, op.outputs)):
+                if t is not None:
+                    got["tangents"][Ref(k, j)] = t if post is None else \
+                        post("tangent", k, j, t)
+        return got
 
     def sweep_from(self, values, k, tangents) -> dict:
         """{Ref: tangent} of the forward-mode sweep at ``values`` (a trace's values) that

@@ -209,3 +209,38 @@ def test_a_floor_settles_a_cancelled_zero_but_not_a_value_at_scale():
     # the floor is the share the model run's reference uses: the tensor measures' threshold
     from roundoff_coverage.engine import reference
     assert reference.floor(fmt) == 2.0 ** -8
+
+
+def test_a_compact_copy_is_the_nearest_binary64_and_the_rest_rounded_to_nearest():
+    # Against exact rationals (Python's float(Fraction) rounds to nearest, ties to even):
+    # hi = RN(x), lo = RN(x - hi), on ties and their neighbours at 2**-60 .. 2**-100 of the
+    # value, wide exponents, the edges of binary64's range; a value whose hi or lo would
+    # need bits below 2**-1074, or at 2**1023 and beyond, has no Compact form.
+    from roundoff_coverage.numerics.resolve import Compact, compact
+    rng = np.random.default_rng(7)
+    ctx = mpmath.MPContext()
+    ctx.prec = 300
+    values = []
+    for _ in range(400):
+        top = int(rng.integers(2 ** 52, 2 ** 53))
+        e = int(rng.integers(-1000, 960))
+        for step in (Fraction(1, 2), Fraction(1, 2) + Fraction(1, 2 ** 40),
+                     Fraction(1, 2) - Fraction(1, 2 ** 47), Fraction(1, 3)):
+            x = (Fraction(top) + step) * Fraction(2) ** e * (-1 if rng.random() < 0.5 else 1)
+            values.append(x)
+    values += [Fraction(2) ** -1074 * 3, Fraction(2) ** 1022 * (2 - Fraction(1, 2 ** 52))]
+    for x in values:
+        v = ctx.make_mpf(mpmath.libmp.from_rational(x.numerator, x.denominator, 300, "n"))
+        c = compact(np.array([v], dtype=object))
+        assert isinstance(c, Compact), x
+        want_hi = float(_ratio(v))
+        assert c.hi[0] == want_hi and c.lo[0] == float(_ratio(v) - Fraction(want_hi))
+    for bad in (Fraction(2) ** 1023, Fraction(2) ** -1074 * Fraction(3, 2),
+                (Fraction(2) ** 52 + Fraction(1, 3)) * Fraction(2) ** -1060):
+        v = ctx.make_mpf(mpmath.libmp.from_rational(bad.numerator, bad.denominator, 300, "n"))
+        assert not isinstance(compact(np.array([v], dtype=object)), Compact)
+
+
+def _ratio(v) -> Fraction:
+    sign, man, exp, _ = v._mpf_
+    return (-1) ** sign * Fraction(man) * Fraction(2) ** exp
