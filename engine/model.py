@@ -116,6 +116,7 @@ import itertools
 import math
 import time
 
+import mpmath
 import numpy as np
 
 from roundoff_coverage import formats, numerics
@@ -316,8 +317,8 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
                        (r == "gradient" and want_grad) or (r == "tangent" and want_tan)))
 
     def fn(prec, items):
-        # The first evaluation in double-double where it can (engine/reference.py: first).
-        fast = reference.first(prec) if prec == reference.start(fmt) else None
+        # Double-double where the ladder puts it (engine/reference.py: sweep).
+        fast = reference.sweep(fmt, prec)
         slow, out = numerics.reference(prec), []
         for i, s in enumerate(items):
             cots, tans = dirs[s]
@@ -347,9 +348,12 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
     moving = {s: {site for site, a, b in zip(what, before[s], last[s])
                   if not agree(a, b, fmt, floor=reference.floor(fmt))}
               for s, ok in enumerate(settled.settled) if not ok and s in before}
-    traces = [kept[s] for s in range(len(xs))]
-    return traces, settled.precs, moving, [compacts_of(tr, what, last[s])
-                                           for s, tr in enumerate(traces)]
+    traces, pieces = [], []
+    for s in range(len(xs)):
+        tr, copies = _exact_numbers(kept[s])      # a double-double trace's exact values
+        traces.append(tr)
+        pieces.append(copies | compacts_of(tr, what, last[s]))
+    return traces, settled.precs, moving, pieces
 
 
 def _rounded(g, fmt, tr, want_grad, want_tan, pieces=None) -> list:
@@ -397,21 +401,29 @@ def _local_exact(g, reads, fmt, prec, log=_quiet) -> tuple[list, list]:
     return traces, pieces
 
 
+# The context of the mpf values made from double-double pairs: exact at its precision, so
+# arithmetic a consumer does on them (mpf operators) rounds no lower than double-double.
+_DD_CTX = mpmath.MPContext()
+_DD_CTX.prec = reference.DD_BITS
+
+
 def _exact_numbers(tr) -> tuple:
     """``tr`` with its double-double arrays as object arrays of their exact values (what
-    the rows read of an exact value), and {id: (array, Compact)} of those (compacts_of)."""
-    copies = {}
-    for kind in ("values", "contributions", "tangents"):
+    the rows read of an exact value: floats and mpf), and {id: (array, Compact)} of those
+    (compacts_of); an array held under several keys is converted once."""
+    copies, done = {}, {}
+    for kind in ("values", "cotangents", "contributions", "tangents"):
         part = getattr(tr, kind)
         for key, a in part.items():
-            if isinstance(a, np.ndarray) and a.dtype == DD:
+            if not (isinstance(a, np.ndarray) and a.dtype == DD):
+                continue
+            if id(a) not in done:
                 c = compact(a)
+                new = exact_sums(c.hi, c.lo, _DD_CTX) if isinstance(c, Compact) else c
                 if isinstance(c, Compact):
-                    a = exact_sums(c.hi, c.lo)
-                    copies[id(a)] = (a, c)
-                else:
-                    a = c
-                part[key] = a
+                    copies[id(new)] = (new, c)
+                done[id(a)] = (a, new)
+            part[key] = done[id(a)][1]
     return tr, copies
 
 

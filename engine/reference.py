@@ -16,49 +16,53 @@ with the next evaluation in its own ulps and would cost the whole graph a third 
 evaluation (the rows' reason says so); an exact 0's residue there lies far below
 2**(qmin - 64), where the measurement clamps exact values (numerics.metrics.clamp_exact).
 
-A graph's first evaluation is only compared with the next one (the values kept are the
-last evaluation's), so it runs in double-double arithmetic (``first``:
-numerics/double_double.py, every primitive accurate to about 2**-100 of its result, beyond
-the start precision of formats of up to 36 bits) where the start precision allows: numpy
-speed instead of mpmath's per element.  A sweep the double-double numbers cannot hold (a
-finite value beyond 2**+-900, a rule that computes outside the backend's primitives) is
-evaluated by mpmath at the start precision, as before.
+A graph's sweeps run in double-double arithmetic (numerics/double_double.py: numpy arrays,
+every primitive within 2**-100 of its result) where the format's start precision is at most
+DD_PREC (formats of up to 36 bits: bfloat16, fp8, binary16, tf32, binary32): the first at
+start(fmt) bits (each result rounded to that many bits, as mpmath at that precision
+rounds), the second at DD_BITS, the double-double numbers themselves, instead of mpmath per
+element at twice the start precision (``ladder``, ``sweep``).  The agreement of the two is
+the same evidence as before: a graph whose values move by less than 2**-32 ulp of the format
+between per-operation errors of 2**-(p + 64) and 2**-100 amplifies those errors by at most
+about 2**32, so the reported double-double values are within about 2**(p - 68) ulp of the
+exact ones (2**-44 ulp for binary32's 24 bits), far below the tolerance.  A graph that
+moves goes on to mpmath at twice and four times the start precision.  A sweep the
+double-double numbers cannot hold (a finite value beyond 2**+-900, a rule that computes
+outside the backend's primitives) is evaluated by mpmath at that precision.
 
 Every node alone on its rounded reads (the local errors' exact values) is evaluated once,
 at the precision the graph settled at: its reads are format values near the trace's own,
-where the node is no worse conditioned.  Where the graph settled at its second sweep, the
-first sweep's agreement with it (to 2**-32 ulp, at no less than 2**-p of each tensor's
-scale) is the evidence that the start precision already held every node's values there;
-double-double's primitives are at least that accurate (``alone``: to about 2**-100 of
-their result against 2**-(p + 64), every rounding of the mpmath evaluation), so the nodes
-alone run in double-double too, a node it cannot evaluate by mpmath at the settled
-precision.  A graph that needed a third sweep has its nodes alone in mpmath at that
-precision.
+where the node is no worse conditioned.  Where the graph settled at the double-double sweep
+or at the one after it, the double-double sweep's agreement is the evidence that
+double-double holds every node's values there, so the nodes alone run in double-double too
+(``alone``), a node it cannot evaluate by mpmath at the settled precision.  A graph that
+needed a third comparison has its nodes alone in mpmath at that precision.
 """
 
 from __future__ import annotations
 
 from .. import numerics
 
-__all__ = ["EXTRA", "MAX_PREC", "MODEL_DOUBLINGS", "DD_PREC", "start", "settle", "floor",
-           "first", "alone", "COVERAGE", "MODEL", "BOUND"]
+__all__ = ["EXTRA", "MAX_PREC", "MODEL_DOUBLINGS", "DD_PREC", "DD_BITS", "start", "settle",
+           "floor", "ladder", "sweep", "alone", "COVERAGE", "MODEL", "BOUND"]
 
 EXTRA = 64                 # bits beyond the format's precision at the first evaluation
 MAX_PREC = 2048            # the highest precision an operator's reference may reach
 MODEL_DOUBLINGS = 2        # a graph's exact run doubles at most twice (module docstring)
-DD_PREC = 100              # double-double primitives: accurate to about 2**-100 (first)
+DD_PREC = 100              # double-double primitives: accurate to about 2**-100
+DD_BITS = 106              # a double-double sweep's precision, as rows report it
 
 COVERAGE = ("numerics.reference by numerics.settle: each draw at format precision + 64 "
             "bits and at twice that, the precision doubled (at most 2048 bits) until "
             "two successive evaluations agree to 2**-32 ulp; ref_prec: the "
             "highest precision a row's draws needed")
-MODEL = ("numerics.reference by numerics.settle over every value of the graph's "
-         "sweeps: each sample at format precision + 64 bits (double-double arithmetic "
-         "where that is at most 100 bits) and at twice that, "
-         "doubled at most twice while two evaluations differ by more than 2**-32 ulp "
-         "(at no less than 2**-p of the tensor's scale); every node alone on its rounded "
-         "reads once at the settled precision (double-double where the graph settled at "
-         "the second sweep)")
+MODEL = ("numerics.settle over every value of the graph's sweeps: each sample at format "
+         "precision + 64 bits and in double-double (106 bits; both in double-double "
+         "arithmetic where the first is at most 100 bits, else mpmath at twice that), "
+         "then mpmath at twice and four times the first precision while two evaluations "
+         "differ by more than 2**-32 ulp (at no less than 2**-p of the tensor's scale); "
+         "every node alone on its rounded reads once at the settled precision "
+         "(double-double where the graph settled at its double-double sweep or the next)")
 BOUND = ("routes.bounds.domain over the box, against numerics.reference by "
          "numerics.settle at points drawn in the box (format precision + 64 bits, "
          "doubled until two evaluations agree to 2**-32 ulp, at most 2048 bits)")
@@ -77,7 +81,7 @@ def settle(fn, n, fmt, *, first=None, graph=False):
     lo = start(fmt)
     if graph:
         return numerics.settle(fn, n, fmt, lo, lo << MODEL_DOUBLINGS, first=first,
-                               floor=floor(fmt))
+                               floor=floor(fmt), ladder=ladder(fmt))
     return numerics.settle(fn, n, fmt, lo, MAX_PREC, first=first)
 
 
@@ -88,16 +92,28 @@ def floor(fmt) -> float:
     return 2.0 ** -fmt.precision
 
 
-def first(prec: int):
-    """The backend of a graph's first evaluation at ``prec`` bits: double-double where its
-    primitives are that accurate (module docstring), else None (mpmath's reference)."""
-    return numerics.double_double() if prec <= DD_PREC else None
+def ladder(fmt) -> list:
+    """The precisions of a graph's sweeps after the first (module docstring): DD_BITS where
+    double-double holds the start precision, then MODEL_DOUBLINGS doublings of it."""
+    lo = start(fmt)
+    return ([DD_BITS] if lo <= DD_PREC else []) + \
+        [lo << k for k in range(1, MODEL_DOUBLINGS + 1)]
+
+
+def sweep(fmt, prec: int):
+    """The backend of a graph's sweep at ``prec`` bits: double-double (rounded to ``prec``
+    bits at the start precision) where ``ladder`` puts it, else None (mpmath's reference at
+    ``prec``)."""
+    if start(fmt) > DD_PREC or prec not in (start(fmt), DD_BITS):
+        return None
+    return numerics.double_double(None if prec == DD_BITS else prec)
 
 
 def alone(fmt, prec: int):
     """The backend of every node alone on its rounded reads (a model run's local errors)
-    after the graph's exact run settled at ``prec`` bits: double-double where that run
-    agreed at its second sweep with a first one at start(fmt) <= DD_PREC bits (module
-    docstring), else None (mpmath's reference at ``prec``)."""
-    return numerics.double_double() if start(fmt) <= DD_PREC and prec <= 2 * start(fmt) \
-        else None
+    after the graph's exact run settled at ``prec`` bits: double-double where the graph's
+    double-double sweep agreed with the one before or after it (module docstring), else
+    None (mpmath's reference at ``prec``)."""
+    if start(fmt) > DD_PREC:
+        return None
+    return numerics.double_double() if prec <= ladder(fmt)[1] else None

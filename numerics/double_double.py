@@ -1,7 +1,8 @@
-"""double_double() -> DoubleDoubleBackend: real arithmetic in double-double numbers on
-numpy arrays, for an exact evaluation whose values are only compared with a later one at
-higher precision and never reported (a model run's first sweep of its graph at the
-format's precision + 64 bits).
+"""double_double(bits=None) -> DoubleDoubleBackend: real arithmetic in double-double numbers
+on numpy arrays, for a model run's exact sweeps of its graph at the precisions double-double
+holds (engine/reference.py): every result within 2**-100 of the exact one, or, with
+``bits``, rounded further to that many bits (the sweep at the format's precision + 64 bits
+that the full-precision one is compared with).
 
 A number is a pair of binary64 numbers, value ``hi + lo`` with ``hi = RN(hi + lo)``, held in
 numpy arrays of the structured dtype ``DD`` (fields ``hi`` and ``lo``).  numpy moves such
@@ -30,6 +31,11 @@ reference's conventions give them from NaN or infinite operands, a division by z
 root of a negative number (a mask of -inf, a pooling's padding).  Anything else -- an
 overflow that mpmath would hold as a large finite number, a value below 2**-900 -- raises
 ``OutOfRange``, and the caller evaluates that sweep with mpmath instead.
+
+``bits`` (54 .. 105): each result, computed as above, is rounded to nearest at ``bits``
+significant bits (lo to a multiple of 2**(e - bits) in hi's binade: one bit fewer just
+below a power of two); binary64 inputs stay exact.  Such a sweep errs by about 2**-bits per
+operation, as mpmath at ``bits`` does, at numpy's speed.
 """
 
 from __future__ import annotations
@@ -177,6 +183,17 @@ def odd53(hi, lo):
     return np.where((lo == 0) | odd, hi, np.nextafter(hi, np.copysign(np.inf, lo)))
 
 
+def _to_bits(hi, lo, bits):
+    """(hi, lo) rounded to ``bits`` significant bits (to nearest): lo to a multiple of
+    2**(e - bits), e being hi's binade (|hi| in [2**(e-1), 2**e)), of which hi is a multiple
+    already (bits > 53); bits - 1 just below a power of two, where hi rounded up to it."""
+    with np.errstate(all="ignore"):
+        quantum = np.ldexp(1.0, np.frexp(hi)[1] - bits)
+        finite = np.isfinite(hi)
+        r = np.where(finite & (lo != 0), np.rint(lo / quantum) * quantum, 0.0)
+        return _fast_two_sum(hi, r)          # a NaN or infinite hi stays (lo: _checked)
+
+
 def _pair(hi, lo):
     out = np.empty(np.shape(hi), dtype=DD)
     out["hi"], out["lo"] = hi, lo
@@ -212,15 +229,26 @@ _IEEE = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
 
 
 class DoubleDoubleBackend(Backend):
-    """Double-double numbers (module docstring)."""
+    """Double-double numbers (module docstring); ``bits``: every result rounded further to
+    that many bits (module docstring), None for none."""
 
-    name = "double_double"
     capabilities = ReferenceBackend.capabilities
 
-    def __init__(self):
-        self.prec = PREC
+    def __init__(self, bits=None):
+        if bits is not None and (int(bits) != bits or not 54 <= bits < PREC):
+            raise ValueError(f"double_double: bits must be an integer in [54, {PREC}) or "
+                             f"None (got {bits!r})")
+        self.bits = None if bits is None else int(bits)
+        self.prec = self.bits or PREC
+        self.name = "double_double" if bits is None else f"double_double({self.bits})"
         self.policy = OrderPolicy()
         self._mp = ReferenceBackend(PREC)
+
+    def _done(self, hi, lo, ieee=None):
+        """A result pair as a DD array (_checked), rounded to ``bits`` where set."""
+        if self.bits is not None:
+            hi, lo = _to_bits(hi, lo, self.bits)
+        return _checked(hi, lo, ieee)
 
     # -- conversion --
     def asarray(self, x):
@@ -259,7 +287,7 @@ class DoubleDoubleBackend(Backend):
             h = libmp.to_float(r, rnd="n")                   # nearest binary64
             fh[i], fl[i] = h, libmp.to_float(libmp.mpf_sub(r, libmp.from_float(h)), rnd="n")
         with np.errstate(invalid="ignore"):
-            return _checked(*_fast_two_sum(hi, lo), ~np.isfinite(hi))
+            return self._done(*_fast_two_sum(hi, lo), ~np.isfinite(hi))
 
     def _to_mp(self, a):
         """Double-double entries as the reference's numbers (``exact_values``)."""
@@ -324,7 +352,7 @@ class DoubleDoubleBackend(Backend):
                 nonzero &= parts[1][0] != 0
             if (nonzero & (hi == 0) & ~ieee).any():
                 raise OutOfRange(f"double-double: {name} underflows below 2**-900")
-        return _checked(hi, lo, ieee)
+        return self._done(hi, lo, ieee)
 
     @staticmethod
     def _native(name, parts):
@@ -391,7 +419,7 @@ class DoubleDoubleBackend(Backend):
             with np.errstate(invalid="ignore"):
                 hi, lo = (h, l) if hi is None else _add(hi, lo, h, l)
         ieee = ~np.isfinite(hi)          # the real extension's NaN and infinities (_sums)
-        return _checked(hi, lo, ieee)
+        return self._done(hi, lo, ieee)
 
     # -- comparisons and predicates --
     def _compare(self, name, a, b):
@@ -408,6 +436,7 @@ class DoubleDoubleBackend(Backend):
         return {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}[name](hi)
 
 
-def double_double() -> DoubleDoubleBackend:
-    """The double-double backend (module docstring)."""
-    return DoubleDoubleBackend()
+def double_double(bits=None) -> DoubleDoubleBackend:
+    """The double-double backend (module docstring); ``bits``: its results rounded to that
+    many bits."""
+    return DoubleDoubleBackend(bits)

@@ -146,7 +146,7 @@ SETTLE_ULPS = 2.0 ** -32
 
 
 def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None,
-           floor=None):
+           floor=None, ladder=None):
     """The exact values of ``n`` items to within ``tol`` ulps of ``fmt``, by resolve's loop:
     ``fn(prec, items)`` evaluates the items (a list of indices) at ``prec`` bits and returns
     one value per item (nested tuples / lists of arrays: mpf or float values, integers,
@@ -175,19 +175,33 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None,
     shrinks with every doubling and so never agrees with the next one in its own ulps,
     then settles at the first doubling.  Compared on Compact arrays (the model run's
     copies); other values ignore it.
+    ``ladder``: the precisions after ``start_prec`` to evaluate at, in order (increasing),
+    instead of doubling up to ``max_prec`` (a model run's: engine/reference.py).
     """
     fmt = formats.get(fmt)
     if not 2 <= start_prec <= max_prec:
         raise ValueError(f"settle: need 2 <= start_prec <= max_prec (got {start_prec}, "
                          f"{max_prec})")
+    if ladder is not None and list(ladder) != sorted(set(ladder)) or \
+            ladder and ladder[0] <= start_prec:
+        raise ValueError(f"settle: the ladder must increase from above start_prec (got "
+                         f"{ladder!r} after {start_prec})")
+    steps = iter(ladder) if ladder is not None else None
     items = list(range(n))
     values = list(first) if first is not None else list(fn(start_prec, items)) if n else []
     if len(values) != n:
         raise ValueError(f"settle: {len(values)} values for {n} items")
     precs, settled = [start_prec] * n, [False] * n
     prec, todo = start_prec, items
-    while todo and prec < max_prec:
-        prec = min(2 * prec, max_prec)
+    while todo:
+        if steps is None:
+            if prec >= max_prec:
+                break
+            prec = min(2 * prec, max_prec)
+        else:
+            prec = next(steps, None)
+            if prec is None:
+                break
         again = fn(prec, todo)
         moving = []
         for k, v in zip(todo, again):

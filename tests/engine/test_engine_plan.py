@@ -54,4 +54,6 @@ def test_the_reference_words_name_the_policy_constants():
     assert f"+ {reference.EXTRA} bits" in reference.COVERAGE
     assert f"at most {reference.MAX_PREC} bits" in reference.COVERAGE
     assert f"{reference.MAX_PREC} bits" in reference.BOUND
-    assert "at most twice" in reference.MODEL and reference.MODEL_DOUBLINGS == 2
+    assert "twice and four times" in reference.MODEL and reference.MODEL_DOUBLINGS == 2
+    assert f"({reference.DD_BITS} bits" in reference.MODEL and \
+        f"at most {reference.DD_PREC} bits" in reference.MODEL

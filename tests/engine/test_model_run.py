@@ -148,7 +148,7 @@ def test_a_long_configuration_reports_its_phases_with_etas(monkeypatch):
     text = out.getvalue()
     for phase in ("exact run at 72 bits, sample 1/1, forward sweep, node 1/3",
                   "exact run at 72 bits, sample 1/1, reverse sweep, node 3/3",
-                  "exact run at 144 bits", "emulated run",
+                  "exact run at 106 bits", "emulated run",
                   "exact nodes alone (local errors), sample 1/1, node 3/3",
                   "errors of every node", "keep in binary32, 1/"):
         assert f"roundoff-coverage: cfg: {phase}" in text, (phase, text)

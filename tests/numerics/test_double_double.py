@@ -176,3 +176,39 @@ def test_constants_and_zeros():
     z = DDB.subtract(np.array([1.5]), np.array([1.5]))
     assert z["hi"][0] == 0 and not np.signbit(z["hi"][0])     # mpmath's one zero: +0
     assert np.pad(DDB.asarray(np.ones(2)), 1)["hi"].tolist() == [0, 1, 1, 0]
+
+
+def test_rounded_to_bits_each_result_is_the_double_double_one_rounded_to_nearest():
+    # double_double(72): each result is the full double-double result rounded to nearest at
+    # 72 significant bits (71 where it lies just below a power of two and hi rounded up to
+    # it), against mpmath's rounding of the exact pair; NaN and infinities (a mask's -inf)
+    # and binary64 inputs are kept.
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(2000) * np.exp2(rng.integers(-40, 40, 2000))
+    y = rng.standard_normal(2000)
+    full, r72 = double_double(), double_double(72)
+    for name, args in (("divide", (x, y)), ("exp", (y,)), ("add", (x / 3, y / 7)),
+                       ("sqrt", (np.abs(x),))):
+        want = getattr(full, name)(*[full.divide(full.asarray(a), full.asarray(3.0))
+                                     if name == "add" else a for a in args])
+        got = getattr(r72, name)(*[r72.divide(r72.asarray(a), r72.asarray(3.0))
+                                   if name == "add" else a for a in args])
+        for h, lo, gh, gl in zip(want["hi"].tolist(), want["lo"].tolist(),
+                                 got["hi"].tolist(), got["lo"].tolist()):
+            exact = mpmath.mpf(h) + mpmath.mpf(lo)
+            g = mpmath.mpf(gh) + mpmath.mpf(gl)
+            if name != "add":
+                assert g in (_round_bits(exact, 72), _round_bits(exact, 71)), (name, h, lo)
+            else:
+                # the sum of two rounded quotients: within 2**-70 of the full sum
+                assert abs(g - exact) <= abs(exact) * mpmath.mpf(2) ** -70 or exact == 0
+    assert np.array_equal(r72.asarray(x)["hi"], x) and not r72.asarray(x)["lo"].any()
+    m = r72.constant(-np.inf, (3,))
+    assert np.isneginf(r72.add(m, r72.asarray(np.ones(3)))["hi"]).all()
+    with pytest.raises(ValueError, match="bits must be an integer"):
+        double_double(40)
+
+
+def _round_bits(v, bits):
+    with mpmath.workprec(bits):
+        return +v

@@ -244,3 +244,19 @@ def test_a_compact_copy_is_the_nearest_binary64_and_the_rest_rounded_to_nearest(
 def _ratio(v) -> Fraction:
     sign, man, exp, _ = v._mpf_
     return (-1) ** sign * Fraction(man) * Fraction(2) ** exp
+
+
+def test_settle_follows_a_ladder_of_precisions():
+    # ladder [106, 144]: after 72 bits, 106 then 144 instead of doubling.  2**-10 settles at
+    # 106 (exact at 72); 2**-100 is found at 106 (lost at 72) and confirmed at 144; 2**-140
+    # is lost at both 72 and 106, which agree on 0 (evidence, not proof, as above).
+    calls = []
+    fn, exps = _cancelling(calls)
+    s = numerics.settle(fn, 3, "binary64", start_prec=72, ladder=[106, 144])
+    assert [c[0] for c in calls] == [72, 106, 144] and calls[2] == (144, [1])
+    assert s.precs == [106, 144, 106] and all(s.settled)
+    assert [_fraction(s.values[k][0][0]) for k in range(3)] == [Fraction(1, 2 ** 10),
+                                                                Fraction(1, 2 ** 100), 0]
+    for bad in ([72, 144], [144, 106], [106, 106]):
+        with pytest.raises(ValueError, match="the ladder must increase"):
+            numerics.settle(fn, 3, "binary64", start_prec=72, ladder=bad)
