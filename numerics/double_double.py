@@ -161,13 +161,25 @@ def exact_values(a, ctx=mpmath.mp):
 
 
 def exact_sums(hi, lo, ctx=mpmath.mp):
-    """hi + lo (float64 arrays) exactly, as ``exact_values`` writes them."""
-    out = np.empty(np.shape(hi), dtype=object)
-    mk = ctx.make_mpf
-    out.reshape(-1)[:] = [h if low == 0.0 else
-                          mk(libmp.mpf_add(libmp.from_float(h), libmp.from_float(low)))
-                          for h, low in zip(np.ravel(hi).tolist(), np.ravel(lo).tolist())]
-    return out
+    """hi + lo (float64 arrays; lo 0 beside a NaN or an infinity) exactly, as
+    ``exact_values`` writes them: each as integer significands (frexp's fraction times
+    2**53, exact) over the lower exponent, summed in Python integers, one mpf made (and
+    normalised) per entry."""
+    h, low = np.ravel(np.asarray(hi, dtype=np.float64)), np.ravel(np.asarray(lo, np.float64))
+    out = np.empty(h.size, dtype=object)
+    plain = low == 0.0
+    if plain.any():
+        out[plain] = h[plain].tolist()
+    at = np.flatnonzero(~plain)
+    if at.size:
+        fh, eh = np.frexp(h[at])
+        fl, el = np.frexp(low[at])
+        base = np.minimum(eh, el)
+        man = ((fh * 2.0 ** 53).astype(np.int64).astype(object) << (eh - base).astype(object)) \
+            + ((fl * 2.0 ** 53).astype(np.int64).astype(object) << (el - base).astype(object))
+        mk, make = ctx.make_mpf, libmp.from_man_exp
+        out[at] = [mk(make(m, e)) for m, e in zip(man.tolist(), (base - 53).tolist())]
+    return out.reshape(np.shape(hi))
 
 
 def odd53(hi, lo):
