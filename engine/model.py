@@ -116,12 +116,10 @@ import itertools
 import math
 import time
 
-import mpmath
 import numpy as np
 
 from roundoff_coverage import formats, numerics
-from roundoff_coverage.numerics.double_double import DD, exact_sums
-from roundoff_coverage.numerics.resolve import Compact, agree, compact
+from roundoff_coverage.numerics.resolve import agree, compact
 from roundoff_coverage.routes.graph import GraphRule, Ref
 
 from . import assignment as assigned
@@ -136,12 +134,12 @@ from .measuring import measure_port
 from .model_recipe import RecipeRun
 from .model_scaled import Scaled
 from .samples import ModelError, is_float_port, prepared
-from .sites import (LOCAL, PROPAGATED, ROUTES, Config, compact_of, compacts_of, nearest64,
-                    rounder_of, sites, value_at)
+from .sites import (LOCAL, PROPAGATED, ROUTES, Config, compact_of, compacts_of,
+                    exact_numbers, nearest64, rounder_of, sites, value_at)
 
 # The exact run settles by the reference policy (engine/reference.py: format precision + 64
-# bits, doubled at most twice); rows whose values still moved at the last doubling say so
-# in ``reason``.
+# bits, then double-double or twice that, at most two steps more); rows whose values still
+# moved at the last step say so in ``reason``.
 KEEP_FORMAT = "binary32"           # the precision a user may keep one node in
 TOP = 10                           # nodes listed per route in the summary
 KEEP_ALL = 48                      # keep experiments: all of them up to this many
@@ -350,7 +348,7 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
               for s, ok in enumerate(settled.settled) if not ok and s in before}
     traces, pieces = [], []
     for s in range(len(xs)):
-        tr, copies = _exact_numbers(kept[s])      # a double-double trace's exact values
+        tr, copies = exact_numbers(kept[s])      # a double-double trace's exact values
         traces.append(tr)
         pieces.append(copies | compacts_of(tr, what, last[s]))
     return traces, settled.precs, moving, pieces
@@ -378,8 +376,8 @@ def _local_exact(g, reads, fmt, prec, log=_quiet) -> tuple[list, list]:
     """(traces, their compact copies as exact_traces gives them) of the exact values of
     every node alone on its rounded reads (the local errors' reference), per sample, at
     ``prec`` bits: the precision the exact trace settled at, in double-double arithmetic
-    where that trace's first sweep is the evidence (engine/reference.py, ``alone``); a
-    node double-double cannot evaluate, or a sample, by mpmath."""
+    where the trace's double-double sweep is the evidence (engine/reference.py, ``alone``);
+    a node double-double cannot evaluate, or a sample, by mpmath."""
     slow = GraphRule(g, numerics.reference(prec))
     dd = reference.alone(fmt, prec)
     fast = GraphRule(g, dd) if dd is not None else None
@@ -395,36 +393,10 @@ def _local_exact(g, reads, fmt, prec, log=_quiet) -> tuple[list, list]:
                 tr = None
         if tr is None:
             tr = slow.alone(r, pre=hook)
-        tr, copies = _exact_numbers(tr)
+        tr, copies = exact_numbers(tr)
         traces.append(tr)
         pieces.append(copies)
     return traces, pieces
-
-
-# The context of the mpf values made from double-double pairs: exact at its precision, so
-# arithmetic a consumer does on them (mpf operators) rounds no lower than double-double.
-_DD_CTX = mpmath.MPContext()
-_DD_CTX.prec = reference.DD_BITS
-
-
-def _exact_numbers(tr) -> tuple:
-    """``tr`` with its double-double arrays as object arrays of their exact values (what
-    the rows read of an exact value: floats and mpf), and {id: (array, Compact)} of those
-    (compacts_of); an array held under several keys is converted once."""
-    copies, done = {}, {}
-    for kind in ("values", "cotangents", "contributions", "tangents"):
-        part = getattr(tr, kind)
-        for key, a in part.items():
-            if not (isinstance(a, np.ndarray) and a.dtype == DD):
-                continue
-            if id(a) not in done:
-                c = compact(a)
-                new = exact_sums(c.hi, c.lo, _DD_CTX) if isinstance(c, Compact) else c
-                if isinstance(c, Compact):
-                    copies[id(new)] = (new, c)
-                done[id(a)] = (a, new)
-            part[key] = done[id(a)][1]
-    return tr, copies
 
 
 def _node_label(g, k) -> tuple:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mpmath
 import numpy as np
 
 from roundoff_coverage import formats, numerics
-from roundoff_coverage.numerics.double_double import odd53
-from roundoff_coverage.numerics.resolve import Compact
+from roundoff_coverage.numerics.double_double import DD, exact_sums, odd53
+from roundoff_coverage.numerics.resolve import Compact, compact
 from roundoff_coverage.routes.graph import INPUT, Ref
 
 from . import reference
@@ -101,6 +102,32 @@ def compacts_of(trace, what, pieces) -> dict:
         if isinstance(c, Compact) and a is not None:
             out[id(a)] = (a, c)
     return out
+
+
+# The context of the mpf values made from double-double pairs: exact at its precision, so
+# arithmetic a consumer does on them (mpf operators) rounds no lower than double-double.
+_DD_CTX = mpmath.MPContext()
+_DD_CTX.prec = reference.DD_BITS
+
+
+def exact_numbers(tr) -> tuple:
+    """``tr`` with its double-double arrays as object arrays of their exact values (what
+    the rows read of an exact value: floats and mpf), and {id: (array, Compact)} of those
+    (compacts_of); an array held under several keys is converted once."""
+    copies, done = {}, {}
+    for kind in ("values", "cotangents", "contributions", "tangents"):
+        part = getattr(tr, kind)
+        for key, a in part.items():
+            if not (isinstance(a, np.ndarray) and a.dtype == DD):
+                continue
+            if id(a) not in done:
+                c = compact(a)
+                new = exact_sums(c.hi, c.lo, _DD_CTX) if isinstance(c, Compact) else c
+                if isinstance(c, Compact):
+                    copies[id(new)] = (new, c)
+                done[id(a)] = (a, new)
+            part[key] = done[id(a)][1]
+    return tr, copies
 
 
 def compact_of(compacts, a):

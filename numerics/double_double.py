@@ -1,6 +1,6 @@
 """double_double(bits=None) -> DoubleDoubleBackend: real arithmetic in double-double numbers
 on numpy arrays, for a model run's exact sweeps of its graph at the precisions double-double
-holds (engine/reference.py): every result within 2**-100 of the exact one, or, with
+holds: every result within 2**-100 of the exact one, or, with
 ``bits``, rounded further to that many bits (the sweep at the format's precision + 64 bits
 that the full-precision one is compared with).
 

@@ -176,7 +176,7 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None,
     then settles at the first doubling.  Compared on Compact arrays (the model run's
     copies); other values ignore it.
     ``ladder``: the precisions after ``start_prec`` to evaluate at, in order (increasing),
-    instead of doubling up to ``max_prec`` (a model run's: engine/reference.py).
+    instead of doubling up to ``max_prec`` (a model run's sweeps).
     """
     fmt = formats.get(fmt)
     if not 2 <= start_prec <= max_prec:
