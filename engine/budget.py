@@ -26,9 +26,9 @@ MEASURE_BYTES_PER_INPUT = 96
 MEASURE_BYTES_PER_CHUNK = 128
 CHECKPOINT_BYTES_PER_CHUNK = 16 << 10
 # A model run holds each value element (inputs and parameters, constants, every node's
-# outputs) many times over: the exact run's numbers at up to 144 bits (mpmath objects of
-# ~100 bytes), the pieces of the trace before, the emulated run, every node alone on its
-# rounded reads, the rows' stand-ins.  Bytes per element and sample, by route, below every
+# outputs) many times over: the exact run's numbers (mpmath objects of ~100 bytes beside
+# their compact copies), the pieces of the trace before, the emulated run, every node
+# alone on its rounded reads, the rows' stand-ins.  Bytes per element and sample, by route, below every
 # peak measured on 2 cores (peak RSS less the ~400 MiB of the imports, per element):
 # the README block (d 64, 468 K elements) 517 B forward, 816 B with gradients, 1.07 KB
 # with tangents too; torchvision's ResNet-18 at 32x32 (11.4 M elements) 640 B with
@@ -162,8 +162,8 @@ def check_model(elements: int, samples: int, largest: str, routes=("forward",),
         "not one sample fits"
     raise BudgetError(f"the model's values hold {elements} elements a sample (largest: "
                       f"{largest}), and a model run of {'+'.join(sorted(set(routes)))} "
-                      f"holds about {per} bytes per element and sample (exact values at up "
-                      f"to 144 bits, the emulated run, each node alone): {some} about "
+                      f"holds about {per} bytes per element and sample (the exact values, "
+                      f"the emulated run, each node alone): {some} about "
                       f"{size_text(need)} on {workers} worker{'s' if workers != 1 else ''}, "
                       f"more than the {size_text(available)} available; {fits} (give fewer "
                       f"--samples or "

@@ -10,11 +10,11 @@ One unit of work is a configuration (format, mode, policy) over every sample.  P
   from the same values, so what is measured is the computation's roundoff;
 - cotangents: 1 for a scalar output (a loss), else N(0, 1) rounded into the format; tangents:
   N(0, 1) per value input, rounded into the format;
-- the exact run: GraphRule.trace under numerics.reference at format precision + 64 bits
-  (that first sweep in double-double arithmetic where it can: engine/reference.py first)
-  and at twice that, doubled (at most twice: engine/reference.py) until every recorded value
-  agrees to 2**-32 ulp, at no less than 2**-p of its tensor's scale (numerics.settle:
-  agreement is evidence, not proof);
+- the exact run: GraphRule.trace at format precision + 64 bits and at a higher precision
+  (both in double-double arithmetic where the format is narrow enough, the second at 106
+  bits; then numerics.reference at twice and four times the first: engine/reference.py
+  ladder) until every recorded value agrees to 2**-32 ulp, at no less than 2**-p of its
+  tensor's scale (numerics.settle: agreement is evidence, not proof);
 - the emulated run: the same trace under numerics.emulated(format, mode, policy);
 - per node and route, two errors against the exact trace:
   **propagated**: the node's value (forward), its pullback's output for each argument

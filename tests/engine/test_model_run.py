@@ -358,9 +358,11 @@ SLOW = ["--formats", "bfloat16,binary16,float8_e4m3fn", "--samples", "20", "--jo
         "--quiet", "--out", "m.json"]
 
 
-def _softmax_chain(n=32):
-    """y = softmax(exp(x) * a + b): enough work per configuration that a signal sent when
-    the first configuration is checkpointed lands while the second one runs."""
+def _softmax_chain(n=64):
+    """y = softmax(exp(x) * a + b): enough work per configuration (about 3 s since the
+    double-double sweeps; 1.5 s at n = 32 once let a loaded machine finish the run before
+    the test's signal left) that a signal sent when the first configuration is
+    checkpointed lands while the second one runs."""
     g = routes.Graph(x=value((4, n)), a=value((4, n)), b=value((4, n)))
     h = g.apply(routes.op("exp", shape=(4, n)), g.input("x"), name="exp")
     h = g.apply(routes.op("mul", shape=(4, n)), h, g.input("a"), name="mul")
