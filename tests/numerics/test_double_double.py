@@ -126,11 +126,26 @@ def test_casts_are_mpfrs_roundings_of_the_exact_values(fmt):
 def test_the_other_primitives_are_mpmaths_at_106_bits():
     rng = np.random.default_rng(8)
     x = DDB.multiply(_numbers(rng, 300, 2), np.full(300, 0.5))
-    for name in ("exp", "erf", "tanh", "log1p"):
+    for name in ("erf", "tanh", "log1p"):
         if name == "log1p":
             x = DDB.abs(x)
         want = [getattr(MP, name)(v) for v in _exact(x)]
         assert _worst(getattr(DDB, name)(x), want) <= 2.0 ** -104
+
+
+def test_exp_is_within_2_to_the_minus_100_of_mpmath():
+    # Against mpmath at 400 bits: the whole range double-double holds (|x| < 620), near
+    # multiples of ln 2 and half-way between them (the reduction's edges), tiny arguments,
+    # and operands with a nonzero lo (x / 3 * 3).
+    rng = np.random.default_rng(12)
+    ln2 = float(MP.log(2))
+    x = np.concatenate([rng.uniform(-620, 620, 2000), rng.standard_normal(1000) * 1e-3,
+                        rng.standard_normal(300) * 2.0 ** -60, np.arange(-890, 890) * ln2,
+                        (np.arange(-890, 890) + 0.5) * ln2, [0.0, -0.0]])
+    a = DDB.multiply(DDB.divide(x, np.full(x.size, 3.0)), np.full(x.size, 3.0))
+    want = [MP.exp(v) for v in _exact(a)]
+    assert _worst(DDB.exp(a), want) <= 2.0 ** -100
+    assert _worst(DDB.exp(x), [MP.exp(v) for v in x.tolist()]) <= 2.0 ** -100
 
 
 def test_what_it_cannot_hold_is_refused():
