@@ -233,17 +233,13 @@ def test_a_compact_copy_is_the_nearest_binary64_and_the_rest_rounded_to_nearest(
         v = ctx.make_mpf(mpmath.libmp.from_rational(x.numerator, x.denominator, 300, "n"))
         c = compact(np.array([v], dtype=object))
         assert isinstance(c, Compact), x
-        want_hi = float(_ratio(v))
-        assert c.hi[0] == want_hi and c.lo[0] == float(_ratio(v) - Fraction(want_hi))
+        want_hi = float(_fraction(v))
+        assert c.hi[0] == want_hi and c.lo[0] == float(_fraction(v) - Fraction(want_hi))
     for bad in (Fraction(2) ** 1023, Fraction(2) ** -1074 * Fraction(3, 2),
                 (Fraction(2) ** 52 + Fraction(1, 3)) * Fraction(2) ** -1060):
         v = ctx.make_mpf(mpmath.libmp.from_rational(bad.numerator, bad.denominator, 300, "n"))
         assert not isinstance(compact(np.array([v], dtype=object)), Compact)
 
-
-def _ratio(v) -> Fraction:
-    sign, man, exp, _ = v._mpf_
-    return (-1) ** sign * Fraction(man) * Fraction(2) ** exp
 
 
 def test_settle_follows_a_ladder_of_precisions():
