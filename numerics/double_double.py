@@ -11,20 +11,15 @@ entry is the number 0) and refuses arithmetic, ordering and conversion to float 
 a rule that computes outside the backend's primitives fails loudly instead of computing on
 one half of a number; the caller then evaluates with mpmath.
 
-Accuracy (u = 2**-53): add and subtract are AccurateDWPlusDW of Joldes, Muller and Popescu
-("Tight and rigorous error bounds for basic building blocks of double-word arithmetic", ACM
-TOMS 44(2), 2017), relative error at most 3u**2 / (1 - 4u); multiply is their DWTimesDW
-with the cross products rounded separately (numpy has no fused multiply-add); divide is the
-binary64 quotient corrected twice by its double-double remainder (the QD library's accurate
-division); sqrt one Newton correction of the binary64 root; rsqrt 1 / sqrt.  Products of
-binary64 numbers are exact by Veltkamp's splitting (Dekker 1971), which needs |x| < 2**996.
-The tests hold every one of them to 2**-100 of the exact result (mpmath at 400 bits, wide
-exponents and cancellation; observed at most 2**-104.7), beyond the 2**-72 .. 2**-88 that
-the first evaluation of a bfloat16 .. binary32 graph asks for (format precision + 64 bits).
-``matmul`` and ``dot`` are the exact sums of products (numerics/exact_products.py) rounded
-once to double-double; ``exp`` a reduction by ln 2 and a Taylor series (``_exp``: within
-2**-101, observed 2**-105).  The other primitives are mpmath's (numerics/reference.py at
-PREC = 106 bits) on the exact values, their results rounded to double-double.
+Accuracy: add, subtract, multiply, divide, sqrt (rsqrt 1 / sqrt), exp, expm1, log, log1p,
+tanh and erf are numerics/double_word.py's (its docstring: the algorithms and their
+bounds); the tests hold every one of them to 2**-100 of the exact result (mpmath at 400
+bits, wide exponents, cancellation, the reductions' edges; observed about 2**-104), beyond
+the 2**-72 .. 2**-88 that the first evaluation of a bfloat16 .. binary32 graph asks for
+(format precision + 64 bits).  ``matmul`` and ``dot`` are the exact sums of products
+(numerics/exact_products.py) rounded once to double-double.  The other primitives are
+mpmath's (numerics/reference.py at PREC = 106 bits) on the exact values, their results
+rounded to double-double.
 
 Range: every finite result must be 0 or have 2**-900 <= |hi| <= 2**900 (lo then keeps its
 bits, the splitting cannot overflow); NaN and infinities are held (lo 0) where the
@@ -49,7 +44,9 @@ from mpmath import libmp
 
 from roundoff_coverage import formats
 
+from . import double_word as dw
 from .backend import Backend
+from .double_word import OutOfRange
 from .exact import OrderPolicy
 from .exact_products import exact_dot, exact_matmul
 from .reference import ReferenceBackend, binary64_raw, read_raw
@@ -60,122 +57,6 @@ __all__ = ["DD", "DoubleDoubleBackend", "OutOfRange", "double_double", "exact_va
 DD = np.dtype([("hi", np.float64), ("lo", np.float64)])
 PREC = 106              # mpmath's precision for the primitives not computed here
 _BIG, _SMALL = 2.0 ** 900, 2.0 ** -900
-_SPLIT = 134217729.0    # 2**27 + 1: Veltkamp's splitting constant for binary64
-
-
-class OutOfRange(ArithmeticError):
-    """A result double-double does not hold: a finite one outside [2**-900, 2**900] (an
-    underflow to 0 included), a NaN or an infinity the reference would not give."""
-
-
-# ----- error-free transformations and double-double operations on float64 arrays -----------
-def _two_sum(a, b):
-    s = a + b
-    t = s - a
-    return s, (a - (s - t)) + (b - t)
-
-
-def _fast_two_sum(a, b):
-    """s + e = a + b exactly, for |a| >= |b| (or a = 0)."""
-    s = a + b
-    return s, b - (s - a)
-
-
-def _split(a):
-    t = _SPLIT * a
-    hi = t - (t - a)
-    return hi, a - hi
-
-
-def _two_prod(a, b):
-    p = a * b
-    ah, al = _split(a)
-    bh, bl = _split(b)
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
-def _add(xh, xl, yh, yl):
-    sh, sl = _two_sum(xh, yh)
-    th, tl = _two_sum(xl, yl)
-    vh, vl = _fast_two_sum(sh, sl + th)
-    return _fast_two_sum(vh, tl + vl)
-
-
-def _mul(xh, xl, yh, yl):
-    ch, cl = _two_prod(xh, yh)
-    return _fast_two_sum(ch, cl + (xh * yl + xl * yh))
-
-
-def _div(xh, xl, yh, yl):
-    q1 = xh / yh
-    rh, rl = _add(xh, xl, *_mul(-q1, 0.0, yh, yl))
-    q2 = rh / yh
-    rh, rl = _add(rh, rl, *_mul(-q2, 0.0, yh, yl))
-    q3 = rh / yh
-    h, l = _fast_two_sum(q1, q2)
-    return _add(h, l, q3, 0.0)
-
-
-def _sqrt(xh, xl):
-    s = np.sqrt(xh)
-    ph, pl = _two_prod(s, s)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(s > 0, (((xh - ph) - pl) + xl) / (2.0 * s), 0.0)
-    return _fast_two_sum(s, r)
-
-
-# exp: ln 2 in three pieces (L1 of 42 bits, so k * L1 is exact for |k| < 2**11), and 1/n!
-# as double-double numbers, n = 0 .. _EXP_TERMS, all from mpmath at 300 bits.
-def _ln2_pieces():
-    with mpmath.workprec(300):
-        ln2 = mpmath.log(2)
-        l1 = float(mpmath.floor(ln2 * 2 ** 42)) / 2 ** 42
-        l2 = float(ln2 - l1)
-        l3 = float(ln2 - l1 - l2)
-    return l1, l2, l3
-
-
-def _inverse_factorials(count):
-    out = []
-    with mpmath.workprec(300):
-        for n in range(count + 1):
-            v = 1 / mpmath.factorial(n)
-            h = float(v)
-            out.append((h, float(v - h)))
-    return out
-
-
-_LN2 = _ln2_pieces()
-_EXP_TERMS = 14          # |s| <= ln2 / 2**5: the first term left out is below 2**-123
-_EXP_HALVINGS = 4
-_INV_FACT = _inverse_factorials(_EXP_TERMS)
-
-
-def _exp(xh, xl):
-    """exp(xh + xl) on finite operands with |k| <= 899 (k = rint(x / ln 2)): x - k ln 2 = r
-    in double-double (|r| <= 0.35 + 2**-40, absolute error about 2**-105: ln 2 to 148 bits,
-    k ln 2's first piece exact), s = r / 2**4, expm1(s) by its Taylor series to s**14/14!
-    (Horner in double-double), expm1(2 t) = expm1(t) (2 + expm1(t)) four times (no
-    cancellation near 0), then (1 + expm1(r)) 2**k exactly.  Relative error about 2**-101
-    (four doublings of a 2**-104 error); the tests hold it to 2**-100 against mpmath."""
-    k = np.rint(xh * (1.0 / _LN2[0]))
-    if (np.abs(k) > 899).any():
-        raise OutOfRange("double-double: exp beyond [2**-900, 2**900]")
-    rh, rl = _add(xh, xl, -k * _LN2[0], 0.0)
-    rh, rl = _add(rh, rl, *_two_prod(-k, _LN2[1]))
-    rh, rl = _add(rh, rl, -k * _LN2[2], 0.0)
-    sh, sl = rh * 2.0 ** -_EXP_HALVINGS, rl * 2.0 ** -_EXP_HALVINGS
-    th, tl = np.full(xh.shape, _INV_FACT[_EXP_TERMS][0]), np.full(xh.shape,
-                                                                 _INV_FACT[_EXP_TERMS][1])
-    for n in range(_EXP_TERMS - 1, 0, -1):
-        th, tl = _mul(th, tl, sh, sl)
-        th, tl = _add(th, tl, _INV_FACT[n][0], _INV_FACT[n][1])
-    qh, ql = _mul(th, tl, sh, sl)                   # expm1(s)
-    for _ in range(_EXP_HALVINGS):
-        ph, pl = _add(qh, ql, 2.0, 0.0)
-        qh, ql = _mul(qh, ql, ph, pl)
-    eh, el = _add(qh, ql, 1.0, 0.0)
-    return np.ldexp(eh, k.astype(np.int64)), np.ldexp(el, k.astype(np.int64))
 
 
 def _sums(x):
@@ -193,7 +74,7 @@ def _sums(x):
         for q in range(count):
             for limb, shift in terms if q == 0 else [(x.limbs[q], 0)]:
                 e = x.exp + (count - 1 - q) * x.beta + shift
-                hi, lo = _add(hi, lo, np.ldexp(limb.astype(np.float64), e), 0.0)
+                hi, lo = dw.add(hi, lo, np.ldexp(limb.astype(np.float64), e), 0.0)
     fh, fl = hi.reshape(-1), lo.reshape(-1)
     for i, (m, e) in x.wide.items():
         if not m:
@@ -258,7 +139,7 @@ def _to_bits(hi, lo, bits):
         quantum = np.ldexp(1.0, np.frexp(hi)[1] - bits)
         finite = np.isfinite(hi)
         r = np.where(finite & (lo != 0), np.rint(lo / quantum) * quantum, 0.0)
-        return _fast_two_sum(hi, r)          # a NaN or infinite hi stays (lo: _checked)
+        return dw.fast_two_sum(hi, r)          # a NaN or infinite hi stays (lo: _checked)
 
 
 def _pair(hi, lo):
@@ -284,15 +165,20 @@ def _checked(hi, lo, ieee=None):
 
 
 # The primitives computed here (every other elementwise primitive is mpmath's), and their
-# IEEE results on binary64 numbers: a double-double result
-# where an operand is a NaN or an infinity (or the divisor is 0, a root's argument negative)
-# is that of the his alone (the reference's conventions: x/0 = +-inf by the sign of x,
-# 0 * inf = inf - inf = sqrt(-1) = NaN, maximum and minimum propagate NaN).
+# IEEE results on binary64 numbers: a double-double result where an operand is a NaN or an
+# infinity (or the divisor is 0, a root's or a logarithm's argument out of its domain) is
+# that of the his alone (the reference's conventions: x/0 = +-inf by the sign of x,
+# 0 * inf = inf - inf = sqrt(-1) = log(-1) = NaN, log(0) = -inf, maximum and minimum
+# propagate NaN, erf(+-inf) = +-1).
 _IEEE = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
          "divide": np.divide, "negative": np.negative, "abs": np.abs,
          "maximum": np.maximum, "minimum": np.minimum, "square": np.square,
          "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
-         "reciprocal": lambda x: 1.0 / x, "exp": np.exp}
+         "reciprocal": lambda x: 1.0 / x, "exp": np.exp, "expm1": np.expm1,
+         "log": np.log, "log1p": np.log1p, "tanh": np.tanh,
+         "erf": lambda x: np.where(np.isnan(x), x, np.sign(x))}
+_FUNCTIONS = {"exp": dw.exp, "expm1": dw.expm1, "log": dw.log, "log1p": dw.log1p,
+              "tanh": dw.tanh, "erf": dw.erf}
 
 
 class DoubleDoubleBackend(Backend):
@@ -354,7 +240,7 @@ class DoubleDoubleBackend(Backend):
             h = libmp.to_float(r, rnd="n")                   # nearest binary64
             fh[i], fl[i] = h, libmp.to_float(libmp.mpf_sub(r, libmp.from_float(h)), rnd="n")
         with np.errstate(invalid="ignore"):
-            return self._done(*_fast_two_sum(hi, lo), ~np.isfinite(hi))
+            return self._done(*dw.fast_two_sum(hi, lo), ~np.isfinite(hi))
 
     def _to_mp(self, a):
         """Double-double entries as the reference's numbers (``exact_values``)."""
@@ -408,10 +294,20 @@ class DoubleDoubleBackend(Backend):
             ieee |= parts[-1][0] == 0
         elif name in ("sqrt", "rsqrt"):
             ieee |= (parts[0][0] < 0) | ((parts[0][0] == 0) & (name == "rsqrt"))
+        elif name == "log":
+            ieee |= parts[0][0] <= 0
+        elif name == "log1p":                   # x <= -1: hi below -1, or -1 and lo <= 0
+            xh, xl = parts[0]
+            ieee |= (xh < -1) | ((xh == -1) & (xl <= 0))
         with np.errstate(all="ignore"):
-            hi, lo = self._native(name, parts)
+            hi, lo = self._native(name, [(np.where(ieee, 0.0, h), np.where(ieee, 0.0, l))
+                                         for h, l in parts])
             if ieee.any():
-                hi = np.where(ieee, _IEEE[name](*[h for h, _ in parts]), hi)
+                his = [h for h, _ in parts]
+                if name == "log1p":             # -1 - |lo|: below the domain
+                    his = [np.where(his[0] == -1, np.where(parts[0][1] < 0, -2.0, -1.0),
+                                    his[0])]
+                hi = np.where(ieee, _IEEE[name](*his), hi)
         if name in ("multiply", "square", "divide", "reciprocal"):
             # A product or quotient of nonzero numbers that underflowed to 0.
             nonzero = parts[0][0] != 0
@@ -426,14 +322,14 @@ class DoubleDoubleBackend(Backend):
         """(hi, lo) of a native primitive (module docstring) on finite operands."""
         if name in ("add", "subtract"):
             (xh, xl), (yh, yl) = parts
-            return _add(xh, xl, yh, yl) if name == "add" else _add(xh, xl, -yh, -yl)
+            return dw.add(xh, xl, yh, yl) if name == "add" else dw.add(xh, xl, -yh, -yl)
         if name in ("multiply", "square"):
             (xh, xl), (yh, yl) = parts if name == "multiply" else parts * 2
-            return _mul(xh, xl, yh, yl)
+            return dw.mul(xh, xl, yh, yl)
         if name in ("divide", "reciprocal"):
             (xh, xl), (yh, yl) = parts if name == "divide" else \
                 [(np.ones(parts[0][0].shape), np.zeros(parts[0][0].shape))] + parts
-            return _div(xh, xl, yh, yl)
+            return dw.div(xh, xl, yh, yl)
         if name == "negative":
             return -parts[0][0], -parts[0][1]
         if name == "abs":
@@ -446,12 +342,12 @@ class DoubleDoubleBackend(Backend):
             pick = x_more if name == "maximum" else ~x_more
             return np.where(pick, xh, yh), np.where(pick, xl, yl)
         (xh, xl), = parts
-        if name == "exp":
-            return _exp(np.where(np.isfinite(xh), xh, 0.0), np.where(np.isfinite(xh), xl, 0.0))
-        s = _sqrt(np.maximum(xh, 0.0), xl)
+        if name in _FUNCTIONS:
+            return _FUNCTIONS[name](xh, xl)
+        s = dw.sqrt(np.maximum(xh, 0.0), xl)
         if name == "sqrt":
             return s
-        return _div(np.ones(xh.shape), np.zeros(xh.shape), *s)
+        return dw.div(np.ones(xh.shape), np.zeros(xh.shape), *s)
 
     def matmul(self, a, b):
         """a @ b (numpy's shape rules): the exact sums of products rounded to double-double."""
@@ -486,7 +382,7 @@ class DoubleDoubleBackend(Backend):
             h, l = _sums(product(left, right))
             h, l = np.ldexp(h, -53 * level), np.ldexp(l, -53 * level)
             with np.errstate(invalid="ignore"):
-                hi, lo = (h, l) if hi is None else _add(hi, lo, h, l)
+                hi, lo = (h, l) if hi is None else dw.add(hi, lo, h, l)
         ieee = ~np.isfinite(hi)          # the real extension's NaN and infinities (_sums)
         return self._done(hi, lo, ieee)
 

@@ -123,14 +123,54 @@ def test_casts_are_mpfrs_roundings_of_the_exact_values(fmt):
         assert [str(v) for v in got.tolist()] == [str(v) for v in want], mode
 
 
-def test_the_other_primitives_are_mpmaths_at_106_bits():
+def test_a_primitive_not_computed_here_is_mpmaths_at_106_bits():
     rng = np.random.default_rng(8)
     x = DDB.multiply(_numbers(rng, 300, 2), np.full(300, 0.5))
-    for name in ("erf", "tanh", "log1p"):
-        if name == "log1p":
-            x = DDB.abs(x)
+    for name in ("sin", "atan"):
         want = [getattr(MP, name)(v) for v in _exact(x)]
         assert _worst(getattr(DDB, name)(x), want) <= 2.0 ** -104
+
+
+def _thirds(x):
+    """x / 3 * 3 in double-double: operands with a nonzero lo."""
+    return DDB.multiply(DDB.divide(x, np.full(x.size, 3.0)), np.full(x.size, 3.0))
+
+
+_LN2 = float(MP.log(2))
+_R = np.random.default_rng(15)
+# Each function's whole range, its reductions' edges and tiny arguments.
+FUNCTION_CASES = {
+    "erf": (MP.erf, np.concatenate([
+        _R.uniform(-7, 7, 3000), _R.standard_normal(500) * 1e-3, [1e-200, -3e-150],
+        (np.arange(-26, 26) + 0.5) * 0.25, np.arange(-26, 26) * 0.25,       # interval edges
+        _R.uniform(6, 30, 100), [6.1249999, 6.125, 6.1250001, -27.0]])),    # erfc's side
+    "tanh": (MP.tanh, np.concatenate([
+        _R.uniform(-45, 45, 2000), _R.standard_normal(500) * 1e-3,
+        _R.standard_normal(100) * 2.0 ** -60, np.arange(-60, 60) * _LN2 / 2,
+        (np.arange(-60, 60) + 0.5) * _LN2 / 2, [39.99, 40.0, 40.01, -1e-250]])),
+    "expm1": (MP.expm1, np.concatenate([
+        _R.uniform(-100, 620, 2000), _R.standard_normal(500) * 1e-3,
+        _R.standard_normal(100) * 2.0 ** -60, np.arange(-100, 100) * _LN2,
+        (np.arange(-100, 100) + 0.5) * _LN2, [-79.9, -80.0, -80.1, -700.0]])),
+    "log": (MP.log, np.concatenate([
+        np.exp(_R.uniform(-620, 620, 2000)), 1 + _R.standard_normal(500) * 1e-3,
+        1 + _R.standard_normal(100) * 2.0 ** -40, [1.0, 2.0, 0.5, 2.0 ** -890, 2.0 ** 890],
+        np.sqrt(0.5) * (1 + _R.standard_normal(100) * 1e-12),
+        np.sqrt(2.0) * (1 + _R.standard_normal(100) * 1e-12)])),
+    "log1p": (MP.log1p, np.concatenate([
+        np.exp(_R.uniform(-620, 620, 1000)), -np.exp(_R.uniform(-600, -1e-9, 1000)),
+        _R.standard_normal(500) * 1e-3, _R.standard_normal(100) * 2.0 ** -60,
+        np.sqrt(0.5) - 1 + _R.standard_normal(100) * 1e-12,
+        np.sqrt(2.0) - 1 + _R.standard_normal(100) * 1e-12])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTION_CASES))
+def test_each_elementary_function_is_within_2_to_the_minus_100_of_mpmath(name):
+    f, x = FUNCTION_CASES[name]
+    for a in (x, _thirds(x)):
+        want = [f(v) for v in _exact(DDB.asarray(a))]
+        assert _worst(getattr(DDB, name)(a), want) <= 2.0 ** -100
 
 
 def test_exp_is_within_2_to_the_minus_100_of_mpmath():
@@ -174,11 +214,16 @@ def test_nans_and_infinities_follow_the_references_conventions():
         want = getattr(REF, name)(REF.asarray(x), REF.asarray(y))
         assert [str(float(v)) for v in exact_values(got)] == \
             [str(float(v)) for v in want], name
-    for name in ("sqrt", "rsqrt", "reciprocal", "negative", "abs", "exp", "log"):
+    for name in ("sqrt", "rsqrt", "reciprocal", "negative", "abs", "exp", "expm1", "log",
+                 "log1p", "tanh", "erf"):
         got = getattr(DDB, name)(x)
         want = getattr(REF, name)(REF.asarray(x))
         assert [str(float(v)) for v in exact_values(got)] == \
             [str(float(v)) for v in want], name
+    below = DDB.subtract(np.array([-1.0, -1.0, -1.0]), np.array([2.0 ** -80, 0.0, -2.0 ** -80]))
+    got = DDB.log1p(below)                                   # -1 - 2**-80, -1, -1 + 2**-80
+    assert np.isnan(got["hi"][0]) and got["hi"][1] == -np.inf and \
+        abs(float(exact_values(got)[2]) - float(MP.log(MP.mpf(2) ** -80))) < 1e-12
     for name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal"):
         assert getattr(DDB, name)(x, y).tolist() == \
             getattr(REF, name)(REF.asarray(x), REF.asarray(y)).tolist(), name
