@@ -35,6 +35,7 @@ from roundoff_coverage.numerics import metrics
 from roundoff_coverage.numerics.metrics import clamp_exact
 
 from . import rows
+from .lazy_exact import LazyExact
 from .implementations.base import run_routes, subject_rule
 from .task import route_ports
 
@@ -422,14 +423,20 @@ def _exact_zeros(ulp, comp, exact, standin, fmt):
     error of 0 ulp (``buckets``) means computed = exact."""
     if standin is exact:
         return ulp
-    flat = np.asarray(exact, dtype=object).reshape(-1)
-    moved = []
-    for i in np.flatnonzero(np.asarray(ulp).reshape(-1) == 0):
-        m = getattr(flat[i], "_mpf_", None)
-        # (sign, man, exp, bits): a binary64 holds it exactly when its significand has at
-        # most 53 bits and it is not below the normal range; zero, inf, NaN have man 0.
-        if m is not None and m[1] and (m[3] > 53 or m[2] + m[3] - 1 < -1022):
-            moved.append(i)
+    zeros = np.flatnonzero(np.asarray(ulp).reshape(-1) == 0)
+    if isinstance(exact, LazyExact):
+        # hi + lo, hi the nearest binary64: not a binary64 number exactly where lo != 0.
+        flat = exact.reshape(-1)
+        moved = zeros[flat.compact.lo[zeros] != 0].tolist()
+    else:
+        flat = np.asarray(exact, dtype=object).reshape(-1)
+        moved = []
+        for i in zeros:
+            m = getattr(flat[i], "_mpf_", None)
+            # (sign, man, exp, bits): a binary64 holds it exactly when its significand has
+            # at most 53 bits and it is not below the normal range; zero, inf, NaN: man 0.
+            if m is not None and m[1] and (m[3] > 53 or m[2] + m[3] - 1 < -1022):
+                moved.append(i)
     if not moved:
         return ulp
     out = np.array(ulp, dtype=np.float64, copy=True).reshape(-1)
@@ -438,8 +445,8 @@ def _exact_zeros(ulp, comp, exact, standin, fmt):
 
 
 def _scalar_exact(exact) -> bool:
-    a = np.asarray(exact)
-    return a.dtype == object or a.dtype.kind == "f"
+    dtype = getattr(exact, "dtype", None) or np.asarray(exact).dtype
+    return dtype == object or dtype.kind == "f"
 
 
 def _bits(x, fmt, port):

@@ -134,6 +134,7 @@ from .measuring import measure_port
 from .model_recipe import RecipeRun
 from .model_scaled import Scaled
 from .samples import ModelError, is_float_port, prepared
+from .lazy_exact import flat_exact, joined_exact
 from .sites import (LOCAL, PROPAGATED, ROUTES, Config, compact_of, compacts_of,
                     exact_numbers, nearest64, rounder_of, sites, value_at)
 
@@ -452,7 +453,7 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
                                                        f"of {implementation} has no value "
                                                        f"here (the node failed)"}
         comps.append(np.asarray(c, dtype=np.float64).reshape(-1))
-        exacts.append(np.asarray(e, dtype=object).reshape(-1))
+        exacts.append(flat_exact(e))
         p = compact_of(pieces[s], e) if pieces else None
         if p is not None:
             stands.append((p.hi.reshape(-1), p.lo.reshape(-1)))
@@ -462,7 +463,7 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
         where.append(s)
     if not comps:
         return None
-    comp, ex = np.concatenate(comps), np.concatenate(exacts)
+    comp, ex = np.concatenate(comps), joined_exact(exacts)
     # The exact values' nearest binary64 numbers (NaN where NaN; the compact copies' where
     # the exact run kept them) and their raw mpfs, which the NaN tests, the tensor measures
     # and the ulps read.

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import mpmath
 import numpy as np
 
 from roundoff_coverage import formats, numerics
-from roundoff_coverage.numerics.double_double import DD, exact_sums, odd53
+from roundoff_coverage.numerics.double_double import DD, odd53
 from roundoff_coverage.numerics.resolve import Compact, compact
 from roundoff_coverage.routes.graph import INPUT, Ref
 
 from . import reference
+from .lazy_exact import LazyExact
 
 ROUTES = ("forward", "tangent", "gradient")
 LOCAL, PROPAGATED = "local", "propagated"
@@ -104,16 +104,11 @@ def compacts_of(trace, what, pieces) -> dict:
     return out
 
 
-# The context of the mpf values made from double-double pairs: exact at its precision, so
-# arithmetic a consumer does on them (mpf operators) rounds no lower than double-double.
-_DD_CTX = mpmath.MPContext()
-_DD_CTX.prec = reference.DD_BITS
-
-
 def exact_numbers(tr) -> tuple:
-    """``tr`` with its double-double arrays as object arrays of their exact values (what
-    the rows read of an exact value: floats and mpf), and {id: (array, Compact)} of those
-    (compacts_of); an array held under several keys is converted once."""
+    """``tr`` with its double-double arrays as arrays of their exact values (LazyExact
+    where they have a Compact form, else object arrays of floats and mpf), and {id:
+    (array, Compact)} of those (compacts_of); an array held under several keys is converted
+    once."""
     copies, done = {}, {}
     for kind in ("values", "cotangents", "contributions", "tangents"):
         part = getattr(tr, kind)
@@ -122,7 +117,7 @@ def exact_numbers(tr) -> tuple:
                 continue
             if id(a) not in done:
                 c = compact(a)
-                new = exact_sums(c.hi, c.lo, _DD_CTX) if isinstance(c, Compact) else c
+                new = LazyExact(c) if isinstance(c, Compact) else c
                 if isinstance(c, Compact):
                     copies[id(new)] = (new, c)
                 done[id(a)] = (a, new)
@@ -155,10 +150,10 @@ def rounder_of(fmt):
         the exact value's rounding, double_double.odd53)."""
         if v is None:
             return None
-        a = np.asarray(v)
         c = compact_of(compacts, v) if odd else None
         if c is not None:
             return formats.round_to(odd53(c.hi, c.lo), fmt)
+        a = np.asarray(v)
         return ref.cast(a, fmt) if a.dtype == object else a
     return rnd
 

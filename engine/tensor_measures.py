@@ -52,6 +52,8 @@ from mpmath import libmp
 
 from roundoff_coverage import formats
 
+from .lazy_exact import flat_exact
+
 # The row fields this module fills (engine/rows.py declares them).
 NORMWISE = ("norm_rel", "norm_rel_max", "bits", "sqnr_db", "cosine")
 COMPONENTWISE = ("scale_ulp", "cancelled", "cancelled_error")
@@ -80,11 +82,12 @@ def stand_ins(exact, nearest=None, lo=None) -> tuple[np.ndarray, Raws]:
     """(the nearest binary64 of each exact value, flat; their Raws).  ``nearest``, ``lo``:
     those binary64 numbers and the rests (Raws.lo) where the caller has them (a Compact's
     hi and lo, numerics.resolve)."""
-    a = np.asarray(exact)
-    flat = a.reshape(-1)
     if nearest is not None:
+        flat = flat_exact(exact)
         return (np.asarray(nearest, dtype=np.float64).reshape(-1),
                 Raws(flat, np.asarray(lo, dtype=np.float64).reshape(-1)))
+    a = np.asarray(exact)
+    flat = a.reshape(-1)
     if a.dtype.kind == "f":
         return np.asarray(flat, dtype=np.float64), Raws(flat, np.zeros(flat.size))
     y, rest = np.empty(flat.size, dtype=np.float64), np.full(flat.size, np.nan)
