@@ -300,8 +300,11 @@ class DoubleDoubleBackend(Backend):
             xh, xl = parts[0]
             ieee |= (xh < -1) | ((xh == -1) & (xl <= 0))
         with np.errstate(all="ignore"):
-            hi, lo = self._native(name, [(np.where(ieee, 0.0, h), np.where(ieee, 0.0, l))
-                                         for h, l in parts])
+            # The functions are computed on finite operands in their domain (0 elsewhere);
+            # the arithmetic as it is: max(x, -inf) keeps x's lo.
+            hi, lo = self._native(name, parts if name not in _FUNCTIONS else
+                                  [(np.where(ieee, 0.0, h), np.where(ieee, 0.0, l))
+                                   for h, l in parts])
             if ieee.any():
                 his = [h for h, _ in parts]
                 if name == "log1p":             # -1 - |lo|: below the domain

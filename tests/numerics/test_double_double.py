@@ -220,6 +220,10 @@ def test_nans_and_infinities_follow_the_references_conventions():
         want = getattr(REF, name)(REF.asarray(x))
         assert [str(float(v)) for v in exact_values(got)] == \
             [str(float(v)) for v in want], name
+    third = DDB.divide(np.ones(2), np.full(2, 3.0))          # a lo beside an infinity
+    for got in (DDB.maximum(third, np.array([-inf, -inf])), DDB.minimum(third, np.full(2, inf))):
+        assert [Fraction(h) + Fraction(lo) for h, lo in zip(got["hi"], got["lo"])] == \
+            [Fraction(third["hi"][0]) + Fraction(third["lo"][0])] * 2
     below = DDB.subtract(np.array([-1.0, -1.0, -1.0]), np.array([2.0 ** -80, 0.0, -2.0 ** -80]))
     got = DDB.log1p(below)                                   # -1 - 2**-80, -1, -1 + 2**-80
     assert np.isnan(got["hi"][0]) and got["hi"][1] == -np.inf and \
