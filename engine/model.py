@@ -739,11 +739,23 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
     want_grad = "gradient" in routes
     out = []
     store, rule = scaled or recipe or storage.ELEMENT, GraphRule(g, emu)
+    # An element format rounding deterministically: each experiment evaluates again only
+    # the kept nodes and those reading what they changed (GraphRule.rerun), from one tape
+    # per sample; its results are those of a whole run.
+    tapes = None
+    if store is storage.ELEMENT and config.mode != "stochastic":
+        needs = tuple(want_grad and p.differentiable for p in g.inputs)
+        tapes = [rule.taped([emu.asarray(a) if is_float_port(p) else a
+                             for a, p in zip(x, g.inputs)], needs) for x in xs]
     for i, (label, module, ks) in enumerate(groups):
         log("keep in binary32", float(i), float(len(groups)), f"{i + 1}/{len(groups)} {label}")
         try:
             traces = []
             for s, (x, (c, _)) in enumerate(zip(xs, dirs)):
+                if tapes is not None:
+                    traces.append(rule.rerun(tapes[s], dict.fromkeys(ks, wide),
+                                             c if want_grad else None))
+                    continue
                 override, pre, post = store.hooks(g, "emulated", s, ks, wide, record=False)
                 traces.append(rule.trace([emu.asarray(a) if is_float_port(p) else a
                                           for a, p in zip(x, g.inputs)],

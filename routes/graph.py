@@ -329,33 +329,39 @@ class GraphRule:
         tape = []
         for k, node in enumerate(g.nodes):
             flags = tuple(active[r] and p.differentiable for r, p in zip(node.args, node.op.inputs))
-            xp = (override or {}).get(k, self.xp)
-            args = [vals[r] for r in node.args]
-            if pre is not None:
-                args = list(_posted(pre, "argument", k, args))
-            try:
-                # The values are this backend's numbers already: read once, where made.
-                outs, pull, push = invoke_maps(node.op, args, xp, flags, xp is not self.xp) \
-                    if checks else rule_for(node.op, xp).maps(args, flags, xp is not self.xp)
-                rule = rule_for(node.op, self.xp)      # the order and alias of this sweep
-            except RouteError as exc:
-                raise self._node_error(k, exc) from None
-            if xp is not self.xp:
-                outs, pull, push = self._read_back(node.op.outputs, outs), \
-                    self._pull_back(node.op.inputs, pull), \
-                    self._pull_back(node.op.outputs, push)
-            if pre is not None:
-                pull = _pre_pull(pre, k, pull)
-            if post is not None:
-                outs = _posted(post, "value", k, outs)
-                pull = _posted_pull(post, k, pull)
+            outs, entry = self._evaluate(k, [vals[r] for r in node.args], flags,
+                                         (override or {}).get(k, self.xp), pre, post, checks)
             for j, (y, p) in enumerate(zip(outs, node.op.outputs)):
                 vals[Ref(k, j)] = y
                 active[Ref(k, j)] = any(flags) and p.differentiable
-            # push: the node's pushforward at these values (GraphRule.routes; without
-            # the hooks, which routes never passes).
-            tape.append((flags, pull, rule, push))
+            tape.append(entry)
         return vals, active, tape
+
+    def _evaluate(self, k, args, flags, xp, pre=None, post=None, checks=True) -> tuple:
+        """(outputs, tape entry: (flags, pullback, rule, pushforward)) of node ``k`` on
+        ``args`` under backend ``xp``, as ``_sweep`` evaluates it."""
+        node = self.graph.nodes[k]
+        if pre is not None:
+            args = list(_posted(pre, "argument", k, args))
+        try:
+            # The values are this backend's numbers already: read once, where made.
+            outs, pull, push = invoke_maps(node.op, args, xp, flags, xp is not self.xp) \
+                if checks else rule_for(node.op, xp).maps(args, flags, xp is not self.xp)
+            rule = rule_for(node.op, self.xp)      # the order and alias of this sweep
+        except RouteError as exc:
+            raise self._node_error(k, exc) from None
+        if xp is not self.xp:
+            outs, pull, push = self._read_back(node.op.outputs, outs), \
+                self._pull_back(node.op.inputs, pull), \
+                self._pull_back(node.op.outputs, push)
+        if pre is not None:
+            pull = _pre_pull(pre, k, pull)
+        if post is not None:
+            outs = _posted(post, "value", k, outs)
+            pull = _posted_pull(post, k, pull)
+        # push: the node's pushforward at these values (GraphRule.routes; without the
+        # hooks, which routes never passes).
+        return outs, (flags, pull, rule, push)
 
     def forward(self, inputs) -> tuple:
         vals, _, _ = self._sweep(inputs, (False,) * len(self.graph.inputs))
@@ -454,11 +460,35 @@ class GraphRule:
                     cots[args[i]] = rule.alias(cots.get(args[i]), grads[i])
         return cots
 
-    def taped(self, inputs) -> "Tape":
-        """The forward sweep with every value input carrying a gradient, kept for the
-        sweeps that start inside the graph (``reverse_from``, ``perturbed``)."""
-        needs = tuple(p.differentiable for p in self.graph.inputs)
+    def taped(self, inputs, needs=None) -> "Tape":
+        """The forward sweep with every value input carrying a gradient (or those of
+        ``needs``, one flag per input), kept for the sweeps that start inside the graph
+        (``reverse_from``, ``perturbed``, ``rerun``)."""
+        if needs is None:
+            needs = tuple(p.differentiable for p in self.graph.inputs)
         return Tape(*self._sweep(inputs, needs))
+
+    def rerun(self, tape, override, cotangents=None) -> "Trace":
+        """What ``trace(inputs, cotangents, None, override)`` gives, from ``tape`` (``taped``
+        on those inputs) where every backend's results depend on their operands alone (no
+        stochastic rounding, whose draws follow the call sequence): the nodes of
+        ``override`` ({node index: backend}) and every node that reads a value they changed
+        are evaluated again, the others keep the tape's values and pullbacks; then the
+        reverse sweep from ``cotangents`` (one per output) when given."""
+        g = self.graph
+        vals, entries, changed = dict(tape.values), list(tape.entries), set()
+        for k, node in enumerate(g.nodes):
+            if k not in override and not any(r in changed for r in node.args):
+                continue
+            outs, entries[k] = self._evaluate(k, [vals[r] for r in node.args], entries[k][0],
+                                              override.get(k, self.xp))
+            for j, y in enumerate(outs):
+                vals[Ref(k, j)] = y
+                changed.add(Ref(k, j))
+        out = Trace(values=vals)
+        if cotangents is not None:
+            out.cotangents = self._reverse(tape.active, entries, cotangents, out.contributions)
+        return out
 
     def reverse(self, tape, cotangents) -> dict:
         """{Ref: cotangent} of the reverse sweep of ``tape`` (``taped``) from ``cotangents``
