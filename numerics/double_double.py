@@ -361,11 +361,20 @@ class DoubleDoubleBackend(Backend):
         return self._exact(a, b, exact_matmul, -2 if b.ndim > 1 else 0)
 
     def dot(self, a, b):
+        """Dot products along the last axis, the others broadcast: the exact sums rounded
+        to double-double; as one batched matmul where the broadcasting makes a product
+        of matrices (the order of an exact sum does not matter; BLAS instead of a loop)."""
         a, b = self.asarray(a), self.asarray(b)
         if min(a.ndim, b.ndim) == 0 or a.shape[-1] != b.shape[-1] or a.size == 0 or \
                 b.size == 0:
             return super().dot(a, b)
-        return self._exact(a, b, exact_dot, -1)
+        plan = _matmul_plan(a.shape, b.shape)
+        if plan is None:
+            return self._exact(a, b, exact_dot, -1)
+        pa, (ea, sa), pb, (eb, sb), grouped, back = plan
+        out = self._exact(np.transpose(a.reshape(ea), pa).reshape(sa),
+                          np.transpose(b.reshape(eb), pb).reshape(sb), exact_matmul, -2)
+        return np.transpose(out.reshape(grouped), back)
 
     def _exact(self, a, b, product, inner_b):
         """The product of (a.hi + a.lo) and (b.hi + b.lo): a's pieces concatenated along
@@ -402,6 +411,31 @@ class DoubleDoubleBackend(Backend):
     def _predicate(self, name, a):
         hi = self.asarray(a)["hi"]
         return {"isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite}[name](hi)
+
+
+def _matmul_plan(shape_a, shape_b):
+    """How dot(a, b) (last axes contracted, the others broadcast) is a batched matmul:
+    the leading axes where a and b agree are the batch, those only a spans (b has 1) the
+    rows, those only b spans the columns.  (a's axis order, a's shapes before and after,
+    b's, the result's grouped shape, the axis order back), or None where there are no
+    rows and no columns (a plain batch of dot products)."""
+    n = max(len(shape_a), len(shape_b)) - 1
+    ea = (1,) * (n + 1 - len(shape_a)) + tuple(shape_a[:-1])
+    eb = (1,) * (n + 1 - len(shape_b)) + tuple(shape_b[:-1])
+    batch = [i for i in range(n) if ea[i] == eb[i]]
+    rows = [i for i in range(n) if ea[i] != eb[i] and eb[i] == 1]
+    cols = [i for i in range(n) if ea[i] != eb[i] and ea[i] == 1]
+    if not rows and not cols or len(batch) + len(rows) + len(cols) != n:
+        return None
+    k = shape_a[-1]
+    size = lambda axes, e: math.prod(e[i] for i in axes)        # noqa: E731
+    nb, nr, nc = size(batch, ea), size(rows, ea), size(cols, eb)
+    pa = batch + rows + cols + [n]
+    pb = batch + [n] + cols + rows
+    grouped = tuple(ea[i] for i in batch) + tuple(ea[i] for i in rows) + \
+        tuple(eb[i] for i in cols)
+    back = tuple(np.argsort(batch + rows + cols))
+    return (pa, (ea + (k,), (nb, nr, k)), pb, (eb + (k,), (nb, k, nc)), grouped, back)
 
 
 def double_double(bits=None) -> DoubleDoubleBackend:

@@ -4,6 +4,7 @@ products rounded once, casts equal to MPFR's roundings, and what it cannot hold 
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import gmpy2
@@ -99,6 +100,26 @@ def test_matmul_and_dot_are_the_exact_sums_rounded_once():
         want = sum(a_ex[i][k] * b_ex[k][i] for k in range(9))
         g = Fraction(d["hi"][i]) + Fraction(d["lo"][i])
         assert abs(g - want) <= abs(want) * Fraction(1, 2 ** 104)
+
+
+@pytest.mark.parametrize("shapes", [((2, 3, 1, 4, 6), (1, 3, 5, 4, 6)), ((3, 1, 6), (4, 6)),
+                                    ((6,), (3, 6)), ((2, 1, 6), (1, 1, 6))])
+def test_a_broadcast_dot_is_the_exact_sums_rounded_once(shapes):
+    # dot's leading axes broadcast into a product of matrices (computed as one matmul).
+    rng = np.random.default_rng(16)
+    a, b = (_numbers(rng, math.prod(s), 20).reshape(s) for s in shapes)
+    got = DDB.dot(a, b)
+    ea, eb = np.broadcast_arrays(a[..., 0], b[..., 0])
+    assert got.shape == ea.shape
+    ia = np.broadcast_to(np.arange(a[..., 0].size).reshape(a.shape[:-1]), ea.shape)
+    ib = np.broadcast_to(np.arange(b[..., 0].size).reshape(b.shape[:-1]), eb.shape)
+    fa, fb = a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1])
+    for g, i, j in zip(got.reshape(-1), ia.reshape(-1), ib.reshape(-1)):
+        want = sum((Fraction(x["hi"]) + Fraction(x["lo"])) * (Fraction(y["hi"]) +
+                                                              Fraction(y["lo"]))
+                   for x, y in zip(fa[i], fb[j]))
+        assert abs(Fraction(g["hi"]) + Fraction(g["lo"]) - want) <= \
+            abs(want) * Fraction(1, 2 ** 104)
 
 
 @pytest.mark.parametrize("fmt", ["bfloat16", "binary16", "float8_e4m3fn", "binary32"])
