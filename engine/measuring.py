@@ -35,8 +35,8 @@ from roundoff_coverage.numerics import metrics
 from roundoff_coverage.numerics.metrics import clamp_exact
 
 from . import rows
-from .lazy_exact import LazyExact
 from .implementations.base import run_routes, subject_rule
+from .lazy_exact import LazyExact
 from .task import route_ports
 
 REPRO_MAX_ELEMENTS = 256       # full input arrays in a reproducer up to this many elements
@@ -445,7 +445,8 @@ def _exact_zeros(ulp, comp, exact, standin, fmt):
 
 
 def _scalar_exact(exact) -> bool:
-    dtype = getattr(exact, "dtype", None) or np.asarray(exact).dtype
+    # A LazyExact says its dtype (object) without making its values.
+    dtype = exact.dtype if isinstance(exact, LazyExact) else np.asarray(exact).dtype
     return dtype == object or dtype.kind == "f"
 
 

@@ -130,11 +130,11 @@ from . import rows as row_fields
 from . import storage
 from . import tensor_measures
 from .executors import one_line
+from .lazy_exact import flat_exact, joined_exact
 from .measuring import measure_port
 from .model_recipe import RecipeRun
 from .model_scaled import Scaled
 from .samples import ModelError, is_float_port, prepared
-from .lazy_exact import flat_exact, joined_exact
 from .sites import (LOCAL, PROPAGATED, ROUTES, Config, compact_of, compacts_of,
                     exact_numbers, nearest64, rounder_of, sites, value_at)
 

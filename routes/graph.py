@@ -515,16 +515,11 @@ class GraphRule:
             node = g.nodes[i]
             if not any(r in changed for r in node.args):
                 continue
-            flags, _, rule, _ = entries[i]
-            try:
-                outs, pull, push = invoke_maps(node.op, [vals[r] for r in node.args], self.xp,
-                                               flags, read=False)
-            except RouteError as exc:
-                raise self._node_error(i, exc) from None
+            outs, entries[i] = self._evaluate(i, [vals[r] for r in node.args], entries[i][0],
+                                              self.xp)
             for j, y in enumerate(outs):
                 vals[Ref(i, j)] = y
                 changed.add(Ref(i, j))
-            entries[i] = (flags, pull, rule, push)
         return self._reverse(tape.active, entries, cotangents)
 
     def _read_back(self, ports, values) -> tuple:
