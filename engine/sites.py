@@ -116,9 +116,9 @@ def exact_numbers(tr) -> tuple:
             if not (isinstance(a, np.ndarray) and a.dtype == DD):
                 continue
             if id(a) not in done:
-                c = compact(a)
-                new = LazyExact(c) if isinstance(c, Compact) else c
+                new = c = compact(a)
                 if isinstance(c, Compact):
+                    new = LazyExact(c)
                     copies[id(new)] = (new, c)
                 done[id(a)] = (a, new)
             part[key] = done[id(a)][1]
