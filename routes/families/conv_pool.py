@@ -12,6 +12,7 @@ under the pairwise order those zeros take part in the tree.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -32,50 +33,60 @@ def grid(dims):
     return list(itertools.product(*(range(n) for n in dims)))
 
 
-def _flat_index(q, dims):
-    """The row-major flat index of the tuple q in ``dims``."""
-    out = 0
-    for qa, n in zip(q, dims):
-        out = out * n + qa
-    return out
+def grid_array(dims) -> np.ndarray:
+    """grid(dims) as an int64 array (prod(dims), len(dims))."""
+    if not dims:
+        return np.zeros((1, 0), dtype=np.int64)
+    return np.indices(dims, dtype=np.int64).reshape(len(dims), -1).T
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
 
 
 def windows(in_dims, out_dims, kernel, stride, dilation, padding):
     """(idx, valid) of shape (O, K): for output window o and kernel offset k (row-major), the
     flat index into ``in_dims`` of o*stride + k*dilation - padding and whether it is inside;
-    an outside entry's index is the window's first inside one (0 when none)."""
-    outs, offs = grid(out_dims), grid(kernel)
-    idx, valid = [], []
-    for o in outs:
-        row, ok = [], []
-        for k in offs:
-            q = [oa * s + ka * d - p for oa, ka, s, d, p in
-                 zip(o, k, stride, dilation, padding)]
-            inside = all(0 <= qa < n for qa, n in zip(q, in_dims))
-            ok.append(inside)
-            row.append(_flat_index(q, in_dims) if inside else None)
-        first = next((v for v in row if v is not None), 0)
-        idx.append([first if v is None else v for v in row])
-        valid.append(ok)
-    shape = (len(outs), len(offs))
-    return (np.asarray(idx, dtype=int).reshape(shape),
-            np.asarray(valid, dtype=bool).reshape(shape))
+    an outside entry's index is the window's first inside one (0 when none).  Read-only
+    arrays, cached: every sweep of a model asks again for the same geometries."""
+    return _windows(*(tuple(int(v) for v in t) for t in
+                      (in_dims, out_dims, kernel, stride, dilation, padding)))
+
+
+@functools.lru_cache(maxsize=128)
+def _windows(in_dims, out_dims, kernel, stride, dilation, padding):
+    outs, offs = grid_array(out_dims), grid_array(kernel)
+    flat = np.zeros((len(outs), len(offs)), dtype=np.int64)
+    valid = np.ones((len(outs), len(offs)), dtype=bool)
+    for a, n in enumerate(in_dims):
+        q = (outs[:, a, None] * stride[a] + offs[None, :, a] * dilation[a] - padding[a])
+        valid &= (q >= 0) & (q < n)
+        flat = flat * n + q
+    first = np.zeros(len(outs), dtype=np.int64)
+    if len(offs):
+        seen = valid.any(axis=1)
+        first[seen] = flat[np.arange(len(outs)), valid.argmax(axis=1)][seen]
+    idx = np.where(valid, flat, first[:, None])
+    return _frozen(idx), _frozen(valid)
 
 
 def inverse(idx, valid, size):
     """(io, ik) of shape (size, M): for each input position, the (window, offset) pairs whose
-    index is that position, padded with the sentinel (O, K); M >= 1."""
-    lists = [[] for _ in range(size)]
-    n_out, n_off = idx.shape
-    for o in range(n_out):
-        for k in range(n_off):
-            if valid[o, k]:
-                lists[idx[o, k]].append((o, k))
-    m = max([1] + [len(v) for v in lists])
-    io = [[o for o, _ in v] + [n_out] * (m - len(v)) for v in lists]
-    ik = [[k for _, k in v] + [n_off] * (m - len(v)) for v in lists]
-    return (np.asarray(io, dtype=int).reshape(size, m),
-            np.asarray(ik, dtype=int).reshape(size, m))
+    index is that position, in window order, padded with the sentinel (O, K); M >= 1."""
+    valid = np.asarray(valid, dtype=bool)
+    n_out, n_off = valid.shape
+    o, k = np.nonzero(valid)                     # row-major: by window, then offset
+    p = np.asarray(idx, dtype=np.int64)[o, k]
+    by = np.argsort(p, kind="stable")            # each position's pairs in window order
+    o, k, p = o[by], k[by], p[by]
+    counts = np.bincount(p, minlength=size)
+    m = max(1, int(counts.max(initial=0)))
+    slot = np.arange(len(p)) - np.repeat(np.cumsum(counts) - counts, counts)
+    io = np.full((size, m), n_out, dtype=np.int64)
+    ik = np.full((size, m), n_off, dtype=np.int64)
+    io[p, slot], ik[p, slot] = o, k
+    return _frozen(io), _frozen(ik)
 
 
 def zeros_last(xp, a):
@@ -101,18 +112,31 @@ def gather_dot(xp, z, w, idx):
 
 def scatter_dot(xp, v, w, idx, valid, size):
     """The adjoint of gather_dot in z: out[n,g,ci,p] = sum over co and the (o, k) with
-    idx[o,k] = p of v[n,g,co,o] * w[g,co,ci,k]: v (N,G,Co,O), w (G,Co,Ci,K) -> (N,G,Ci,size)."""
+    idx[o,k] = p of v[n,g,co,o] * w[g,co,ci,k]: v (N,G,Co,O), w (G,Co,Ci,K) -> (N,G,Ci,size).
+    Each position's dot product runs over co, then its (o, k) pairs in window order padded
+    with exact zeros to M (inverse).  Positions whose pairs use the same offsets in the same
+    slots (every interior position of a stride-1 convolution; one class per border pattern
+    and stride phase) share their weights: each such class is one matrix product, the
+    gathered cotangents against one copy of the weights, the same terms in the same order."""
     n, g, co, _ = v.shape
     ci = w.shape[2]
     io, ik = inverse(idx, valid, size)
     m = io.shape[1]
     if co * m == 0 or size_of((n, g, ci, size)) == 0:
         return xp.constant(0, (n, g, ci, size))
-    a = zeros_last(xp, v)[..., io]                       # (N,G,Co,size,M)
-    b = zeros_last(xp, w)[..., ik]                       # (G,Co,Ci,size,M)
-    a = np.transpose(a, (0, 1, 3, 2, 4)).reshape(n, g, 1, size, co * m)
-    b = np.transpose(b, (0, 2, 3, 1, 4)).reshape(1, g, ci, size, co * m)
-    return xp.dot(a, b)
+    patterns, cls = np.unique(ik, axis=0, return_inverse=True)
+    cls = np.reshape(cls, -1)
+    order = np.argsort(cls, kind="stable")               # positions grouped by class
+    bounds = np.searchsorted(cls[order], np.arange(len(patterns) + 1))
+    vz, wz = zeros_last(xp, v), zeros_last(xp, w)
+    parts = []
+    for c, pattern in enumerate(patterns):
+        at = order[bounds[c]:bounds[c + 1]]
+        a = np.transpose(vz[..., io[at]], (0, 1, 3, 2, 4)).reshape(n, g, 1, len(at), co * m)
+        b = np.transpose(wz[..., pattern], (0, 2, 1, 3)).reshape(1, g, ci, 1, co * m)
+        parts.append(xp.dot(a, b))                       # (N,G,Ci,len(at))
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+    return out[..., np.argsort(order)]
 
 
 def weight_dot(xp, v, z, idx):

@@ -145,6 +145,46 @@ def test_conv_accumulates_under_the_policy():
     assert float(seq.ravel()[0]) == 1.0 and float(pair.ravel()[0]) == 1.0 + 2.0 ** -7
 
 
+@pytest.mark.parametrize("stride, padding", [((1, 1), (1, 1)), ((2, 1), (1, 0)),
+                                             ((2, 2), (0, 1))])
+def test_conv_input_gradient_order_per_position(stride, padding):
+    # The input gradient's documented order, built here position by position: the products
+    # over output channels, each channel's (window, offset) pairs in window order, then exact
+    # zeros up to the largest count M; one policy dot product each (pairwise: the zeros'
+    # places shape the tree).  Border positions, stride phases and the interior all appear.
+    rng = np.random.default_rng(7)
+    shape, k, co = (1, 2, 5, 6), (3, 2), 3
+    o = routes.op("conv", shape=shape, out_channels=co, kernel=k, stride=stride,
+                  padding=padding, dilation=(1, 1))
+    assert o.problem() is None
+    bk = numerics.emulated("bfloat16", policy="pairwise")
+    x = bk.asarray(rng.standard_normal(shape))
+    w = bk.asarray(rng.standard_normal((co, shape[1]) + k))
+    y = o.rule(bk).forward([x, w, bk.asarray(np.zeros(co))])[0]
+    gy = bk.asarray(rng.standard_normal(y.shape))
+    gx = o.rule(bk).backward([x, w, bk.asarray(np.zeros(co))], [gy])[0]
+    padded = tuple(n + 2 * p for n, p in zip(shape[2:], padding))
+    pairs = {}
+    for oi in itertools.product(*(range(n) for n in y.shape[2:])):       # window order
+        for ki in itertools.product(*(range(n) for n in k)):
+            q = tuple(a * s + b for a, s, b in zip(oi, stride, ki))
+            pairs.setdefault(q, []).append((oi, ki))
+    m = max(len(v) for v in pairs.values())
+    for c in range(shape[1]):
+        for q in itertools.product(*(range(n) for n in padded)):
+            inner = tuple(a - p for a, p in zip(q, padding))
+            if not all(0 <= a < n for a, n in zip(inner, shape[2:])):
+                continue
+            terms = []
+            for j in range(co):
+                got = pairs.get(q, [])
+                terms += [(gy[(0, j) + oi], w[(j, c) + ki]) for oi, ki in got]
+                terms += [(0.0, 0.0)] * (m - len(got))
+            a, b = (bk.asarray(np.array(t)) for t in zip(*terms))
+            want = bk.dot(a, b)
+            assert float(gx[(0, c) + inner]) == float(want), (c, q)
+
+
 # ----- pooling ----------------------------------------------------------------------------------
 def test_average_pool_divisors_with_padding_and_ceil_mode():
     x = np.array([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]])
