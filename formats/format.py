@@ -187,6 +187,21 @@ class BinaryFormat:
         """Every value of the format is a binary64 value (so float64 arrays can hold them)."""
         return self.precision <= 53 and self.qmin >= -1074 and self.max_finite_exact <= _F64_MAX
 
+    def holds(self, other) -> bool:
+        """Every value of ``other`` (finite values, signed zeros, infinities, NaN) is a value
+        of this format, so rounding into it is the identity: its special values where other
+        has them, at least other's precision, its smallest quantum and its largest value, and
+        no flushing of other's smallest values."""
+        specials = ((self.has_inf and not self.saturate) or not other.has_inf) and \
+            (self.has_nan or not other.has_nan) and \
+            (self.has_negative_zero or not other.has_negative_zero)
+        smallest = other.min_normal_exact if other.flush_subnormals else \
+            Fraction(2) ** other.qmin
+        flushed = self.flush_subnormals and smallest < self.min_normal_exact
+        return (specials and not flushed
+                and self.precision >= other.precision and self.qmin <= other.qmin
+                and self.max_finite_exact >= other.max_finite_exact)
+
     @property
     def contains_binary64(self) -> bool:
         """Every finite binary64 value is a value of this format (binary128, binary256...)."""

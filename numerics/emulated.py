@@ -192,6 +192,12 @@ class EmulatedBackend(Backend):
             return a
         if self._wide or source._wide or self._sticky is not None:
             return self.cast(a, self.fmt)
+        if self.fmt.holds(source.fmt):
+            # Every value of the source format is one of ours (bfloat16 or float8 into a
+            # binary32 accumulator): the rounding is the identity; its seed is drawn all
+            # the same, so that later stochastic roundings draw what they always drew.
+            self._next_seed()
+            return np.array(a, dtype=np.float64)
         return formats.round_to(np.asarray(a, dtype=np.float64), self.fmt, self.mode,
                                 seed=self._next_seed())
 

@@ -272,3 +272,26 @@ def test_same_source_compiles_for_the_cuda_simulator():
                          env=env, cwd=root, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "agree" in out.stdout
+
+
+def test_holds_matches_exhaustive_rounding():
+    # holds(narrow) says rounding narrow's values into the wider format is the identity; the
+    # oracle rounds every value of narrow (signed zeros, inf and NaN where it has them) in
+    # every mode and compares bit for bit.
+    names = ["float4_e2m1fn", "float6_e3m2fn", "float8_e4m3fn", "float8_e4m3fnuz",
+             "float8_e5m2", "binary16", "bfloat16", "binary32"]
+    flushing = formats.BinaryFormat(8, 23, flush_subnormals=True, name="binary32-ftz")
+    wide = [formats.get(n) for n in names] + [formats.get("binary64"), flushing]
+    seen = {True: 0, False: 0}
+    for narrow in (formats.get(n) for n in names[:-1]):
+        vals = formats.values(narrow)
+        if narrow.encoding == "ieee":
+            vals = np.concatenate([vals, [np.inf, -np.inf, np.nan]])
+        elif narrow.encoding == "fn":
+            vals = np.concatenate([vals, [np.nan]])
+        for w in wide:
+            same = all(np.array_equal(formats.round_to(vals, w, mode, seed=3).view(np.int64),
+                                      vals.view(np.int64)) for mode in formats.MODES)
+            assert w.holds(narrow) == same, (w.label, narrow.label)
+            seen[same] += 1
+    assert seen[True] >= 10 and seen[False] >= 10
