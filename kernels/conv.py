@@ -45,7 +45,7 @@ import numpy as np
 from numba import cuda
 
 from roundoff_coverage import routes
-from roundoff_coverage.routes.families.conv_pool import inverse, windows
+from roundoff_coverage.routes.windows import inverse, windows
 from roundoff_coverage.routes.families.pool import pool_divisors, pool_extents
 
 from .base import FEW, Instance, Kernel, fixed, flat, special_values

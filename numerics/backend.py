@@ -50,6 +50,12 @@ class Backend:
     name = "backend"
     capabilities: frozenset = frozenset()
     policy: Policy | None = None
+    # True where dot's result depends only on the multiset of its products (exact sums):
+    # a caller may then reorder the terms and add or drop exact zeros.
+    exact_dot: bool = False
+    # True where a rounding's random draws follow the sequence of calls and the elements'
+    # places in each (stochastic rounding): splitting one call into several changes them.
+    draws_follow_calls: bool = False
 
     # ----- capability gate -----------------------------------------------------------------
     def supports(self, primitive: str) -> bool:

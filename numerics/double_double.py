@@ -186,6 +186,7 @@ class DoubleDoubleBackend(Backend):
     that many bits (module docstring), None for none."""
 
     capabilities = ReferenceBackend.capabilities
+    exact_dot = True                 # dot: exact sums of the products (_exact)
 
     def __init__(self, bits=None):
         if bits is not None and (int(bits) != bits or not 54 <= bits < PREC):

@@ -172,6 +172,10 @@ class EmulatedBackend(Backend):
         self._raise(flags)
         return (vals, flags) if with_flags else vals
 
+    @property
+    def draws_follow_calls(self) -> bool:
+        return self.mode == "stochastic"
+
     def accumulator(self):
         acc = self.policy.accumulate
         if acc == self.fmt:

@@ -228,6 +228,7 @@ class ExactBackend(Backend):
 
     name = "exact"
     capabilities = frozenset({"Rounding"})
+    exact_dot = True                 # rational sums: every order gives the same number
 
     def __init__(self, order: str = "sequential", fma: bool = False):
         self.policy = OrderPolicy(order, fma)

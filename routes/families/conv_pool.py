@@ -12,8 +12,6 @@ under the pairwise order those zeros take part in the tree.
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 
 import numpy as np
@@ -21,72 +19,11 @@ import numpy as np
 from .. import attributes as A
 from ..helpers import bilinear_tangent
 from ..ports import value
+from ..windows import inside, inverse, offset_reads, scatter_classes, windows
 from ..registry import define
 from .reduction import mp_array, uniform_sampler
 
 TESTS = "tests/routes/test_routes_conv_pool.py"
-
-
-# ----- geometry (numpy on attributes: index data) ---------------------------------------------
-def grid(dims):
-    """Every index tuple of ``dims`` in row-major order (pure Python)."""
-    return list(itertools.product(*(range(n) for n in dims)))
-
-
-def grid_array(dims) -> np.ndarray:
-    """grid(dims) as an int64 array (prod(dims), len(dims))."""
-    if not dims:
-        return np.zeros((1, 0), dtype=np.int64)
-    return np.indices(dims, dtype=np.int64).reshape(len(dims), -1).T
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
-
-
-def windows(in_dims, out_dims, kernel, stride, dilation, padding):
-    """(idx, valid) of shape (O, K): for output window o and kernel offset k (row-major), the
-    flat index into ``in_dims`` of o*stride + k*dilation - padding and whether it is inside;
-    an outside entry's index is the window's first inside one (0 when none).  Read-only
-    arrays, cached: every sweep of a model asks again for the same geometries."""
-    return _windows(*(tuple(int(v) for v in t) for t in
-                      (in_dims, out_dims, kernel, stride, dilation, padding)))
-
-
-@functools.lru_cache(maxsize=128)
-def _windows(in_dims, out_dims, kernel, stride, dilation, padding):
-    outs, offs = grid_array(out_dims), grid_array(kernel)
-    flat = np.zeros((len(outs), len(offs)), dtype=np.int64)
-    valid = np.ones((len(outs), len(offs)), dtype=bool)
-    for a, n in enumerate(in_dims):
-        q = (outs[:, a, None] * stride[a] + offs[None, :, a] * dilation[a] - padding[a])
-        valid &= (q >= 0) & (q < n)
-        flat = flat * n + q
-    first = np.zeros(len(outs), dtype=np.int64)
-    if len(offs):
-        seen = valid.any(axis=1)
-        first[seen] = flat[np.arange(len(outs)), valid.argmax(axis=1)][seen]
-    idx = np.where(valid, flat, first[:, None])
-    return _frozen(idx), _frozen(valid)
-
-
-def inverse(idx, valid, size):
-    """(io, ik) of shape (size, M): for each input position, the (window, offset) pairs whose
-    index is that position, in window order, padded with the sentinel (O, K); M >= 1."""
-    valid = np.asarray(valid, dtype=bool)
-    n_out, n_off = valid.shape
-    o, k = np.nonzero(valid)                     # row-major: by window, then offset
-    p = np.asarray(idx, dtype=np.int64)[o, k]
-    by = np.argsort(p, kind="stable")            # each position's pairs in window order
-    o, k, p = o[by], k[by], p[by]
-    counts = np.bincount(p, minlength=size)
-    m = max(1, int(counts.max(initial=0)))
-    slot = np.arange(len(p)) - np.repeat(np.cumsum(counts) - counts, counts)
-    io = np.full((size, m), n_out, dtype=np.int64)
-    ik = np.full((size, m), n_off, dtype=np.int64)
-    io[p, slot], ik[p, slot] = o, k
-    return _frozen(io), _frozen(ik)
 
 
 def zeros_last(xp, a):
@@ -110,33 +47,53 @@ def gather_dot(xp, z, w, idx):
     return xp.dot(p, np.reshape(w, (1, g, co, 1, ci * k)))
 
 
-def scatter_dot(xp, v, w, idx, valid, size):
+def scatter_dot(xp, v, w, idx, valid, size, keep=None):
     """The adjoint of gather_dot in z: out[n,g,ci,p] = sum over co and the (o, k) with
-    idx[o,k] = p of v[n,g,co,o] * w[g,co,ci,k]: v (N,G,Co,O), w (G,Co,Ci,K) -> (N,G,Ci,size).
+    idx[o,k] = p of v[n,g,co,o] * w[g,co,ci,k]: v (N,G,Co,O), w (G,Co,Ci,K) -> (N,G,Ci,size),
+    or only the positions ``keep`` (flat indices, in their order; the caller's crop).
     Each position's dot product runs over co, then its (o, k) pairs in window order padded
-    with exact zeros to M (inverse).  Positions whose pairs use the same offsets in the same
-    slots (every interior position of a stride-1 convolution; one class per border pattern
-    and stride phase) share their weights: each such class is one matrix product, the
-    gathered cotangents against one copy of the weights, the same terms in the same order."""
+    with exact zeros to M (windows.inverse).  Positions whose pairs use the same offsets in
+    the same slots (every interior position of a stride-1 convolution; one class per border
+    pattern and stride phase) share their weights: each such class is one matrix product,
+    the gathered cotangents against one copy of the weights, the same terms in the same
+    order (windows.scatter_classes).  A backend whose dot is exact (xp.exact_dot) gets every
+    position in one product over all K offsets instead, zeros where an offset reaches no
+    window (windows.offset_reads); one whose draws follow its calls (stochastic rounding)
+    gets every position in one call, the crop taken after (_one_call)."""
     n, g, co, _ = v.shape
     ci = w.shape[2]
+    keep = np.arange(size) if keep is None else keep
+    if size_of((n, g, ci, len(keep))) == 0 or co == 0:
+        return xp.constant(0, (n, g, ci, len(keep)))
+    vz = np.reshape(zeros_last(xp, v), (n, g, -1))          # (N,G,Co*(O+1)), zero slots
+    if xp.exact_dot:
+        a = np.take(vz, offset_reads(idx, valid, size, keep, co), axis=-1)
+        b = np.transpose(w, (0, 2, 1, 3))                       # (G,Ci,Co,K)
+        return xp.dot(np.reshape(a, (n, g, 1, len(keep), -1)),
+                      np.reshape(b, (1, g, ci, 1, -1)))
+    if xp.draws_follow_calls:
+        return _one_call(xp, v, w, idx, valid, size)[..., keep]
+    classes, back = scatter_classes(idx, valid, size, keep, co)
+    wt = np.transpose(zeros_last(xp, w), (0, 2, 1, 3)).copy()   # (G,Ci,Co,K+1)
+    parts = []
+    for c in classes:
+        a = np.take(vz, c.columns, axis=-1)                     # (N,G,P,Co*M)
+        b = np.take(wt, c.pattern, axis=-1)                     # (G,Ci,Co,M)
+        parts.append(xp.dot(np.reshape(a, (n, g, 1) + c.columns.shape),
+                            np.reshape(b, (1, g, ci, 1, -1))))  # (N,G,Ci,P)
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
+    return out[..., back]
+
+
+def _one_call(xp, v, w, idx, valid, size):
+    """scatter_dot of every position in one dot call, each with its own copy of the
+    weights (the classes' separate calls would draw other random numbers)."""
+    n, g, co, _ = v.shape
     io, ik = inverse(idx, valid, size)
     m = io.shape[1]
-    if co * m == 0 or size_of((n, g, ci, size)) == 0:
-        return xp.constant(0, (n, g, ci, size))
-    patterns, cls = np.unique(ik, axis=0, return_inverse=True)
-    cls = np.reshape(cls, -1)
-    order = np.argsort(cls, kind="stable")               # positions grouped by class
-    bounds = np.searchsorted(cls[order], np.arange(len(patterns) + 1))
-    vz, wz = zeros_last(xp, v), zeros_last(xp, w)
-    parts = []
-    for c, pattern in enumerate(patterns):
-        at = order[bounds[c]:bounds[c + 1]]
-        a = np.transpose(vz[..., io[at]], (0, 1, 3, 2, 4)).reshape(n, g, 1, len(at), co * m)
-        b = np.transpose(wz[..., pattern], (0, 2, 1, 3)).reshape(1, g, ci, 1, co * m)
-        parts.append(xp.dot(a, b))                       # (N,G,Ci,len(at))
-    out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
-    return out[..., np.argsort(order)]
+    a = np.transpose(zeros_last(xp, v)[..., io], (0, 1, 3, 2, 4)).reshape(n, g, 1, size, co * m)
+    b = np.transpose(zeros_last(xp, w)[..., ik], (0, 2, 3, 1, 4)).reshape(1, g, -1, size, co * m)
+    return xp.dot(a, b)
 
 
 def weight_dot(xp, v, z, idx):
@@ -274,13 +231,12 @@ def _conv_core(xp, a, x, w):
 def _conv_backward(xp, a, xs, ys, gs, needs):
     x, w, _ = xs
     z, wg, idx, valid, padded = _conv_parts(xp, a, x, w)
-    n, c, g = a.shape[0], a.shape[1], a.groups
+    n, g = a.shape[0], a.groups
     v = np.reshape(gs[0], (n, g, a.out_channels // g, -1))
     gx = gw = gb = None
     if needs[0]:
-        full = scatter_dot(xp, v, wg, idx, valid, size_of(padded)).reshape((n, c) + padded)
-        gx = full[(slice(None), slice(None)) + tuple(slice(p, p + s) for p, s in
-                                                     zip(a.padding, a.shape[2:]))]
+        inner = inside(padded, a.padding, a.shape[2:])
+        gx = scatter_dot(xp, v, wg, idx, valid, size_of(padded), inner).reshape(a.shape)
     if needs[1]:
         gw = np.reshape(weight_dot(xp, v, z, idx), np.shape(w))
     if needs[2]:
@@ -405,9 +361,10 @@ def _ct_parts(a, x, w):
 
 
 def _ct_core(xp, a, x, w):
-    xg, wg, idx, valid, full, crop = _ct_parts(a, x, w)
-    y = scatter_dot(xp, xg, wg, idx, valid, size_of(full))
-    return np.reshape(y, (a.shape[0], a.out_channels) + full)[crop]
+    xg, wg, idx, valid, full, _ = _ct_parts(a, x, w)
+    out = _ct_geometry(a)[1]
+    y = scatter_dot(xp, xg, wg, idx, valid, size_of(full), inside(full, a.padding, out))
+    return np.reshape(y, (a.shape[0], a.out_channels) + out)
 
 
 def _ct_backward(xp, a, xs, ys, gs, needs):

@@ -13,8 +13,8 @@ from ..certs import convention
 from ..ports import frozen, value
 from ..registry import define
 from ..rules import saving, shown
-from .conv_pool import (TESTS, grid, inverse, pooled_axes, size_of, window_problem, windows,
-                        zeros_last)
+from ..windows import grid, inverse, windows
+from .conv_pool import TESTS, pooled_axes, size_of, window_problem, zeros_last
 from .reduction import constant_draw, mp_array, pick_sampler, uniform_sampler
 
 
