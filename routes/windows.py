@@ -6,9 +6,10 @@ entry it reads; ``inverse`` turns that around (for each input position, the (win
 pairs reading it, in window order, padded with a sentinel to a common count M);
 ``scatter_classes`` groups the positions whose pairs use the same offsets in the same slots,
 so that an adjoint scatter (conv's input gradient, convTranspose's forward) is one matrix
-product per class with one copy of the weights (routes/families/conv_pool.py); and
-``offset_reads`` gives, for each position and offset, the one window that reads it there (or
-the sentinel), for backends whose dot products do not depend on the order of their terms.
+product per class with one copy of the weights (routes/families/conv_pool.py), or, for
+backends whose dot products do not depend on the order of their terms, makes one class
+whose slots are the K offsets, each reading the one window that reads the position there
+(or the zero slot).
 The families and kernels/conv.py's CUDA kernels read the same arrays.
 """
 
@@ -94,40 +95,41 @@ def inside(dims, padding, inner) -> np.ndarray:
 @dataclass(frozen=True)
 class ScatterClass:
     """Positions of an adjoint scatter whose dot products read the same offsets in the same
-    slots: ``columns`` (P, Co*M), for each of them the flat index of every (co, slot) term's
-    cotangent in the (Co, O + 1) array whose last entry per channel is the zero slot;
-    ``pattern`` (M,): the offset of each slot (K: the zero slot)."""
-    columns: np.ndarray
+    slots: ``io`` (P, M), the window each position's slot reads (O: the zero slot);
+    ``pattern`` (M,), the offset of each slot (K: the zero slot); ``slots``: O + 1."""
+    io: np.ndarray
     pattern: np.ndarray
+    slots: int
+
+    def __len__(self):
+        return len(self.io)
+
+    def columns(self, lo: int, hi: int, channels: int) -> np.ndarray:
+        """(hi - lo, Co*M): for positions lo..hi-1 of the class, the flat index of every
+        (co, slot) term's cotangent in the (Co, O + 1) cotangents whose last entry per
+        channel is the zero slot."""
+        at = (np.arange(channels) * self.slots)[None, :, None] + self.io[lo:hi, None, :]
+        return at.reshape(len(at), -1)
 
 
-def scatter_classes(idx, valid, size, keep, channels) -> tuple[list, np.ndarray]:
+def scatter_classes(idx, valid, size, keep, by_offset=False) -> tuple[list, np.ndarray]:
     """(the ScatterClass of the positions ``keep`` (flat indices into ``size``), the
-    permutation that puts the classes' positions, concatenated, back in keep's order);
-    ``channels``: Co, the dot products' outer index."""
+    permutation that puts the classes' positions, concatenated, back in keep's order).
+    ``by_offset``: one class whose slots are the K offsets in order, each reading the one
+    window whose offset k reads the position (at most one: idx[o, k] = p fixes o) or the
+    zero slot, for dot products that do not depend on the order of their terms."""
+    n_out, k = idx.shape
+    if by_offset:
+        o, kk = np.nonzero(valid)
+        reads = np.full((size, k), n_out, dtype=np.int64)
+        reads[idx[o, kk], kk] = o
+        return ([ScatterClass(reads[keep], np.arange(k), n_out + 1)],
+                np.arange(len(keep)))
     io, ik = inverse(idx, valid, size)
     io, ik = io[keep], ik[keep]
-    m, slots = io.shape[1], idx.shape[0] + 1
     patterns, cls = np.unique(ik, axis=0, return_inverse=True)
     cls = np.reshape(cls, -1)
     order = np.argsort(cls, kind="stable")
     bounds = np.searchsorted(cls[order], np.arange(len(patterns) + 1))
-    at_co = (np.arange(channels) * slots)[None, :, None]
-    out = []
-    for c, pattern in enumerate(patterns):
-        at = order[bounds[c]:bounds[c + 1]]
-        out.append(ScatterClass((at_co + io[at][:, None, :]).reshape(len(at), channels * m),
-                                pattern))
-    return out, np.argsort(order)
-
-
-def offset_reads(idx, valid, size, keep, channels) -> np.ndarray:
-    """(P, Co*K): for each position of ``keep`` and each (co, offset k), the flat index into
-    the (Co, O + 1) cotangents of the window whose offset k reads that position (at most
-    one: idx[o, k] = p fixes o), the channel's zero slot where none does."""
-    n_out, k = idx.shape
-    o, kk = np.nonzero(valid)
-    reads = np.full((size, k), n_out, dtype=np.int64)
-    reads[idx[o, kk], kk] = o
-    at = (np.arange(channels) * (n_out + 1))[None, :, None] + reads[keep][:, None, :]
-    return at.reshape(len(keep), channels * k)
+    return ([ScatterClass(io[order[bounds[c]:bounds[c + 1]]], pattern, n_out + 1)
+             for c, pattern in enumerate(patterns)], np.argsort(order))

@@ -1,10 +1,11 @@
 """Convolution (spec: "Convolution and pooling"): conv and convTranspose over the trailing
 spatial axes of (batch, channels, spatial...) operands, PyTorch's layouts, and the window
-geometry pooling shares (pool.py holds pool and smoothMaxPool).
+checks pooling shares (pool.py holds pool and smoothMaxPool).
 
-Windows are explicit gathers (numpy index arrays built from the geometry: data movement);
-every sum is a backend reduction (``xp.dot`` over the window of each output, ``xp.sum`` for
-average pooling and for the adjoint scatters), so the accumulation policy applies.  An
+Windows are explicit gathers (index arrays built from the geometry by routes/windows.py:
+data movement); every sum is a backend reduction (``xp.dot`` over the window of each output,
+``xp.sum`` for average pooling and for the adjoint scatters), so the accumulation policy
+applies.  An
 adjoint scatter (the input gradient of conv, the forward of convTranspose) gathers, for each
 input position, the window entries that touch it, padded with exact zeros to a common count:
 under the pairwise order those zeros take part in the tree.
@@ -19,7 +20,7 @@ import numpy as np
 from .. import attributes as A
 from ..helpers import bilinear_tangent
 from ..ports import value
-from ..windows import inside, inverse, offset_reads, scatter_classes, windows
+from ..windows import inside, inverse, scatter_classes, windows
 from ..registry import define
 from .reduction import mp_array, uniform_sampler
 
@@ -29,6 +30,12 @@ TESTS = "tests/routes/test_routes_conv_pool.py"
 def zeros_last(xp, a):
     """``a`` with one exact zero appended along its last axis (the sentinel slot)."""
     return np.concatenate([a, xp.constant(0, a.shape[:-1] + (1,))], axis=-1)
+
+
+# Gathered cotangents per dot call of an adjoint scatter at most: a node's working memory
+# stays within a few times 2**21 numbers (and the operands the exact products split)
+# whatever the image size.
+CHUNK = 1 << 21
 
 
 def size_of(shape):
@@ -54,33 +61,29 @@ def scatter_dot(xp, v, w, idx, valid, size, keep=None):
     Each position's dot product runs over co, then its (o, k) pairs in window order padded
     with exact zeros to M (windows.inverse).  Positions whose pairs use the same offsets in
     the same slots (every interior position of a stride-1 convolution; one class per border
-    pattern and stride phase) share their weights: each such class is one matrix product,
+    pattern and stride phase) share their weights: each such class is a matrix product,
     the gathered cotangents against one copy of the weights, the same terms in the same
-    order (windows.scatter_classes).  A backend whose dot is exact (xp.exact_dot) gets every
-    position in one product over all K offsets instead, zeros where an offset reaches no
-    window (windows.offset_reads); one whose draws follow its calls (stochastic rounding)
-    gets every position in one call, the crop taken after (_one_call)."""
+    order (windows.scatter_classes), in pieces of at most CHUNK gathered cotangents.  A
+    backend whose dot is exact (xp.exact_dot) gets one class over all K offsets instead,
+    zeros where an offset reaches no window; one whose draws follow its calls (stochastic
+    rounding) every position in one call, the crop taken after (_one_call)."""
     n, g, co, _ = v.shape
     ci = w.shape[2]
     keep = np.arange(size) if keep is None else keep
     if size_of((n, g, ci, len(keep))) == 0 or co == 0:
         return xp.constant(0, (n, g, ci, len(keep)))
-    vz = np.reshape(zeros_last(xp, v), (n, g, -1))          # (N,G,Co*(O+1)), zero slots
-    if xp.exact_dot:
-        a = np.take(vz, offset_reads(idx, valid, size, keep, co), axis=-1)
-        b = np.transpose(w, (0, 2, 1, 3))                       # (G,Ci,Co,K)
-        return xp.dot(np.reshape(a, (n, g, 1, len(keep), -1)),
-                      np.reshape(b, (1, g, ci, 1, -1)))
     if xp.draws_follow_calls:
         return _one_call(xp, v, w, idx, valid, size)[..., keep]
-    classes, back = scatter_classes(idx, valid, size, keep, co)
+    classes, back = scatter_classes(idx, valid, size, keep, by_offset=xp.exact_dot)
+    vz = np.reshape(zeros_last(xp, v), (n, g, -1))          # (N,G,Co*(O+1)), zero slots
     wt = np.transpose(zeros_last(xp, w), (0, 2, 1, 3)).copy()   # (G,Ci,Co,K+1)
     parts = []
     for c in classes:
-        a = np.take(vz, c.columns, axis=-1)                     # (N,G,P,Co*M)
-        b = np.take(wt, c.pattern, axis=-1)                     # (G,Ci,Co,M)
-        parts.append(xp.dot(np.reshape(a, (n, g, 1) + c.columns.shape),
-                            np.reshape(b, (1, g, ci, 1, -1))))  # (N,G,Ci,P)
+        b = np.reshape(np.take(wt, c.pattern, axis=-1), (1, g, ci, 1, -1))
+        step = max(1, CHUNK // (n * g * b.shape[-1]))
+        for lo in range(0, len(c), step):
+            a = np.take(vz, c.columns(lo, lo + step, co), axis=-1)     # (N,G,P,Co*M)
+            parts.append(xp.dot(np.reshape(a, (n, g, 1) + a.shape[2:]), b))   # (N,G,Ci,P)
     out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-1)
     return out[..., back]
 

@@ -15,6 +15,7 @@ import pytest
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.routes.errors import RouteError
+from roundoff_coverage.routes.families import conv_pool
 from conftest import fr, mp_context
 
 
@@ -147,11 +148,15 @@ def test_conv_accumulates_under_the_policy():
 
 @pytest.mark.parametrize("stride, padding", [((1, 1), (1, 1)), ((2, 1), (1, 0)),
                                              ((2, 2), (0, 1))])
-def test_conv_input_gradient_order_per_position(stride, padding):
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_conv_input_gradient_order_per_position(stride, padding, chunk, monkeypatch):
     # The input gradient's documented order, built here position by position: the products
     # over output channels, each channel's (window, offset) pairs in window order, then exact
     # zeros up to the largest count M; one policy dot product each (pairwise: the zeros'
-    # places shape the tree).  Border positions, stride phases and the interior all appear.
+    # places shape the tree).  Border positions, stride phases and the interior all appear;
+    # ``chunk``: the matrix products cut into pieces of a few positions.
+    if chunk:
+        monkeypatch.setattr(conv_pool, "CHUNK", chunk)
     rng = np.random.default_rng(7)
     shape, k, co = (1, 2, 5, 6), (3, 2), 3
     o = routes.op("conv", shape=shape, out_channels=co, kernel=k, stride=stride,
