@@ -4,11 +4,14 @@ binary32 accumulation, local and propagated errors per node, one sample; its wal
 peak memory (the command's process and its workers, getrusage of the children), and the
 ratio to torch's own float32 forward + backward of the same model measured in the same run.
 
-    python benchmarks/bench_model_scale.py [--model resnet18] [--image 32] [--jobs 1] [--out F]
+    python benchmarks/bench_model_scale.py [--model resnet18] [--image 32] [--layers 12]
+                                           [--jobs 1] [--out F]
 
 Models (the tests' zoo builders, tests/zoo_models.py, at the size given): ``resnet18``
 (torchvision, 10 classes), ``resnet10t`` (timm), ``mobilenet_v3_small`` (torchvision),
-``gpt2`` (transformers, 2 layers of width 32).  ``--image`` sets the side of the one square
+``gpt2`` (transformers, 2 layers of width 32), ``gpt2-small`` (transformers' GPT-2 small
+shape: width 768, 12 heads, vocabulary 50,257, one sequence of 128 words; ``--layers``, 12
+by default).  ``--image`` sets the side of the one square
 image of the vision models (the issue's target is ResNet-18 at 224).  The factory the
 command captures is ``factory`` below; it reads the model and size from the environment
 (BENCH_MODEL, BENCH_IMAGE) that this script sets."""
@@ -37,23 +40,42 @@ def factory():
                                                                                  "32"))
     if name == "gpt2":
         return zoo_models.ZOO["gpt2"]()
+    if name == "gpt2-small":
+        return _gpt2_small(int(os.environ.get("BENCH_LAYERS", "12")))
     if name not in VISION:
         raise SystemExit(f"bench_model_scale: unknown model {name!r}; one of "
-                         f"{', '.join(list(VISION) + ['gpt2'])}")
+                         f"{', '.join(list(VISION) + ['gpt2', 'gpt2-small'])}")
     key = {"timm_resnet": "timm-resnet"}.get(VISION[name], VISION[name])
     model, _ = zoo_models.ZOO[key]()
     return model, (zoo_models.image(size),)
 
 
+def _gpt2_small(layers):
+    """(model, (ids,)): transformers' GPT2LMHeadModel shaped as GPT-2 small (width 768, 12
+    heads, its vocabulary of 50,257 words) with ``layers`` layers (12: GPT-2 small's), on
+    one sequence of 128 random words; random weights (the configuration's initialisation,
+    seeded)."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=layers, n_embd=768, n_head=12, n_positions=1024,
+                                     vocab_size=50257)
+    ids = torch.randint(0, 50257, (1, 128), generator=torch.Generator().manual_seed(1))
+    return transformers.GPT2LMHeadModel(config).eval(), (ids,)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="resnet18", choices=list(VISION) + ["gpt2"])
+    ap.add_argument("--model", default="resnet18",
+                    choices=list(VISION) + ["gpt2", "gpt2-small"])
     ap.add_argument("--image", type=int, default=32)
+    ap.add_argument("--layers", type=int, default=12, help="gpt2-small's layers")
     ap.add_argument("--routes", default="forward,gradient")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", help="keep the results file here (default: a temporary one)")
     args = ap.parse_args()
-    env = dict(os.environ, BENCH_MODEL=args.model, BENCH_IMAGE=str(args.image))
+    env = dict(os.environ, BENCH_MODEL=args.model, BENCH_IMAGE=str(args.image),
+               BENCH_LAYERS=str(args.layers))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.abspath(args.out) if args.out else os.path.join(tmp, "model.json")
         cmd = [sys.executable, "-m", "roundoff_coverage", "model",
@@ -61,7 +83,10 @@ def main():
                "--policies", "fp32_accumulate", "--routes", args.routes, "--samples", "1",
                "--jobs", str(args.jobs), "--out", out]
         t0 = time.perf_counter()
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        # Run outside the checkout: ``-m`` puts the working directory first on sys.path,
+        # where this project's top-level folders (kernels/...) would shadow libraries'
+        # modules of the same name (transformers looks for a ``kernels`` package).
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
         wall = time.perf_counter() - t0
         if done.returncode != 0:
             sys.exit(f"model run failed ({done.returncode}): {done.stderr.strip()[-800:]}")
