@@ -281,3 +281,28 @@ def test_smooth_max_pool_validate_rejects_zero_or_nonfinite_beta(beta, shown):
     with pytest.raises(RouteError) as err:
         routes.invoke(o, [np.zeros((1, 2, 4)), np.array(beta)], numerics.native("float64"))
     assert str(err.value) == f"smoothMaxPool: beta must be finite and nonzero (got {shown})"
+
+
+@pytest.mark.parametrize("shape, co, k, s, p, d, g", [
+    ((1, 8, 30, 30), 16, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    ((2, 6, 17, 15), 4, (3, 2), (2, 2), (1, 0), (1, 2), 2),
+    ((1, 3, 40, 40), 8, (7, 7), (2, 2), (3, 3), (1, 1), 1)])
+def test_conv_input_gradient_in_double_double_against_torch(shape, co, k, s, p, d, g):
+    # The exact sweeps' path (one product over every kernel offset: xp.exact_dot) at sizes
+    # where strides, dilation, groups and padding cut many windows; oracle: torch's float64
+    # conv2d backward, within a few float64 roundings of the exact value.
+    torch = pytest.importorskip("torch")
+    from roundoff_coverage.numerics.double_double import double_double
+    rng = np.random.default_rng(0)
+    o = routes.op("conv", shape=shape, out_channels=co, kernel=k, stride=s, padding=p,
+                  dilation=d, groups=g)
+    assert o.problem() is None
+    bk = double_double()
+    x, w = rng.standard_normal(shape), rng.standard_normal((co, shape[1] // g) + k)
+    xs = [bk.asarray(x), bk.asarray(w), bk.asarray(np.zeros(co))]
+    gy = rng.standard_normal(o.rule(bk).forward(xs)[0].shape)
+    gx = np.asarray(o.rule(bk).backward(xs, [bk.asarray(gy)])[0])["hi"]
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w)
+    torch.nn.functional.conv2d(tx, tw, stride=s, padding=p, dilation=d,
+                               groups=g).backward(torch.tensor(gy))
+    assert np.max(np.abs(gx - tx.grad.numpy())) <= 1e-14 * np.max(np.abs(gx))
