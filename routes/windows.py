@@ -15,6 +15,7 @@ The families and kernels/conv.py's CUDA kernels read the same arrays.
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 from dataclasses import dataclass
@@ -112,24 +113,45 @@ class ScatterClass:
         return at.reshape(len(at), -1)
 
 
+_PLANS: collections.OrderedDict = collections.OrderedDict()
+_PLANS_KEPT = 64
+
+
 def scatter_classes(idx, valid, size, keep, by_offset=False) -> tuple[list, np.ndarray]:
     """(the ScatterClass of the positions ``keep`` (flat indices into ``size``), the
     permutation that puts the classes' positions, concatenated, back in keep's order).
     ``by_offset``: one class whose slots are the K offsets in order, each reading the one
     window whose offset k reads the position (at most one: idx[o, k] = p fixes o) or the
-    zero slot, for dot products that do not depend on the order of their terms."""
+    zero slot, for dot products that do not depend on the order of their terms.  Kept for
+    the read-only arrays of ``windows`` (every sweep of a model asks again): the entry holds
+    them, so their ids name them while it lives."""
+    keep = np.asarray(keep, dtype=np.int64)
+    if idx.flags.writeable or valid.flags.writeable:
+        return _scatter_classes(idx, valid, size, keep, by_offset)
+    key = (id(idx), id(valid), size, keep.tobytes(), by_offset)
+    hit = _PLANS.get(key)
+    if hit is None:
+        hit = _PLANS[key] = (idx, valid, _scatter_classes(idx, valid, size, keep, by_offset))
+        if len(_PLANS) > _PLANS_KEPT:
+            _PLANS.popitem(last=False)
+    _PLANS.move_to_end(key)
+    return hit[2]
+
+
+def _scatter_classes(idx, valid, size, keep, by_offset):
     n_out, k = idx.shape
     if by_offset:
         o, kk = np.nonzero(valid)
         reads = np.full((size, k), n_out, dtype=np.int64)
         reads[idx[o, kk], kk] = o
-        return ([ScatterClass(reads[keep], np.arange(k), n_out + 1)],
-                np.arange(len(keep)))
+        return ([ScatterClass(_frozen(reads[keep]), _frozen(np.arange(k)), n_out + 1)],
+                _frozen(np.arange(len(keep))))
     io, ik = inverse(idx, valid, size)
     io, ik = io[keep], ik[keep]
     patterns, cls = np.unique(ik, axis=0, return_inverse=True)
     cls = np.reshape(cls, -1)
     order = np.argsort(cls, kind="stable")
     bounds = np.searchsorted(cls[order], np.arange(len(patterns) + 1))
-    return ([ScatterClass(io[order[bounds[c]:bounds[c + 1]]], pattern, n_out + 1)
-             for c, pattern in enumerate(patterns)], np.argsort(order))
+    return ([ScatterClass(_frozen(io[order[bounds[c]:bounds[c + 1]]]), _frozen(pattern.copy()),
+                          n_out + 1) for c, pattern in enumerate(patterns)],
+            _frozen(np.argsort(order)))
