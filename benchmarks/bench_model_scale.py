@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", help="keep the results file here (default: a temporary one)")
     args = ap.parse_args()
+    if args.layers < 1 or args.image < 1:
+        ap.error(f"--layers and --image must be >= 1 (got {args.layers}, {args.image})")
     env = dict(os.environ, BENCH_MODEL=args.model, BENCH_IMAGE=str(args.image),
                BENCH_LAYERS=str(args.layers))
     with tempfile.TemporaryDirectory() as tmp:

@@ -198,8 +198,13 @@ class BinaryFormat:
         smallest = other.min_normal_exact if other.flush_subnormals else \
             Fraction(2) ** other.qmin
         flushed = self.flush_subnormals and smallest < self.min_normal_exact
-        return (specials and not flushed
-                and self.precision >= other.precision and self.qmin <= other.qmin
+        return specials and not flushed and self.spans(other)
+
+    def spans(self, other) -> bool:
+        """Every finite magnitude ``other`` can write fits this format's fields: at least
+        its precision, its smallest quantum and its largest value (``holds`` adds the
+        special values and flushing)."""
+        return (self.precision >= other.precision and self.qmin <= other.qmin
                 and self.max_finite_exact >= other.max_finite_exact)
 
     @property

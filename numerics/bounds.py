@@ -122,11 +122,6 @@ def elementwise_ulp_bound(mode: str = "nearest_even") -> float:
     return 0.5 * _mode_factor(mode)
 
 
-def _contains(wide, narrow) -> bool:
-    return (wide.precision >= narrow.precision and wide.qmin <= narrow.qmin
-            and wide.max_finite_exact >= narrow.max_finite_exact)
-
-
 # ----- arrays rounded up ------------------------------------------------------------------
 
 def _read(a, name):
@@ -192,7 +187,7 @@ def _check_n(n, name):
 def _final(storage, acc, mode):
     """(u_S, eta_S) of the last rounding from the accumulation format into storage, or
     zeros when storage contains the accumulation format (nothing is rounded)."""
-    if _contains(storage, acc):
+    if storage.spans(acc):
         return Fraction(0), Fraction(0)
     return unit_roundoff(storage, mode), eta(storage, mode)
 
@@ -200,7 +195,7 @@ def _final(storage, acc, mode):
 def _formats(fmt, accumulate, name):
     storage = formats.get(fmt)
     acc = storage if accumulate is None else formats.get(accumulate)
-    if not _contains(acc, storage):
+    if not acc.spans(storage):
         raise ValueError(f"{name}: the accumulation format {acc.label} must contain the storage "
                          f"format {storage.label} (inputs would be rounded before summing)")
     return storage, acc
@@ -279,7 +274,7 @@ def promote_dot_bound(abs_dot, n: int, fmt, mode: str, inner, promote: int,
     k = min(_check_n(promote, "promote_dot_bound (promote)"), n)
     u_i, u_a = unit_roundoff(inn, mode), unit_roundoff(acc, mode)
     k_in = k if 2 * storage.precision > inn.precision else k - 1
-    k_out = -(-n // k) - 1 + (0 if _contains(acc, inn) else 1)
+    k_out = -(-n // k) - 1 + (0 if acc.spans(inn) else 1)
     g_in, g_out = gamma(k_in, u_i), gamma(k_out, u_a)
     coef = g_in + g_out * (1 + g_in)
     tiny = 2 * storage.qmin < inn.qmin

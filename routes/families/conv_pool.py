@@ -5,10 +5,9 @@ checks pooling shares (pool.py holds pool and smoothMaxPool).
 Windows are explicit gathers (index arrays built from the geometry by routes/windows.py:
 data movement); every sum is a backend reduction (``xp.dot`` over the window of each output,
 ``xp.sum`` for average pooling and for the adjoint scatters), so the accumulation policy
-applies.  An
-adjoint scatter (the input gradient of conv, the forward of convTranspose) gathers, for each
-input position, the window entries that touch it, padded with exact zeros to a common count:
-under the pairwise order those zeros take part in the tree.
+applies.  An adjoint scatter (the input gradient of conv, the forward of convTranspose)
+gathers, for each input position, the window entries that touch it, padded with exact zeros
+to a common count: under the pairwise order those zeros take part in the tree.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ import numpy as np
 from .. import attributes as A
 from ..helpers import bilinear_tangent
 from ..ports import value
-from ..windows import inside, inverse, scatter_classes, windows
 from ..registry import define
+from ..windows import inside, inverse, scatter_classes, windows
 from .reduction import mp_array, uniform_sampler
 
 TESTS = "tests/routes/test_routes_conv_pool.py"
