@@ -13,11 +13,16 @@ one half of a number; the caller then evaluates with mpmath.
 
 Accuracy: add, subtract, multiply, divide, sqrt (rsqrt 1 / sqrt), exp, expm1, log, log1p,
 tanh and erf are numerics/double_word.py's (its docstring: the algorithms and their
-bounds); the tests hold every one of them to 2**-100 of the exact result (mpmath at 400
-bits, wide exponents, cancellation, the reductions' edges; observed about 2**-104), beyond
-the 2**-72 .. 2**-88 that the first evaluation of a bfloat16 .. binary32 graph asks for
-(format precision + 64 bits).  ``matmul`` and ``dot`` are the exact sums of products
-(numerics/exact_products.py) rounded once to double-double.  The other primitives are
+bounds); pow with an integral exponent n, 1 <= |n| <= POW_MAX, is |n| - 1 products
+x * x * ... * x (each within a few u**2 of its exact result, u = 2**-53: DWTimesDW of
+Joldes, Muller and Popescu 2017), then a division for negative n, so its relative error
+is at most about |n| times a product's: POW_MAX = 8 keeps it within 2**-100 (GELU's
+x**3, a norm's x**2, x**-1).  The tests hold every one of them to 2**-100 of the exact
+result (mpmath at 400 bits, MPFR at 318 for pow, wide exponents, cancellation, the
+reductions' edges; observed about 2**-104), beyond the 2**-72 .. 2**-88 that the first
+evaluation of a bfloat16 .. binary32 graph asks for (format precision + 64 bits).
+``matmul`` and ``dot`` are the exact sums of products (numerics/exact_products.py)
+rounded once to double-double.  The other primitives (pow with other exponents) are
 mpmath's (numerics/reference.py at PREC = 106 bits) on the exact values, their results
 rounded to double-double.
 
@@ -56,6 +61,7 @@ __all__ = ["DD", "DoubleDoubleBackend", "OutOfRange", "double_double", "exact_va
 
 DD = np.dtype([("hi", np.float64), ("lo", np.float64)])
 PREC = 106              # mpmath's precision for the primitives not computed here
+POW_MAX = 8             # pow's integral exponents computed here (module docstring)
 _BIG, _SMALL = 2.0 ** 900, 2.0 ** -900
 
 
@@ -284,6 +290,10 @@ class DoubleDoubleBackend(Backend):
 
     # -- arithmetic --
     def _apply(self, name, *arrays):
+        if name == "pow":
+            out = self._integral_pow(*arrays)
+            if out is not None:
+                return out
         if name not in _IEEE:                   # not computed here: mpmath's
             return self._from_mp(getattr(self._mp, name)(*[self._to_mp(a) for a in arrays]))
         xs = np.broadcast_arrays(*[self.asarray(a) for a in arrays])
@@ -319,6 +329,43 @@ class DoubleDoubleBackend(Backend):
                 nonzero &= parts[1][0] != 0
             if (nonzero & (hi == 0) & ~ieee).any():
                 raise OutOfRange(f"double-double: {name} underflows below 2**-900")
+        return self._done(hi, lo, ieee)
+
+    def _integral_pow(self, a, b):
+        """pow(a, b) where every exponent is an integer n with |n| <= POW_MAX (module
+        docstring): n - 1 products from the left, then 1 / x**|n| for negative n; pow(x, 0)
+        = 1 (a NaN x included), and a NaN or infinite x, or 0 to a negative power, as
+        numpy's pow of hi gives it (zeros are +0 here, as the reference reads them).  None
+        where an exponent is not such an integer: mpmath's pow then."""
+        x, y = np.broadcast_arrays(self.asarray(a), self.asarray(b))
+        n = y["hi"]
+        with np.errstate(invalid="ignore"):
+            if x.size == 0 or (y["lo"] != 0).any() or not np.isfinite(n).all() or \
+                    (np.abs(n) > POW_MAX).any() or (n != np.round(n)).any():
+                return None
+        xh, xl = x["hi"], x["lo"]
+        ieee = ~np.isfinite(xh) | ((xh == 0) & (n < 0))
+        ieee &= n != 0
+        hi, lo = np.ones(x.shape), np.zeros(x.shape)
+        with np.errstate(all="ignore"):
+            fh, fl = np.where(ieee, 0.0, xh), np.where(ieee, 0.0, xl)
+            for m in np.unique(n).tolist():
+                if m == 0:
+                    continue
+                at = n == m
+                ph, pl = fh[at], fl[at]
+                rh, rl = ph, pl
+                for _ in range(int(abs(m)) - 1):
+                    rh, rl = dw.mul(rh, rl, ph, pl)
+                if m < 0:
+                    rh, rl = dw.div(np.ones(rh.shape), np.zeros(rh.shape), rh, rl)
+                hi[at], lo[at] = rh, rl
+            if ieee.any():
+                hi = np.where(ieee, np.power(xh + 0.0, n), hi)
+                lo = np.where(ieee, 0.0, lo)
+        # A power of a nonzero number that underflowed to 0 (beyond the range held).
+        if ((xh != 0) & (hi == 0) & ~ieee).any():
+            raise OutOfRange("double-double: pow underflows below 2**-900")
         return self._done(hi, lo, ieee)
 
     @staticmethod

@@ -14,7 +14,7 @@ import pytest
 
 from roundoff_coverage import formats
 from roundoff_coverage.numerics import reference
-from roundoff_coverage.numerics.double_double import (DD, OutOfRange, double_double,
+from roundoff_coverage.numerics.double_double import (DD, POW_MAX, OutOfRange, double_double,
                                                       exact_values)
 
 from mpfr_oracle import MODES7, FormatOracle
@@ -297,3 +297,45 @@ def test_rounded_to_bits_each_result_is_the_double_double_one_rounded_to_nearest
 def _round_bits(v, bits):
     with mpmath.workprec(bits):
         return +v
+
+
+def test_integral_powers_are_within_2_to_the_minus_100_of_mpfr():
+    # pow(x, n), |n| <= POW_MAX, against MPFR at 318 bits (three times double-double's 106):
+    # random double-double bases (a nonzero lo) of both signs, bases whose powers reach
+    # the ends of the range held (2**+-899), and exponents varying along the array.
+    rng = np.random.default_rng(21)
+    ns = [n for n in range(-POW_MAX, POW_MAX + 1) if n]
+    x = _numbers(rng, 4000, span=100)
+    n = rng.choice(ns, 4000).astype(float)
+    edge = np.array([2.0 ** (899 / abs(m)) * (1 - 2.0 ** -52) for m in ns] +
+                    [2.0 ** (-899 / abs(m)) * (1 + 2.0 ** -52) for m in ns])
+    x = np.concatenate([x, DDB.asarray(edge), DDB.asarray(-edge)])
+    n = np.concatenate([n, np.array(ns * 4, dtype=float)])
+    got = DDB.pow(x, n)
+    with gmpy2.context(gmpy2.get_context(), precision=318):
+        for g_hi, g_lo, h, lo, m in zip(got["hi"].tolist(), got["lo"].tolist(),
+                                        x["hi"].tolist(), x["lo"].tolist(), n.tolist()):
+            want = (gmpy2.mpfr(h) + gmpy2.mpfr(lo)) ** int(m)
+            err = abs((gmpy2.mpfr(g_hi) + gmpy2.mpfr(g_lo)) - want) / abs(want)
+            assert err <= gmpy2.mpfr(2) ** -100, (h, lo, m)
+    scalar = DDB.pow(_thirds(np.linspace(-3, 3, 61)), 3.0)            # GELU's x**3
+    assert _worst(scalar, [v ** 3 for v in _exact(_thirds(np.linspace(-3, 3, 61)))]) <= \
+        2.0 ** -100
+
+
+def test_other_powers_and_special_bases_follow_the_reference():
+    inf, nan = np.inf, np.nan
+    x = np.array([0.0, -0.0, 0.0, inf, -inf, -inf, nan, nan, 2.0, -3.0, 0.0])
+    n = np.array([3.0, 3.0, -2.0, -1.0, 3.0, 2.0, 0.0, 2.0, 0.0, -3.0, 0.0])
+    want = REF.pow(REF.asarray(x), REF.asarray(n))
+    assert [str(float(v)) for v in exact_values(DDB.pow(x, n))] == \
+        [str(float(v)) for v in want]
+    y = DDB.abs(_numbers(np.random.default_rng(4), 300, 4))
+    for e in (0.5, 2.5, 9.0, -9.0):                 # mpmath's pow, rounded to double-double
+        assert _worst(DDB.pow(y, np.full(300, e)), [v ** e for v in _exact(y)]) <= 2.0 ** -104
+    with pytest.raises(OutOfRange):                 # 2**1200 and 2**-1200: beyond the range
+        DDB.pow(np.array([2.0 ** 400]), np.array([3.0]))
+    with pytest.raises(OutOfRange):
+        DDB.pow(np.array([2.0 ** 400]), np.array([-3.0]))
+    with pytest.raises(OutOfRange):
+        DDB.pow(np.array([2.0 ** -400]), np.array([3.0]))
