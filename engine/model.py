@@ -119,7 +119,7 @@ import time
 import numpy as np
 
 from roundoff_coverage import formats, numerics
-from roundoff_coverage.numerics.resolve import agree, compact
+from roundoff_coverage.numerics.resolve import Compact, agree, compact
 from roundoff_coverage.routes.graph import GraphRule, Ref
 
 from . import assignment as assigned
@@ -349,7 +349,10 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
               for s, ok in enumerate(settled.settled) if not ok and s in before}
     traces, pieces = [], []
     for s in range(len(xs)):
-        tr, copies = exact_numbers(kept[s])      # a double-double trace's exact values
+        # A double-double trace's exact values, on the Compacts settle compared.
+        tr, copies = exact_numbers(kept[s], {id(value_at(kept[s], site)): c
+                                             for site, c in zip(what, last[s])
+                                             if isinstance(c, Compact)})
         traces.append(tr)
         pieces.append(copies | compacts_of(tr, what, last[s]))
     return traces, settled.precs, moving, pieces

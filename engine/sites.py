@@ -104,19 +104,20 @@ def compacts_of(trace, what, pieces) -> dict:
     return out
 
 
-def exact_numbers(tr) -> tuple:
+def exact_numbers(tr, known=None) -> tuple:
     """``tr`` with its double-double arrays as arrays of their exact values (LazyExact
     where they have a Compact form, else object arrays of floats and mpf), and {id:
     (array, Compact)} of those (compacts_of); an array held under several keys is converted
-    once."""
-    copies, done = {}, {}
+    once.  ``known``: {id(array): its Compact} made already (numerics.resolve.compact),
+    taken instead of a second copy."""
+    copies, done, known = {}, {}, known or {}
     for kind in ("values", "cotangents", "contributions", "tangents"):
         part = getattr(tr, kind)
         for key, a in part.items():
             if not (isinstance(a, np.ndarray) and a.dtype == DD):
                 continue
             if id(a) not in done:
-                new = c = compact(a)
+                new = c = known[id(a)] if id(a) in known else compact(a)
                 if isinstance(c, Compact):
                     new = LazyExact(c)
                     copies[id(new)] = (new, c)

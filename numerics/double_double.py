@@ -62,6 +62,10 @@ __all__ = ["DD", "DoubleDoubleBackend", "OutOfRange", "double_double", "exact_va
 DD = np.dtype([("hi", np.float64), ("lo", np.float64)])
 PREC = 106              # mpmath's precision for the primitives not computed here
 POW_MAX = 8             # pow's integral exponents computed here (module docstring)
+# A product's exact sums are made in pieces of at most this many entries (rows of a): their
+# limbs and the double-double additions take about 100 bytes an entry while they are made,
+# so a language model's output-embedding gradient (50,257 x 768 entries) would hold 4 GB.
+PIECE = 1 << 20
 _BIG, _SMALL = 2.0 ** 900, 2.0 ** -900
 
 
@@ -425,6 +429,21 @@ class DoubleDoubleBackend(Backend):
         return np.transpose(out.reshape(grouped), back)
 
     def _exact(self, a, b, product, inner_b):
+        """The product of a and b (``_exact_piece``), for a matrix product with more than
+        PIECE entries in pieces of a's rows: each entry's exact sum reads one row of a and
+        one column of b (the slicing scales each row and column by itself), so the pieces
+        are the whole product's entries."""
+        rows = a.shape[-2] if product is exact_matmul and a.ndim >= 2 else 1
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if b.ndim > 1 else a.shape[:-2]
+        across = math.prod(batch) * (b.shape[-1] if b.ndim > 1 else 1)
+        step = max(1, PIECE // max(across, 1))
+        if rows <= step:
+            return self._exact_piece(a, b, product, inner_b)
+        parts = [self._exact_piece(a[..., r:r + step, :], b, product, inner_b)
+                 for r in range(0, rows, step)]
+        return np.concatenate(parts, axis=-2 if b.ndim > 1 else -1)
+
+    def _exact_piece(self, a, b, product, inner_b):
         """The product of (a.hi + a.lo) and (b.hi + b.lo): a's pieces concatenated along
         the contraction axis against b's, lo scaled by 2**53 so that every row of pieces
         spans few bits (exact_products slices by span), one exact product per level of

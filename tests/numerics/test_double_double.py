@@ -4,6 +4,7 @@ products rounded once, casts equal to MPFR's roundings, and what it cannot hold 
 
 from __future__ import annotations
 
+import importlib
 import math
 from fractions import Fraction
 
@@ -22,6 +23,8 @@ from mpfr_oracle import MODES7, FormatOracle
 DDB = double_double()
 REF = reference(106)
 MP = mpmath.MPContext()
+# The module (``numerics.double_double`` is its constructor).
+dd_module = importlib.import_module("roundoff_coverage.numerics.double_double")
 MP.prec = 400
 
 
@@ -81,7 +84,11 @@ def test_exact_primitives_are_exact():
     assert DDB.equal(x, y).tolist() == [a == b for a, b in zip(_exact(x), _exact(y))]
 
 
-def test_matmul_and_dot_are_the_exact_sums_rounded_once():
+@pytest.mark.parametrize("piece", [None, 4])
+def test_matmul_and_dot_are_the_exact_sums_rounded_once(piece, monkeypatch):
+    # piece: products of more entries made in pieces of a's rows (double_double.PIECE).
+    if piece:
+        monkeypatch.setattr(dd_module, "PIECE", piece)
     rng = np.random.default_rng(6)
     a = _numbers(rng, 7 * 9, 20).reshape(7, 9)
     b = _numbers(rng, 9 * 5, 20).reshape(9, 5)
@@ -102,10 +109,14 @@ def test_matmul_and_dot_are_the_exact_sums_rounded_once():
         assert abs(g - want) <= abs(want) * Fraction(1, 2 ** 104)
 
 
+@pytest.mark.parametrize("piece", [None, 5])
 @pytest.mark.parametrize("shapes", [((2, 3, 1, 4, 6), (1, 3, 5, 4, 6)), ((3, 1, 6), (4, 6)),
                                     ((6,), (3, 6)), ((2, 1, 6), (1, 1, 6))])
-def test_a_broadcast_dot_is_the_exact_sums_rounded_once(shapes):
-    # dot's leading axes broadcast into a product of matrices (computed as one matmul).
+def test_a_broadcast_dot_is_the_exact_sums_rounded_once(shapes, piece, monkeypatch):
+    # dot's leading axes broadcast into a product of matrices (computed as one matmul),
+    # in pieces of rows where ``piece`` is set.
+    if piece:
+        monkeypatch.setattr(dd_module, "PIECE", piece)
     rng = np.random.default_rng(16)
     a, b = (_numbers(rng, math.prod(s), 20).reshape(s) for s in shapes)
     got = DDB.dot(a, b)
