@@ -19,12 +19,15 @@ The document (schema ``roundoff-coverage-graph/1``) is an object with exactly th
 PORT is ``{"kind": "index", "shape": [3], "bounds": [10]}`` (``bounds`` for index ports,
 ``signed`` and ``width`` for integer ports, as routes.ports.Port holds them).  REF is
 ``["input", i]``, ``["constant", i]`` or ``["node", k, j]`` (output j of node k < the
-reading node).  ARRAY is ``{"format": "binary64", "shape": [2], "words": ["3ff8...", ...]}``
+reading node).  ARRAY is ``{"format": "binary64", "shape": [2], "hex": "3ff8...c000..."}``
 for floating arrays: each element's bit pattern in the named format of its dtype (float64
 is binary64, float32 binary32, float16 binary16, an ml_dtypes float its catalog name), as
-lower-case hex of the format's width, so every value (signed zeros, subnormals, NaN
-payloads) comes back bit for bit; ``{"dtype": "int64", "shape": [...], "values": [...]}``
-for integer and ``{"dtype": "bool", ...}`` for Boolean arrays.
+lower-case hex of the format's width, the elements' words joined in C order into one string
+(so every value -- signed zeros, subnormals, NaN payloads -- comes back bit for bit, and a
+language model's hundred million weights are one string, not a hundred million);
+``{"dtype": "int64", "shape": [...], "values": [...]}`` for integer and
+``{"dtype": "bool", ...}`` for Boolean arrays.  Version 1 wrote the floating words as a list
+(``"words": ["3ff8...", ...]``); the reader takes both.
 
 Written canonically (keys sorted, no spaces, ASCII, one final newline), so a graph saved,
 loaded and saved again gives the same bytes, and ``graph_hash`` (sha256 of that canonical
@@ -34,7 +37,10 @@ revision of this package that evaluates them (routes.codec).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import secrets
 
 import numpy as np
 
@@ -43,7 +49,7 @@ from roundoff_coverage import formats
 from .codec import encode
 from .ports import Port
 
-SCHEMA, VERSION = "roundoff-coverage-graph", 1
+SCHEMA, VERSION = "roundoff-coverage-graph", 2
 SCHEMA_ID = f"{SCHEMA}/{VERSION}"
 KEYS = ("schema", "source", "inputs", "constants", "nodes", "outputs", "example_inputs")
 OPTIONAL_KEYS = ("output_names",)
@@ -72,9 +78,10 @@ def format_of(dtype):
     return formats.CATALOG[name]
 
 
-def array_record(array, where: str) -> dict:
+def array_record(array, where: str, lazy: bool = False) -> dict:
     """An array as JSON data (module docstring: ARRAY); ValueError for a dtype without a
-    named format (object arrays, float4 in a byte, complex)."""
+    named format (object arrays, float4 in a byte, complex).  ``lazy``: a floating array's
+    ``hex`` is a function making it (``pieces`` calls it when it writes the record)."""
     a = np.asarray(array)
     shape, flat = list(a.shape), np.ascontiguousarray(a.reshape(-1))   # C order
     if a.dtype.kind == "b":
@@ -86,19 +93,23 @@ def array_record(array, where: str) -> dict:
         raise ValueError(f"graph.save: {where}: a {a.dtype} array has no named format (float64, "
                          f"float32, float16, ml_dtypes floats, integers and Booleans are "
                          f"written)")
-    digits = fmt.bits // 4
-    bits = flat.view(np.dtype(f"u{a.dtype.itemsize}"))
-    if digits != 2 * a.dtype.itemsize:
-        return {"format": fmt.name, "shape": shape,
-                "words": [format(int(b), f"0{digits}x") for b in bits]}
-    # Every word at once: the bits big-endian, as hex, cut every ``digits`` characters.
-    text = bits.astype(np.dtype(f">u{a.dtype.itemsize}")).tobytes().hex()
     return {"format": fmt.name, "shape": shape,
-            "words": [text[i:i + digits] for i in range(0, len(text), digits)]}
+            "hex": (lambda: _hex(flat, fmt)) if lazy else _hex(flat, fmt)}
 
 
-def to_document(graph) -> dict:
-    """The graph as the JSON document of the module docstring."""
+def _hex(flat, fmt) -> str:
+    """The words of a flat array of ``fmt``'s dtype joined: each its bit pattern as
+    fmt.bits // 4 lower-case hex digits."""
+    digits = fmt.bits // 4
+    bits = flat.view(np.dtype(f"u{flat.dtype.itemsize}"))
+    if digits != 2 * flat.dtype.itemsize:
+        return "".join(format(int(b), f"0{digits}x") for b in bits)
+    # Every word at once: the bits big-endian, as hex.
+    return bits.astype(np.dtype(f">u{flat.dtype.itemsize}")).tobytes().hex()
+
+
+def to_document(graph, lazy: bool = False) -> dict:
+    """The graph as the JSON document of the module docstring (``lazy``: array_record's)."""
     names = graph.constant_names
     examples = graph.example_inputs
     document = {
@@ -107,14 +118,14 @@ def to_document(graph) -> dict:
         "inputs": [{"name": n, "port": port_record(p)}
                    for n, p in zip(graph.input_names, graph.inputs)],
         "constants": [{"name": n, "port": port_record(p),
-                       "array": array_record(c, f"constant {i} {n!r}")}
+                       "array": array_record(c, f"constant {i} {n!r}", lazy)}
                       for i, (c, p, n) in enumerate(zip(graph.constants,
                                                         graph.constant_ports, names))],
         "nodes": [{"op": encode(node.op), "args": [r.record() for r in node.args],
                    "name": node.name, "module": node.module} for node in graph.nodes],
         "outputs": [r.record() for r in graph.output_refs],
         "example_inputs": None if examples is None else
-        [array_record(x, f"example input {i}") for i, x in enumerate(examples)],
+        [array_record(x, f"example input {i}", lazy) for i, x in enumerate(examples)],
     }
     defaults = tuple(f"out{i}" for i in range(len(graph.output_refs)))
     if tuple(graph.output_names) != defaults:
@@ -131,8 +142,49 @@ def canonical(document) -> str:
         raise ValueError(f"graph.save: the document is not JSON data ({exc})") from None
 
 
-def save(graph, path) -> None:
-    """Write ``graph`` to ``path`` as its canonical JSON document and a newline."""
-    text = canonical(to_document(graph)) + "\n"
+def pieces(document):
+    """The canonical text of ``document`` (canonical) in pieces, each floating array's
+    ``hex`` on its own (made then where the document holds a function for it: to_document's
+    ``lazy``), so that neither the whole text nor every array's words are held at once (a
+    language model's weights are gigabytes of text).  Arrays lie in the constants' records
+    and the example inputs only."""
+    nonce, held = secrets.token_hex(8), []
+
+    def hold(rec):
+        if isinstance(rec, dict) and "hex" in rec:
+            held.append(rec["hex"])
+            return {**rec, "hex": f"@{nonce}:{len(held) - 1}@"}
+        return rec
+    doc = dict(document)
+    if isinstance(doc.get("constants"), list):
+        doc["constants"] = [{**c, "array": hold(c["array"])} if isinstance(c, dict) and
+                            "array" in c else c for c in doc["constants"]]
+    if isinstance(doc.get("example_inputs"), list):
+        doc["example_inputs"] = [hold(x) for x in doc["example_inputs"]]
+    text, at = canonical(doc), 0
+    for m in re.finditer(f"@{nonce}:(\\d+)@", text):
+        yield text[at:m.start()]
+        words = held[int(m.group(1))]
+        yield words() if callable(words) else words
+        at = m.end()
+    yield text[at:]
+
+
+def digest(document) -> str:
+    """The sha256 (hex) of the canonical text of ``document`` (pieces)."""
+    h = hashlib.sha256()
+    for piece in pieces(document):
+        h.update(piece.encode("ascii"))
+    return h.hexdigest()
+
+
+def save(graph, path) -> str:
+    """Write ``graph`` to ``path`` as its canonical JSON document and a newline, one array at
+    a time (pieces); the sha256 of the document (routes.graph_hash)."""
+    h = hashlib.sha256()
     with open(path, "w", encoding="ascii") as f:
-        f.write(text)
+        for piece in pieces(to_document(graph, lazy=True)):
+            f.write(piece)
+            h.update(piece.encode("ascii"))
+        f.write("\n")
+    return h.hexdigest()

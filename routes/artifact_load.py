@@ -8,7 +8,6 @@ file measured.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from roundoff_coverage import formats
 
-from .artifact import (IEEE, KEYS, OPTIONAL_KEYS, SCHEMA, SCHEMA_ID, VERSION, canonical,
+from .artifact import (IEEE, KEYS, OPTIONAL_KEYS, SCHEMA, SCHEMA_ID, VERSION, digest,
                        format_of, to_document)
 from .codec import decode
 from .errors import RouteError
@@ -35,15 +34,13 @@ def graph_hash(source) -> str:
     """The sha256 (hex) of the canonical JSON of a Graph, or of the document at a path (read
     and re-written canonically, so indentation does not change it)."""
     if isinstance(source, Graph):
-        text = canonical(to_document(source))
-    else:
-        document = _read(source)
-        try:
-            _schema(document)
-        except RouteError as exc:
-            raise RouteError(f"{source}: {str(exc).removeprefix('load_graph: ')}") from None
-        text = canonical(document)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
+        return digest(to_document(source, lazy=True))
+    document = _read(source)
+    try:
+        _schema(document)
+    except RouteError as exc:
+        raise RouteError(f"{source}: {str(exc).removeprefix('load_graph: ')}") from None
+    return digest(document)
 
 
 # ----- reading: the parts -----------------------------------------------------------------------
@@ -106,6 +103,10 @@ def read_port(rec, where: str) -> Port:
 def read_array(rec, where: str) -> np.ndarray:
     """The array an array record names (_Bad on a malformed one)."""
     if isinstance(rec, dict) and "format" in rec:
+        if "words" not in rec:                      # version 2: the words joined
+            _object(rec, where, ("format", "shape", "hex"))
+            return _joined(rec["format"], rec["hex"], _shape(rec["shape"], f"{where} shape"),
+                           where)
         _object(rec, where, ("format", "shape", "words"))
         shape, items = _shape(rec["shape"], f"{where} shape"), _list(rec["words"], where)
     else:
@@ -135,8 +136,8 @@ def read_array(rec, where: str) -> np.ndarray:
 _HEX = re.compile("[0-9a-f]*")
 
 
-def _words(name, words, where) -> np.ndarray:
-    """Bit patterns of the catalog format ``name`` as an array of its dtype."""
+def _format(name, where) -> tuple:
+    """(the catalog format ``name``, its array dtype), _Bad for a name without both."""
     fmt = formats.CATALOG.get(name) if isinstance(name, str) else None
     dtype = None
     if fmt is not None:
@@ -144,6 +145,37 @@ def _words(name, words, where) -> np.ndarray:
     if dtype is None or format_of(dtype) is not fmt:
         raise _Bad(f"{where}: format must be a catalog format with an array type of its width "
                    f"(binary64, binary32, binary16, bfloat16, float8_e4m3fn...) (got {name!r})")
+    return fmt, dtype
+
+
+def _joined(name, text, shape, where) -> np.ndarray:
+    """A version 2 floating array: ``text`` the words of format ``name`` joined."""
+    fmt, dtype = _format(name, where)
+    digits, count = fmt.bits // 4, int(np.prod(shape, dtype=np.int64))
+    if not isinstance(text, str):
+        raise _Bad(f"{where}: hex must be a string of {digits} lower-case hex digits per "
+                   f"element (got {type(text).__name__})")
+    if len(text) % digits:
+        raise _Bad(f"{where}: {len(text)} hex digits, not a whole number of {name} words "
+                   f"({digits} digits each)")
+    if len(text) != count * digits:
+        raise _Bad(f"{where}: {len(text) // digits} elements for shape {list(shape)} "
+                   f"({count} expected)")
+    if not _HEX.fullmatch(text):
+        at = next(i for i, ch in enumerate(text) if ch not in "0123456789abcdef")
+        raise _Bad(f"{where}: hex holds lower-case hex digits only (got {text[at]!r} in "
+                   f"element {at // digits})")
+    if digits == 2 * dtype.itemsize:
+        unsigned = np.dtype(f">u{dtype.itemsize}")
+        return np.frombuffer(bytes.fromhex(text), dtype=unsigned).astype(
+            unsigned.newbyteorder("=")).view(dtype).reshape(shape)
+    return _words(name, [text[i:i + digits] for i in range(0, len(text), digits)],
+                  where).reshape(shape)
+
+
+def _words(name, words, where) -> np.ndarray:
+    """Bit patterns of the catalog format ``name`` as an array of its dtype."""
+    fmt, dtype = _format(name, where)
     digits = fmt.bits // 4
     unsigned = np.dtype(f">u{dtype.itemsize}")
     # The words joined and read at once when each is a string of ``digits`` lower-case hex

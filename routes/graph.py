@@ -221,9 +221,10 @@ class Graph:
             return self._output_names
         return tuple(f"out{i}" for i in range(len(self._outputs)))
 
-    def save(self, path) -> None:
-        """Write the graph to ``path`` as a JSON artifact (routes.artifact.save)."""
-        artifact.save(self, path)
+    def save(self, path) -> str:
+        """Write the graph to ``path`` as a JSON artifact (routes.artifact.save); its sha256
+        (routes.graph_hash)."""
+        return artifact.save(self, path)
 
     def rule(self, backend):
         """The graph as a route under ``backend``; None when some node has no rule there."""
