@@ -5,16 +5,17 @@ peak memory (the command's process and its workers, getrusage of the children), 
 ratio to torch's own float32 forward + backward of the same model measured in the same run.
 
     python benchmarks/bench_model_scale.py [--model resnet18] [--image 32] [--layers 12]
-                                           [--jobs 1] [--out F]
+                                           [--vocab 50257] [--jobs 1] [--out F]
 
 Models (the tests' zoo builders, tests/zoo_models.py, at the size given): ``resnet18``
 (torchvision, 10 classes), ``resnet10t`` (timm), ``mobilenet_v3_small`` (torchvision),
 ``gpt2`` (transformers, 2 layers of width 32), ``gpt2-small`` (transformers' GPT-2 small
 shape: width 768, 12 heads, vocabulary 50,257, one sequence of 128 words; ``--layers``, 12
-by default).  ``--image`` sets the side of the one square
+by default; ``--vocab`` a smaller vocabulary, whose output embedding is most of a
+one-layer model's elements).  ``--image`` sets the side of the one square
 image of the vision models (the issue's target is ResNet-18 at 224).  The factory the
 command captures is ``factory`` below; it reads the model and size from the environment
-(BENCH_MODEL, BENCH_IMAGE) that this script sets."""
+(BENCH_MODEL, BENCH_IMAGE, BENCH_LAYERS, BENCH_VOCAB) that this script sets."""
 
 from __future__ import annotations
 
@@ -41,7 +42,9 @@ def factory():
     if name == "gpt2":
         return zoo_models.ZOO["gpt2"]()
     if name == "gpt2-small":
-        return _gpt2_small(int(os.environ.get("BENCH_LAYERS", "12")))
+        return _gpt2_small(zoo_models.libraries()["transformers"],
+                           int(os.environ.get("BENCH_LAYERS", "12")),
+                           int(os.environ.get("BENCH_VOCAB", "50257")))
     if name not in VISION:
         raise SystemExit(f"bench_model_scale: unknown model {name!r}; one of "
                          f"{', '.join(list(VISION) + ['gpt2', 'gpt2-small'])}")
@@ -50,17 +53,18 @@ def factory():
     return model, (zoo_models.image(size),)
 
 
-def _gpt2_small(layers):
+def _gpt2_small(transformers, layers, vocab):
     """(model, (ids,)): transformers' GPT2LMHeadModel shaped as GPT-2 small (width 768, 12
-    heads, its vocabulary of 50,257 words) with ``layers`` layers (12: GPT-2 small's), on
-    one sequence of 128 random words; random weights (the configuration's initialisation,
-    seeded)."""
+    heads, a vocabulary of ``vocab`` words: 50,257 is GPT-2's) with ``layers`` layers (12:
+    GPT-2 small's), on one sequence of 128 random words; random weights (the
+    configuration's initialisation, seeded).  ``transformers``: the module as the zoo
+    imports it (zoo_models.libraries: torchvision's PyPI wheel beside torch's CPU build)."""
     import torch
-    import transformers
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=layers, n_embd=768, n_head=12, n_positions=1024,
-                                     vocab_size=50257)
-    ids = torch.randint(0, 50257, (1, 128), generator=torch.Generator().manual_seed(1))
+                                     vocab_size=vocab, bos_token_id=vocab - 1,
+                                     eos_token_id=vocab - 1)
+    ids = torch.randint(0, vocab, (1, 128), generator=torch.Generator().manual_seed(1))
     return transformers.GPT2LMHeadModel(config).eval(), (ids,)
 
 
@@ -70,14 +74,16 @@ def main():
                     choices=list(VISION) + ["gpt2", "gpt2-small"])
     ap.add_argument("--image", type=int, default=32)
     ap.add_argument("--layers", type=int, default=12, help="gpt2-small's layers")
+    ap.add_argument("--vocab", type=int, default=50257, help="gpt2-small's vocabulary")
     ap.add_argument("--routes", default="forward,gradient")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--out", help="keep the results file here (default: a temporary one)")
     args = ap.parse_args()
-    if args.layers < 1 or args.image < 1:
-        ap.error(f"--layers and --image must be >= 1 (got {args.layers}, {args.image})")
+    if args.layers < 1 or args.image < 1 or args.vocab < 2:
+        ap.error(f"--layers and --image must be >= 1, --vocab >= 2 (got {args.layers}, "
+                 f"{args.image}, {args.vocab})")
     env = dict(os.environ, BENCH_MODEL=args.model, BENCH_IMAGE=str(args.image),
-               BENCH_LAYERS=str(args.layers))
+               BENCH_LAYERS=str(args.layers), BENCH_VOCAB=str(args.vocab))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.abspath(args.out) if args.out else os.path.join(tmp, "model.json")
         cmd = [sys.executable, "-m", "roundoff_coverage", "model",
