@@ -151,7 +151,8 @@ def pieces(document):
     nonce, held = secrets.token_hex(8), []
 
     def hold(rec):
-        if isinstance(rec, dict) and "hex" in rec:
+        if isinstance(rec, dict) and (isinstance(rec.get("hex"), str) or
+                                      callable(rec.get("hex"))):
             held.append(rec["hex"])
             return {**rec, "hex": f"@{nonce}:{len(held) - 1}@"}
         return rec

@@ -176,6 +176,16 @@ def test_the_file_is_json_of_the_whole_document_written_an_array_at_a_time(tmp_p
     assert digest == hashlib.sha256(text.encode("ascii")).hexdigest() == routes.graph_hash(g)
 
 
+def test_graph_hash_of_any_json_document_is_the_sha256_of_its_canonical_text(tmp_path):
+    # An array record whose hex is not a string (a malformed artifact, which load_graph
+    # refuses) is hashed as json writes it.
+    doc = artifact.to_document(hand_built())
+    doc["constants"][0]["array"]["hex"] = [1, 2]
+    (tmp_path / "odd.json").write_text(json.dumps(doc))
+    assert routes.graph_hash(tmp_path / "odd.json") == \
+        hashlib.sha256(artifact.canonical(doc).encode("ascii")).hexdigest()
+
+
 def test_a_version_1_document_with_word_lists_still_loads(tmp_path):
     g = hand_built()
     doc = artifact.to_document(g)
