@@ -202,6 +202,10 @@ def cmd_model(args) -> int:
         sel.artifact_hash = routes.graph_hash(sel.artifact)
         if args.assignment:
             _assign(sel, args.assignment, graph)
+        # The units read the graph from its artifact (model_run.graph_of): a captured graph
+        # is not held beside that copy while they run (a language model's weights).
+        nodes = len(graph.nodes)
+        del graph
         outcome = model_run.run(sel, out, jobs=args.jobs, resume=args.resume,
                                 progress=not args.quiet, executor=executor,
                                 scheduler=scheduler)
@@ -215,8 +219,8 @@ def cmd_model(args) -> int:
         print(interrupted_line(sel, out, outcome), file=sys.stderr)
         return EXIT_INTERRUPTED
     if not args.quiet:
-        print(summary_text(graph, outcome))
-        print(f"{len(graph.nodes)} nodes, {outcome.total} configurations, "
+        print(summary_text(outcome))
+        print(f"{nodes} nodes, {outcome.total} configurations, "
               f"{len(outcome.rows)} rows in {outcome.wall:.1f} s: {out} (graph: "
               f"{sel.artifact})")
     if args.html:
@@ -270,7 +274,7 @@ def interrupted_line(sel, out, outcome) -> str:
             f"in {out}.partial.jsonl; resume with: {resume}")
 
 
-def summary_text(graph, outcome) -> str:
+def summary_text(outcome) -> str:
     """The whole model's errors, the nodes adding the most error, what keeping one node or
     module in binary32 would buy: normwise (engine/tensor_measures.py: bits of agreement
     -log2 ||y_hat - y|| / ||y||, the relative error), the ulps over the elements that do not
