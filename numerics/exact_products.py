@@ -48,9 +48,11 @@ nearest); an empty inner dimension gives +0.  to_mpf: mpmath has one zero (unsig
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import mpmath
+import numba
 import numpy as np
 from mpmath.libmp import fnan, finf, fninf, from_man_exp, round_nearest
 
@@ -227,6 +229,20 @@ def _digits(x, axis, beta, cap):
     live = np.any(x, axis=axis, keepdims=True)
     count = np.zeros(live.shape, np.int64)
     r, d = x, []
+    # Rows along the last axis (a's, most of the data: a convolution's gathered windows) or
+    # the columns of a matrix: each slice in one compiled pass (_cut) instead of five.
+    lines = x.reshape(-1, x.shape[-1]) if axis in (-1, x.ndim - 1) else \
+        x.T if x.ndim == 2 and axis in (-2, 0) else None
+    if lines is not None and lines.size:
+        r = np.array(lines, order="C")
+        shift = top.reshape(-1)
+        while live.any() and (cap is None or len(d) < cap):
+            t = np.empty(r.shape)
+            now = _cut(r, (len(d) + 1) * beta - (shift + 1), t)
+            d.append(t.reshape(x.shape) if axis in (-1, x.ndim - 1) else t.T)
+            count += live
+            live = now.reshape(live.shape)
+        r = None
     while live.any() and (cap is None or len(d) < cap):
         # |r| < 2**(top + 1 - s*beta), so r * 2**sh < 2**beta.  Where that product falls
         # below the normal range it may be rounded, but it is < 1 there and trunc gives 0
@@ -247,6 +263,32 @@ def _digits(x, axis, beta, cap):
         for t in d:
             t *= keep
     return d, top, wide
+
+
+@numba.njit(cache=True)
+def _cut(r, sh, d):
+    """One digit slice of each row of ``r`` (2-D, C order) as _digits' numpy steps compute
+    it: d = trunc(r * 2**sh[i]), r -= d * 2**-sh[i] (r in place); whether each row's
+    remainder is not 0.  A multiply by a power of two where both powers are normal
+    numbers, else ldexp: the same results (exact where representable; where r * 2**sh
+    falls below the normal range it is < 1 and its trunc 0 either way)."""
+    rows, k = r.shape
+    live = np.zeros(rows, np.bool_)
+    for i in range(rows):
+        s = sh[i]
+        fast = -1022 <= s <= 1022
+        up = math.ldexp(1.0, s) if fast else 0.0
+        down = math.ldexp(1.0, -s) if fast else 0.0
+        rest = False
+        for j in range(k):
+            v = r[i, j]
+            t = np.trunc(v * up) if fast else np.trunc(math.ldexp(v, s))
+            d[i, j] = t
+            v = v - (t * down if fast else math.ldexp(t, -s))
+            r[i, j] = v
+            rest = rest or v != 0.0
+        live[i] = rest
+    return live
 
 
 def _scale(x, sh):
