@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 
 import mpmath
+import numba
 import numpy as np
 from mpmath import libmp
 
@@ -73,18 +74,14 @@ def _sums(x):
     """(hi, lo) of exact_products' ExactSums (numerics/exact_products.py): the limbs added
     from the top in double-double, exactly while a partial sum spans at most 106 bits and
     within 3u**2 of it per addition beyond (the limbs below are smaller than its last
-    bit); the top limb, which may exceed 2**53, in two exact halves.  Entries of the slow
-    path (``wide``) one by one; NaN and infinities (``special``: sums of non-finite
-    products, the real extension's) as they are."""
+    bit); the top limb, which may exceed 2**53, in two exact halves (_limbs_added, one
+    compiled pass).  Entries of the slow path (``wide``) one by one; NaN and infinities
+    (``special``: sums of non-finite products, the real extension's) as they are."""
     count = x.limbs.shape[0]
     hi, lo = np.zeros(x.shape), np.zeros(x.shape)
-    with np.errstate(all="ignore"):
-        top = x.limbs[0] >> 26                              # floor: the rest in [0, 2**26)
-        terms = [(top, 26), (x.limbs[0] - (top << 26), 0)]
-        for q in range(count):
-            for limb, shift in terms if q == 0 else [(x.limbs[q], 0)]:
-                e = x.exp + (count - 1 - q) * x.beta + shift
-                hi, lo = dw.add(hi, lo, np.ldexp(limb.astype(np.float64), e), 0.0)
+    _limbs_added(np.ascontiguousarray(x.limbs.reshape(count, -1)),
+                 np.ascontiguousarray(x.exp.reshape(-1)), x.beta, hi.reshape(-1),
+                 lo.reshape(-1))
     fh, fl = hi.reshape(-1), lo.reshape(-1)
     for i, (m, e) in x.wide.items():
         if not m:
@@ -98,6 +95,32 @@ def _sums(x):
     if (x.limbs.any(axis=0) & (hi == 0) & ~special).any():
         raise OutOfRange("double-double: a sum of products below 2**-900")
     return np.where(special, x.special, hi), np.where(special, 0.0, lo)
+
+
+_two_sum, _fast_two_sum = numba.njit(dw.two_sum), numba.njit(dw.fast_two_sum)
+
+
+@numba.njit(cache=True)
+def _limbs_added(limbs, exp, beta, hi, lo):
+    """Each entry's limbs (Q, n) as ``_sums`` adds them, into ``hi``, ``lo``: the terms
+    limb * 2**(exp + (Q - 1 - q) * beta), the top limb split at bit 26 (its floor part
+    first), each added to the pair by double_word.add's steps."""
+    count, n = limbs.shape
+    for i in range(n):
+        h, l = 0.0, 0.0
+        first = limbs[0, i]
+        top = first >> 26
+        for step in range(count + 1):
+            q = max(step - 1, 0)
+            limb = top if step == 0 else first - (top << 26) if step == 1 else limbs[q, i]
+            y = math.ldexp(float(limb), exp[i] + (count - 1 - q) * beta +
+                           (26 if step == 0 else 0))
+            # double_word.add(h, l, y, 0.0)
+            sh, sl = _two_sum(h, y)
+            th, tl = _two_sum(l, 0.0)
+            vh, vl = _fast_two_sum(sh, sl + th)
+            h, l = _fast_two_sum(vh, tl + vl)
+        hi[i], lo[i] = h, l
 
 
 def exact_values(a, ctx=mpmath.mp):
