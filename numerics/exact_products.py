@@ -228,32 +228,29 @@ def _digits(x, axis, beta, cap):
     top = np.frexp(np.max(np.abs(x), axis=axis, keepdims=True))[1].astype(np.int64) - 1
     live = np.any(x, axis=axis, keepdims=True)
     count = np.zeros(live.shape, np.int64)
-    r, d = x, []
     # Rows along the last axis (a's, most of the data: a convolution's gathered windows) or
     # the columns of a matrix: each slice in one compiled pass (_cut) instead of five.
-    lines = x.reshape(-1, x.shape[-1]) if axis in (-1, x.ndim - 1) else \
+    last = axis in (-1, x.ndim - 1)
+    lines = x.reshape(-1, x.shape[-1]) if last else \
         x.T if x.ndim == 2 and axis in (-2, 0) else None
-    if lines is not None and lines.size:
-        r = np.array(lines, order="C")
-        shift = top.reshape(-1)
-        while live.any() and (cap is None or len(d) < cap):
-            t = np.empty(r.shape)
-            now = _cut(r, (len(d) + 1) * beta - (shift + 1), t)
-            d.append(t.reshape(x.shape) if axis in (-1, x.ndim - 1) else t.T)
-            count += live
-            live = now.reshape(live.shape)
-        r = None
+    compiled = lines is not None and lines.size > 0
+    r, d = (np.array(lines, order="C") if compiled else x), []
     while live.any() and (cap is None or len(d) < cap):
         # |r| < 2**(top + 1 - s*beta), so r * 2**sh < 2**beta.  Where that product falls
         # below the normal range it may be rounded, but it is < 1 there and trunc gives 0
         # either way.  d * 2**-sh is the truncation of r to the grid 2**(top+1-(s+1)*beta),
         # representable (exact), and r minus it is r's lower bits (exact).
         sh = (len(d) + 1) * beta - (top + 1)
+        count += live
+        if compiled:
+            t = np.empty(r.shape)
+            live = _cut(r, sh.reshape(-1), t).reshape(live.shape)
+            d.append(t.reshape(x.shape) if last else t.T)
+            continue
         t = _scale(r, sh)
         d.append(np.trunc(t, out=t))
         u = _scale(t, -sh)
         r = np.subtract(r, u, out=u)
-        count += live
         live = np.any(r, axis=axis, keepdims=True)
     wide = live                      # still a remainder after cap slices
     slices = int(count[~wide].max(initial=0))

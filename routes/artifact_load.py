@@ -165,33 +165,33 @@ def _joined(name, text, shape, where) -> np.ndarray:
         at = next(i for i, ch in enumerate(text) if ch not in "0123456789abcdef")
         raise _Bad(f"{where}: hex holds lower-case hex digits only (got {text[at]!r} in "
                    f"element {at // digits})")
+    return _decoded(text, digits, dtype).reshape(shape)
+
+
+def _decoded(text, digits, dtype) -> np.ndarray:
+    """Words of ``digits`` lower-case hex digits each, joined in ``text`` (checked), as a
+    flat array of ``dtype``: all at once where a word fills the dtype's bytes."""
     if digits == 2 * dtype.itemsize:
         unsigned = np.dtype(f">u{dtype.itemsize}")
         return np.frombuffer(bytes.fromhex(text), dtype=unsigned).astype(
-            unsigned.newbyteorder("=")).view(dtype).reshape(shape)
-    return _words(name, [text[i:i + digits] for i in range(0, len(text), digits)],
-                  where).reshape(shape)
+            unsigned.newbyteorder("=")).view(dtype)
+    return np.array([int(text[i:i + digits], 16) for i in range(0, len(text), digits)],
+                    dtype=np.dtype(f"u{dtype.itemsize}")).view(dtype)
 
 
 def _words(name, words, where) -> np.ndarray:
     """Bit patterns of the catalog format ``name`` as an array of its dtype."""
     fmt, dtype = _format(name, where)
     digits = fmt.bits // 4
-    unsigned = np.dtype(f">u{dtype.itemsize}")
     # The words joined and read at once when each is a string of ``digits`` lower-case hex
     # digits (most arrays: millions of words); otherwise the first bad one is named.
-    if digits == 2 * dtype.itemsize and all(type(w) is str for w in words) and \
-            set(map(len, words)) <= {digits}:
+    if all(type(w) is str for w in words) and set(map(len, words)) <= {digits}:
         joined = "".join(words)
         if _HEX.fullmatch(joined):
-            return np.frombuffer(bytes.fromhex(joined), dtype=unsigned).astype(
-                unsigned.newbyteorder("=")).view(dtype)
+            return _decoded(joined, digits, dtype)
     pattern = re.compile(f"[0-9a-f]{{{digits}}}")
     bad = next((w for w in words if not isinstance(w, str) or not pattern.fullmatch(w)), None)
-    if bad is not None:
-        raise _Bad(f"{where}: a {name} word is {digits} lower-case hex digits (got {bad!r})")
-    return np.array([int(w, 16) for w in words],
-                    dtype=np.dtype(f"u{dtype.itemsize}")).view(dtype)
+    raise _Bad(f"{where}: a {name} word is {digits} lower-case hex digits (got {bad!r})")
 
 
 def _ref(rec, graph: Graph, before: int, where: str, scope: str = "the nodes before it") -> Ref:
