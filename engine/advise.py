@@ -51,9 +51,9 @@ from . import cost as costs
 from .results import ADVICE_SCHEMA
 from .assignment import (BASE, TOP_LEVEL, UNIT_KINDS, AssignmentError, RecipeCandidate,
                          by_node, candidate, hooks, units_of)
-from .model import exact_traces, whole_name
+from .model import exact_traces
 from .samples import ModelError, prepared, sample_inputs
-from .sites import nearest64, sites, value_at
+from .sites import nearest64, sites, value_at, whole_name
 
 ROUNDS = 6                          # confirmation rounds before falling back
 REFINE = 24                         # measured one-unit lowerings after the confirmation

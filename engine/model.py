@@ -28,6 +28,14 @@ One unit of work is a configuration (format, mode, policy) over every sample.  P
 - the whole model: its outputs (forward, tangent) and the gradients of its inputs and
   parameters, rows with node ``output:<name>`` / ``input:<name>``, attribution propagated.
 
+Memory: the exact and the emulated traces of every sample are held whole (the propagated
+errors, the attribution and the summary read them); the local errors are measured a run of
+consecutive nodes at a time (``_chunks``, at most LOCAL_ELEMENTS elements of what the run's
+nodes read and make), so what the nodes alone read and compute is held for one run only.
+A graph within the limit is one run; the rows are the same either way, but under
+stochastic rounding a graph of several runs draws its local runs' bits in another order
+(one run's nodes for every sample, then the next run's).
+
 Rows are the results schema's (engine/rows.py) with ``node``, ``module``, ``node_index``
 and ``attribution``; statistics over every element of every sample (measuring.measure_port);
 ``worst`` names the sample and the element.
@@ -39,17 +47,8 @@ its componentwise ulp statistics cover only the elements whose exact magnitude i
 2**-p of that scale: the others (exact zeros, cancellation) are counted in ``cancelled``,
 their largest absolute error in ``cancelled_error`` and the row's ``reason``.
 
-The summary (``summarize``): the nodes whose local error is largest per route, by
-``norm_rel``, and the effect of keeping one node, or one module, in binary32: the emulated
-run again with those nodes evaluated by emulated binary32 (same mode and policy) and their
-results rounded once into the format as the next node reads them ("compute in binary32,
-store in the format"), the whole model's errors before and after: per route the largest
-``norm_rel`` over its tensors (outputs, input gradients) with its bits, and the max and
-mean ulps of their elements that do not cancel (against binary64 roundings of the exact
-values: a summary figure, not a measurement); ranked by the change of that ``norm_rel``.
-Every node and module is tried in a graph of at most KEEP_ALL of them; a larger one tries
-the KEEP_NODES nodes with the largest local errors and the modules holding them
-(_keep_groups), and ``keep_note`` says so.
+The summary (engine/keep.py ``summarize``): the nodes with the largest local errors per
+route and the effect of keeping one node, or one module, in binary32.
 
 Scaled formats (``mxfp8_e4m3``, ``nvfp4``, ``fp8_e4m3_tensor``...; class ``Scaled``): the
 scheme is the storage format of the tensors between the nodes, and the nodes compute in
@@ -112,7 +111,6 @@ scaled, recipe, assigned) giving the interpreter's hooks for each run and sample
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 
@@ -122,7 +120,6 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.resolve import Compact, agree, compact
 from roundoff_coverage.routes.graph import GraphRule, Ref
 
-from . import assignment as assigned
 from . import attribution as shares_of
 from . import implementations as registry
 from . import reference
@@ -133,23 +130,22 @@ from .executors import one_line
 from .lazy_exact import flat_exact, joined_exact
 from .measuring import measure_port
 from .model_recipe import RecipeRun
+from .keep import summarize
 from .model_scaled import Scaled
 from .samples import ModelError, is_float_port, prepared
 from .sites import (LOCAL, PROPAGATED, ROUTES, Config, compact_of, compacts_of,
-                    exact_numbers, nearest64, rounder_of, sites, value_at)
+                    exact_numbers, rounder_of, sites, value_at, whole_name)
 
 # The exact run settles by the reference policy (engine/reference.py: format precision + 64
 # bits, then double-double or twice that, at most two steps more); rows whose values still
 # moved at the last step say so in ``reason``.
-KEEP_FORMAT = "binary32"           # the precision a user may keep one node in
-TOP = 10                           # nodes listed per route in the summary
-KEEP_ALL = 48                      # keep experiments: all of them up to this many
-KEEP_NODES = 16                    # ... else this many nodes and the modules holding them
-# What the summary lists of each of the nodes adding the most error (rows' fields).
-LOCAL_FIELDS = ("node", "module", "op", "port", "norm_rel", "bits", "sqnr_db", "scale_ulp",
-                "max_ulp", "mean_ulp", "cancelled", "cancelled_error")
 # The exceptional class of values NaN in both the exact and the computed run (_row).
 NAN_IN_BOTH = "nan_in_both"
+# The local errors are measured a run of nodes at a time (_chunks), each run's arguments and
+# outputs (over the samples and routes) at most this many elements: what the nodes alone
+# read (binary64), compute (the format's values in binary64) and their exact values
+# (double-double and its compact copy) cost about 60 bytes an element, so about 0.5 GB.
+LOCAL_ELEMENTS = 1 << 23
 
 
 # ----- one configuration -------------------------------------------------------------------------
@@ -201,28 +197,43 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
                                     for a, p in zip(x, g.inputs)],
                                    c if want_grad else None, t if want_tan else None,
                                    override, post=post, pre=pre))
-    reads = [_rounded(g, fmt, tr, want_grad, want_tan, p) if scaled is None else
-             scaled.reads(g, tr, c, want_grad, want_tan) for tr, (c, _), p in
-             zip(exact, dirs, pieces)]
-    local = []
-    for s, r in enumerate(reads):
-        override, pre, post = store.hooks(g, "local", s)
-        local.append(rule.alone(r, override, post=post, pre=pre))
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    local_exact, local_pieces = _local_exact(g, reads, fmt, max(precs), log)
-    phases["reference"] += time.perf_counter() - t0
-    t0 = time.perf_counter()
     log("errors of every node")
-    out = []
-    for site in sites(g, routes):
-        out += _rows(g, config, fmt, site, exact, emulated, local, local_exact, max(precs),
-                     sorted(s for s, sites_ in moving.items() if site in sites_), scaled,
-                     recipe, pieces, local_pieces)
-    if others:
-        out += _others(g, config, fmt, routes, exact, max(precs), xs, dirs, others, target,
-                       pieces)
+    prec, every = max(precs), sites(g, routes)
+    moved = {site: sorted(s for s, sites_ in moving.items() if site in sites_)
+             for site in every}
+    found = {site: _rows(g, config, fmt, site, exact, emulated, prec, moved[site], scaled,
+                         recipe, pieces) for site in every}
     phases["measurement"] = time.perf_counter() - t0
+    # The local errors a chunk of nodes at a time (_chunks): what the nodes read, their
+    # emulated and exact results alone, then their rows; the next chunk's replace them.
+    for chunk in _chunks(g, len(xs), routes):
+        t0 = time.perf_counter()
+        reads = [_rounded(g, fmt, tr, want_grad, want_tan, p, chunk) if scaled is None else
+                 scaled.reads(g, tr, c, want_grad, want_tan, chunk) for tr, (c, _), p in
+                 zip(exact, dirs, pieces)]
+        local = []
+        for s, r in enumerate(reads):
+            override, pre, post = store.hooks(g, "local", s)
+            local.append(rule.alone(r, override, post=post, pre=pre, only=chunk))
+        phases["emulation"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        local_exact, local_pieces = _local_exact(g, reads, fmt, prec, log, chunk)
+        del reads
+        phases["reference"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for site in every:
+            if site.node in chunk:
+                found[site] += _rows(g, config, fmt, site, local_exact, local, prec,
+                                     moved[site], scaled, recipe, local_pieces, LOCAL)
+        del local, local_exact, local_pieces
+        phases["measurement"] += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    out = [row for site in every for row in found[site]]
+    if others:
+        out += _others(g, config, fmt, routes, exact, prec, xs, dirs, others, target, pieces)
+    phases["measurement"] += time.perf_counter() - t0
     ranked = None
     attributed = shares_of.wanted(attribution, g, routes,
                                   scaled is not None or recipe is not None)
@@ -340,7 +351,10 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
             kept[s] = tr
             if s in last:
                 before[s] = last[s]
-            last[s] = tuple(compact(value_at(tr, site)) for site in what)
+            # One copy of an array several sites hold (a cotangent that is its only
+            # consumer's contribution, an input's gradient): settle compares each once.
+            made = {}
+            last[s] = tuple(_compact_once(value_at(tr, site), made) for site in what)
             out.append(last[s])
         return out
     settled = reference.settle(fn, len(xs), fmt, graph=True)
@@ -358,13 +372,25 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
     return traces, settled.precs, moving, pieces
 
 
-def _rounded(g, fmt, tr, want_grad, want_tan, pieces=None) -> list:
+def _compact_once(a, made):
+    """numerics.resolve.compact of ``a``, made once per array in ``made`` ({id: (array,
+    Compact)})."""
+    if id(a) not in made:
+        made[id(a)] = (a, compact(a))
+    return made[id(a)][1]
+
+
+def _rounded(g, fmt, tr, want_grad, want_tan, pieces=None, only=None) -> list:
     """Per node, what it reads in ``tr`` rounded to nearest into fmt: (arguments, gradient
     flags, output cotangents, argument tangents); from the compact copies ``pieces``
-    (sites.compacts_of) where they hold a value."""
+    (sites.compacts_of) where they hold a value; ``only``: the nodes to read for (None for
+    the others; all by default)."""
     rnd = rounder_of(fmt)
     out = []
     for k, node in enumerate(g.nodes):
+        if only is not None and k not in only:
+            out.append(None)
+            continue
         op = node.op
         flags = tuple(want_grad and p.differentiable and (k, i) in tr.contributions
                       for i, p in enumerate(op.inputs))
@@ -376,12 +402,13 @@ def _rounded(g, fmt, tr, want_grad, want_tan, pieces=None) -> list:
     return out
 
 
-def _local_exact(g, reads, fmt, prec, log=_quiet) -> tuple[list, list]:
+def _local_exact(g, reads, fmt, prec, log=_quiet, only=None) -> tuple[list, list]:
     """(traces, their compact copies as exact_traces gives them) of the exact values of
     every node alone on its rounded reads (the local errors' reference), per sample, at
     ``prec`` bits: the precision the exact trace settled at, in double-double arithmetic
     where the trace's double-double sweep is the evidence (engine/reference.py, ``alone``);
-    a node double-double cannot evaluate, or a sample, by mpmath."""
+    a node double-double cannot evaluate, or a sample, by mpmath; ``only``: the nodes to
+    evaluate (GraphRule.alone)."""
     slow = GraphRule(g, numerics.reference(prec))
     dd = reference.alone(fmt, prec)
     fast = GraphRule(g, dd) if dd is not None else None
@@ -392,15 +419,35 @@ def _local_exact(g, reads, fmt, prec, log=_quiet) -> tuple[list, list]:
         tr = None
         if fast is not None:
             try:
-                tr = fast.alone(r, pre=hook, fallback=slow)
+                tr = fast.alone(r, pre=hook, fallback=slow, only=only)
             except Exception:         # noqa: BLE001 -- what double-double cannot hold
                 tr = None
         if tr is None:
-            tr = slow.alone(r, pre=hook)
+            tr = slow.alone(r, pre=hook, only=only)
         tr, copies = exact_numbers(tr)
         traces.append(tr)
         pieces.append(copies)
     return traces, pieces
+
+
+def _chunks(g, samples, routes, limit=None) -> list:
+    """The graph's nodes in consecutive runs (sets of node indices) whose local errors are
+    measured together: each run's arguments and outputs, over the samples and routes, at
+    most ``limit`` elements (LOCAL_ELEMENTS), or one node that alone exceeds it.  So the
+    nodes alone hold what a run reads and computes, not what the whole graph does; a graph
+    within the limit is one run."""
+    limit = LOCAL_ELEMENTS if limit is None else limit
+    out, size = [], 0
+    for k, node in enumerate(g.nodes):
+        op = node.op
+        n = samples * len(routes) * sum(math.prod(p.shape) for p in op.inputs + op.outputs
+                                        if p.scalar)
+        if not out or size + n > limit:
+            out.append(set())
+            size = 0
+        out[-1].add(k)
+        size += n
+    return out
 
 
 def _node_label(g, k) -> tuple:
@@ -413,23 +460,19 @@ def _node_label(g, k) -> tuple:
     return g.node_names[k], node.module, node.op.name, attrs
 
 
-def _rows(g, config, fmt, site, exact, emulated, local, local_exact, prec,
-          moving=(), scaled=None, recipe=None, pieces=None, local_pieces=None) -> list:
-    """The propagated and (for a node) local rows of ``site`` (``scaled``: a Scaled;
-    ``recipe``: a RecipeRun, whose product nodes' rows say what their operands took;
-    ``pieces``, ``local_pieces``: the compact copies of the exact traces and of the nodes
-    alone, exact_traces and _local_exact)."""
-    pairs = ((PROPAGATED, emulated, exact, pieces),) + \
-        (((LOCAL, local, local_exact, local_pieces),) if site.node >= 0 else ())
-    out = []
-    for a, traces, ex, copies in pairs:
-        row = _row(g, config, fmt, site, a, traces, ex, prec, moving, scaled=scaled,
-                   pieces=copies)
-        if row is not None and recipe is not None:
-            recipe.annotate(g, row, site, a, range(len(traces)))
-        if row is not None:
-            out.append(row)
-    return out
+def _rows(g, config, fmt, site, exact, traces, prec, moving=(), scaled=None, recipe=None,
+          pieces=None, attribution=PROPAGATED) -> list:
+    """The ``attribution`` row of ``site`` (none where no sample has an exact value there):
+    ``traces`` (the emulated run, or the nodes alone) against ``exact`` (its exact traces,
+    with their compact copies ``pieces``: exact_traces, _local_exact); ``scaled``: a Scaled;
+    ``recipe``: a RecipeRun, whose product nodes' rows say what their operands took."""
+    row = _row(g, config, fmt, site, attribution, traces, exact, prec, moving, scaled=scaled,
+               pieces=pieces)
+    if row is None:
+        return []
+    if recipe is not None:
+        recipe.annotate(g, row, site, attribution, range(len(traces)))
+    return [row]
 
 
 def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
@@ -587,217 +630,6 @@ def _worst(ulp, comp, exact, sizes, samples) -> dict | None:
     return {"sample": samples[s], "element": i - (int(ends[s - 1]) if s else 0),
             "computed": repr(float(comp[i])), "exact": row_fields.decimal_text(exact[i]),
             "ulp": float(ulp[i])}
-
-
-# ----- the summary -------------------------------------------------------------------------------
-
-def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
-              scaled=None, recipe=None, log=_quiet, pieces=None) -> dict:
-    """The nodes with the largest local errors per route, and the effect of keeping each node
-    (and each module) in binary32 on the whole model's errors; for a scaled format
-    (``scaled``), what quantizing the inputs did, and keeping a node means leaving its
-    outputs unquantized; under a recipe (``recipe``), keeping a product means leaving its
-    operands unquantized too.  ``pieces``: the exact traces' compact copies
-    (exact_traces)."""
-    top, ranked = {}, {}
-    for route in routes:
-        local = [r for r in measured if r["attribution"] == LOCAL and r["route"] == route
-                 and r["status"] == "ok" and r["samples"] + (r["cancelled"] or 0)]
-        local.sort(key=_local_rank)
-        top[route] = [{k: r[k] for k in LOCAL_FIELDS} for r in local[:TOP]]
-        ranked[route] = [r["node_index"] for r in local]
-    summary = {"largest_local": top}
-    if scaled is not None:
-        summary["scaled_inputs"] = scaled.input_fields(g)
-        summary["keep_note"] = (f"{config.format}: every node computes in "
-                                f"{scaled.compute.label}; "
-                                f"keeping a node leaves its outputs (values and gradient "
-                                f"contributions) unquantized")
-    elif recipe is not None:
-        summary["keep_note"] = (f"{config.policy} on {config.format}: keeping a product "
-                                f"leaves its operands unquantized; any kept node computes "
-                                f"in {KEEP_FORMAT}, its results stored in {fmt.label}")
-    elif config.format == assigned.ASSIGNED:
-        summary["keep_binary32"] = None
-        summary["keep_note"] = ("an assignment of formats to modules: which to keep in "
-                                "binary32 is roundoff-coverage advise's question")
-        return summary
-    elif fmt.precision >= formats.get(KEEP_FORMAT).precision:
-        summary["keep_binary32"] = None
-        summary["keep_note"] = f"{config.format} is at least as precise as {KEEP_FORMAT}"
-        return summary
-    groups, note = _keep_groups(g, ranked)
-    if note:
-        summary["keep_note"] = "; ".join(n for n in (summary.get("keep_note"), note) if n)
-    summary["keep_binary32"] = _keep(g, config, xs, dirs, exact, emulated, routes, emu,
-                                     groups, scaled, recipe, log, pieces)
-    return summary
-
-
-def _keep_groups(g, ranked) -> tuple[list, str | None]:
-    """The keep-in-binary32 experiments to run, (label, module, node indices) each, and a
-    note when not all of them: every node with a value output and every module of more than
-    one node while there are at most KEEP_ALL of them (each experiment is a whole emulated
-    run, so trying them all costs the graph's size squared); else the KEEP_NODES nodes with
-    the largest local errors (``ranked``: per route, node indices largest first, the routes
-    taken in turn) and then the modules holding them, innermost first, up to KEEP_ALL."""
-    nodes = [(g.node_names[k], g.node_modules[k], (k,)) for k, n in enumerate(g.nodes)
-             if any(p.kind == "value" for p in n.op.outputs)]
-    members = {}
-    for k, m in enumerate(g.node_modules):
-        parts = m.split(".") if m else []
-        for d in range(1, len(parts) + 1):
-            members.setdefault(".".join(parts[:d]), []).append(k)
-    modules = {m: ks for m, ks in members.items() if len(ks) > 1}
-    every = nodes + [(f"module:{m}", m, tuple(ks)) for m, ks in modules.items()]
-    if len(every) <= KEEP_ALL:
-        return every, None
-    valued = {ks[0] for _, _, ks in nodes}
-    chosen = []
-    for k in (k for row in itertools.zip_longest(*ranked.values()) for k in row):
-        if k is not None and k in valued and k not in chosen:
-            chosen.append(k)
-    chosen = chosen[:KEEP_NODES]
-    out = [(g.node_names[k], g.node_modules[k], (k,)) for k in chosen]
-    named = []
-    for k in chosen:
-        parts = g.node_modules[k].split(".") if g.node_modules[k] else []
-        named += [m for m in (".".join(parts[:d]) for d in range(len(parts), 0, -1))
-                  if m in modules and m not in named]
-    out += [(f"module:{m}", m, tuple(modules[m])) for m in named][:KEEP_ALL - len(out)]
-    return out, (f"{len(out)} of {len(every)} nodes and modules tried: the {len(chosen)} "
-                 f"nodes with the largest local errors and the modules holding them "
-                 f"(every one is tried in graphs of at most {KEEP_ALL})")
-
-
-def _local_rank(r) -> tuple:
-    """Largest normwise local error first (tensor_measures: norm_rel); a node whose exact
-    value is 0 but whose computed one is not (no relative error) after every other, by its
-    absolute error; then by execution order."""
-    rel = r.get("norm_rel")
-    if rel is None:
-        return (1, -_finite(r.get("cancelled_error") or 0.0), r["node_index"] or 0)
-    return (0, -_finite(rel), r["node_index"] or 0)
-
-
-def _finite(v):
-    return float("inf") if isinstance(v, str) else float(v)
-
-
-def _whole(g, routes):
-    return [s for s in sites(g, tuple(r for r in routes if r != "tangent")) if s.node < 0]
-
-
-def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
-    """{route: (largest norm_rel, its tensor, ulp errors)} of the whole model's values in
-    ``traces`` against binary64 roundings of the exact values: the largest normwise relative
-    error over the route's tensors (each output, each input gradient, joined over the samples:
-    tensor_measures; tensors with no relative error -- an exact 0 computed nonzero -- left
-    out, None where none is left) and the componentwise |ulp| errors of their elements that
-    are not cancelled (``scaled``: in ulps of its element format at their block scale)."""
-    acc, rel = {}, {}
-    for site in whole:
-        comps = []
-        for tr, ex in zip(traces, exact64):
-            c, e = value_at(tr, site), ex.get(site)
-            if c is None or e is None:
-                continue
-            shape = np.shape(c)
-            c = np.asarray(c, dtype=np.float64).reshape(-1)
-            both = np.isnan(c) & np.isnan(e)
-            ulp = np.abs(c - e) / formats.ulp(e, fmt) if scaled is None else \
-                np.abs(scaled.ulps64(c, e, shape, site.route))
-            comps.append((c[~both], e[~both], ulp[~both]))
-        if not comps:
-            continue
-        c, e, ulp = (np.concatenate(parts) for parts in zip(*comps))
-        measured, cancelled = tensor_measures.measures(c, e, fmt, scaled is None)
-        ulp = ulp[~cancelled]
-        acc.setdefault(site.route, []).append(ulp[np.isfinite(ulp)])
-        if measured["norm_rel"] is not None and \
-                measured["norm_rel"] >= rel.get(site.route, (-1.0, None))[0]:
-            rel[site.route] = (measured["norm_rel"], whole_name(site))
-    return {r: rel.get(r, (None, None)) + (np.concatenate(v),) for r, v in acc.items()}
-
-
-def whole_name(site) -> str:
-    """A whole-model site's node label in the rows: output:<name> or input:<name>."""
-    return f"{'input' if site.where == 'cotangents' else 'output'}:{site.port}"
-
-
-def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None,
-          recipe=None, log=_quiet, pieces=None) -> list:
-    """The keep-in-binary32 entries (module docstring) of the nodes and modules ``groups``
-    (_keep_groups), per route, the largest reduction of the route's normwise error first."""
-    fmt = emu.fmt
-    whole = _whole(g, routes)
-    if not whole:
-        return []
-    ref = numerics.reference(64)
-    exact64 = [{s: nearest64(value_at(tr, s), p, ref) for s in whole
-                if value_at(tr, s) is not None}
-               for tr, p in zip(exact, pieces or [None] * len(exact))]
-    before = _errors(g, fmt, emulated, exact64, whole, scaled)
-    wide = numerics.emulated(KEEP_FORMAT, config.mode, config.policy, seed=emu.seed)
-    want_grad = "gradient" in routes
-    out = []
-    store, rule = scaled or recipe or storage.ELEMENT, GraphRule(g, emu)
-    # An element format rounding deterministically: each experiment evaluates again only
-    # the kept nodes and those reading what they changed (GraphRule.rerun), from one tape
-    # per sample; its results are those of a whole run.
-    tapes = None
-    if store is storage.ELEMENT and config.mode != "stochastic":
-        needs = tuple(want_grad and p.differentiable for p in g.inputs)
-        tapes = [rule.taped([emu.asarray(a) if is_float_port(p) else a
-                             for a, p in zip(x, g.inputs)], needs) for x in xs]
-    for i, (label, module, ks) in enumerate(groups):
-        log("keep in binary32", float(i), float(len(groups)), f"{i + 1}/{len(groups)} {label}")
-        try:
-            traces = []
-            for s, (x, (c, _)) in enumerate(zip(xs, dirs)):
-                if tapes is not None:
-                    traces.append(rule.rerun(tapes[s], dict.fromkeys(ks, wide),
-                                             c if want_grad else None))
-                    continue
-                override, pre, post = store.hooks(g, "emulated", s, ks, wide, record=False)
-                traces.append(rule.trace([emu.asarray(a) if is_float_port(p) else a
-                                          for a, p in zip(x, g.inputs)],
-                                         c if want_grad else None, None, override,
-                                         post=post, pre=pre))
-        except Exception:                                   # noqa: BLE001
-            continue
-        after = _errors(g, fmt, traces, exact64, whole, scaled)
-        for route, errors in after.items():
-            out.append({"keep": label, "module": module, "nodes": len(ks), "route": route}
-                       | _keep_fields(before.get(route, (None, None, np.zeros(0))), errors))
-    out.sort(key=lambda e: (e["route"], _gain(e), e["mean_ulp_after"] - e["mean_ulp_before"]))
-    return out
-
-
-def _keep_fields(before, after) -> dict:
-    """One keep entry's numbers: the whole route's largest normwise relative error, the
-    tensor that has it and its bits of agreement, the max and mean |ulp| of its elements
-    that are not cancelled, before and after (tensor_measures)."""
-    out = {}
-    for when, (rel, name, ulp) in (("before", before), ("after", after)):
-        out[f"norm_rel_{when}"] = rel
-        out[f"tensor_{when}"] = name
-        out[f"bits_{when}"] = None if rel is None else \
-            (float("inf") if rel == 0 else -float(np.log2(rel)))
-        out[f"max_ulp_{when}"] = float(np.max(ulp)) if ulp.size else 0.0
-        out[f"mean_ulp_{when}"] = float(np.mean(ulp)) if ulp.size else 0.0
-    return out
-
-
-def _gain(e) -> float:
-    """How much keeping a node changes the route's normwise error: log2(after / before),
-    most negative for the largest reduction; 0 where either is not defined or both are 0."""
-    b, a = e["norm_rel_before"], e["norm_rel_after"]
-    if b is None or a is None or (a == 0 and b == 0):
-        return 0.0
-    if a == 0 or b == 0:
-        return float("-inf") if a == 0 else float("inf")
-    return math.log2(a) - math.log2(b)          # no underflow of a / b (1e-300 / 1e10)
 
 
 # ----- scaled formats ----------------------------------------------------------------------------

@@ -153,9 +153,10 @@ class Scaled:
             return q
         return post
 
-    def reads(self, g, tr, cots, want_grad, want_tan) -> list:
+    def reads(self, g, tr, cots, want_grad, want_tan, only=None) -> list:
         """What each node reads in the exact trace ``tr`` as the emulated run stores it
-        (_rounded's tuples; the module docstring): ``cots`` the outputs' cotangents."""
+        (_rounded's tuples; the module docstring): ``cots`` the outputs' cotangents;
+        ``only``: the nodes to read for (None for the others; all by default)."""
         rnd, memo = rounder_of(self.compute), {}
 
         def stored(r, v, kind):
@@ -166,6 +167,9 @@ class Scaled:
             return memo[(kind, r)]
         out = []
         for k, node in enumerate(g.nodes):
+            if only is not None and k not in only:
+                out.append(None)
+                continue
             op = node.op
             flags = tuple(want_grad and p.differentiable and (k, i) in tr.contributions
                           for i, p in enumerate(op.inputs))

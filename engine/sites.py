@@ -165,3 +165,8 @@ EXACT_SUM_PREC = 320
 
 
 B64 = formats.get("binary64")
+
+
+def whole_name(site) -> str:
+    """A whole-model site's node label in the rows: output:<name> or input:<name>."""
+    return f"{'input' if site.where == 'cotangents' else 'output'}:{site.port}"

@@ -579,9 +579,10 @@ class GraphRule:
         is left out as above); ``only``: the node indices to evaluate (all by default)."""
         xp, out, redo = self.xp, Trace(values={}), []
         reference = xp.name.startswith("reference")
-        for k, (node, (args, flags, cts, ts)) in enumerate(zip(self.graph.nodes, reads)):
+        for k, node in enumerate(self.graph.nodes):
             if only is not None and k not in only:
-                continue
+                continue                    # its reads may be None
+            args, flags, cts, ts = reads[k]
             op = node.op
             b = (override or {}).get(k, xp)
             if reference:

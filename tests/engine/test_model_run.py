@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from roundoff_coverage import formats, routes
+from roundoff_coverage.engine import keep
 from roundoff_coverage.engine import model as M
 from roundoff_coverage.engine.samples import sample_inputs
 from roundoff_coverage.routes.ports import value
@@ -34,7 +35,10 @@ def _row(rows, node, route, port, attribution):
                 and r["port"] == port and r["attribution"] == attribution)
 
 
-def test_local_and_propagated_errors_of_a_chain_match_exact_rationals():
+@pytest.mark.parametrize("chunk", [None, 1], ids=["one-run", "node-by-node"])
+def test_local_and_propagated_errors_of_a_chain_match_exact_rationals(chunk, monkeypatch):
+    if chunk is not None:                 # the local errors measured one node at a time
+        monkeypatch.setattr(M, "LOCAL_ELEMENTS", chunk)
     g = chain_graph()
     rng = np.random.default_rng(3)
     xs = [list(formats.round_to(rng.uniform(0.5, 2.0, (4, 6)), BF16)) for _ in range(1)]
@@ -60,6 +64,17 @@ def test_local_and_propagated_errors_of_a_chain_match_exact_rationals():
     assert _row(rows, "scale", "forward", "out", "local")["max_ulp"] == pytest.approx(loc, 1e-9)
     whole = _row(rows, "output:out0", "forward", "out0", "propagated")
     assert whole["max_ulp"] == pytest.approx(prop, 1e-9) and whole["node_index"] is None
+
+
+def test_the_local_errors_are_measured_in_runs_of_nodes_within_the_element_limit():
+    # chain_graph: mul, add and scale read two arrays of 6 and make one: 18 elements each;
+    # 2 samples and 2 routes weigh each 4x (72): two fit 144, three fit 54 at 1x.
+    g = chain_graph()
+    sizes = [sum(math.prod(p.shape) for p in n.op.inputs + n.op.outputs) for n in g.nodes]
+    assert sizes == [18, 18, 18]
+    assert M._chunks(g, 2, ("forward", "gradient"), limit=144) == [{0, 1}, {2}]
+    assert M._chunks(g, 2, ("forward", "gradient"), limit=10) == [{0}, {1}, {2}]
+    assert M._chunks(g, 1, ("forward",), limit=54) == [{0, 1, 2}]
 
 
 def test_local_errors_of_correctly_rounded_nodes_are_within_half_an_ulp():
@@ -99,8 +114,8 @@ def test_keeping_a_bfloat16_sum_in_binary32_removes_its_error():
 
 def test_a_large_graph_tries_the_nodes_adding_the_most_error_in_binary32():
     # 60 exact multiplications by 1 around the same stagnating bfloat16 sum: more nodes
-    # than the summary runs whole keep experiments for (M.KEEP_ALL), so it tries the
-    # M.KEEP_NODES nodes with the largest local errors -- the sum first, the only node with
+    # than the summary runs whole keep experiments for (keep.KEEP_ALL), so it tries the
+    # keep.KEEP_NODES nodes with the largest local errors -- the sum first, the only node with
     # an error -- and says so; keeping the sum in binary32 leaves the output within an ulp.
     n = 1024
     g = routes.Graph(x=value((n,)), ones=value((n,)))
@@ -115,7 +130,7 @@ def test_a_large_graph_tries_the_nodes_adding_the_most_error_in_binary32():
     _, summary, _ = M.measure(g, M.Config("bfloat16", "nearest_even", "strict"),
                               sample_inputs(g, 1, 0), 0, ("forward",))
     tried = summary["keep_binary32"]
-    assert len(tried) == M.KEEP_NODES < len(g.nodes)
+    assert len(tried) == keep.KEEP_NODES < len(g.nodes)
     assert "nodes with the largest local errors" in summary["keep_note"]
     assert summary["largest_local"]["forward"][0]["node"] == "total"
     assert tried[0]["keep"] == "total" and tried[0]["max_ulp_before"] > 8 and \
