@@ -61,7 +61,9 @@ class LazyExact:
 
     @staticmethod
     def concatenate(parts):
-        """The parts (LazyExact, flat) joined, lazily."""
+        """The parts (LazyExact, flat) joined, lazily (the part itself where there is one)."""
+        if len(parts) == 1:
+            return parts[0]
         return LazyExact(Compact(np.concatenate([p.compact.hi for p in parts]),
                                  np.concatenate([p.compact.lo for p in parts])))
 

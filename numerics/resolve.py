@@ -281,7 +281,10 @@ def compact(a):
     arr = np.asarray(a)
     if arr.dtype == DD:       # double-double: its pieces, or its values beside a NaN or inf
         if np.isfinite(arr["hi"]).all():
-            return Compact(arr["hi"].copy(), arr["lo"].copy())
+            # Views of the pieces, not copies: a model's exact trace is made of such
+            # arrays, never written again, and its Compacts replace them (16 bytes an
+            # element held once, not twice).
+            return Compact(arr["hi"], arr["lo"])
         return exact_values(arr)
     if arr.size == 0 or (arr.dtype != object and arr.dtype.kind != "f"):
         return a
