@@ -26,15 +26,17 @@ MEASURE_BYTES_PER_INPUT = 96
 MEASURE_BYTES_PER_CHUNK = 128
 CHECKPOINT_BYTES_PER_CHUNK = 16 << 10
 # A model run holds each value element (inputs and parameters, constants, every node's
-# outputs) many times over: the exact run's numbers (mpmath objects of ~100 bytes beside
-# their compact copies), the pieces of the trace before, the emulated run, every node
-# alone on its rounded reads, the rows' stand-ins.  Bytes per element and sample, by route, below every
-# peak measured on 2 cores (peak RSS less the ~400 MiB of the imports, per element):
-# the README block (d 64, 468 K elements) 517 B forward, 816 B with gradients, 1.07 KB
-# with tangents too; torchvision's ResNet-18 at 32x32 (11.4 M elements) 640 B with
-# gradients; a 2-layer GPT-2 of width 32 (107 K elements) 2.4 KB.  An estimate, so that a
-# run that cannot fit is refused at once instead of failing after hours.
-MODEL_BYTES_PER_ELEMENT = {"forward": 256, "gradient": 256, "tangent": 128}
+# outputs) several times over: the exact trace's double-double numbers, the emulated run's,
+# the keep experiments' tapes, and for a run of nodes at a time each node alone on its
+# rounded reads and the rows' stand-ins.  Bytes per element and sample, by route, at most
+# the peaks of the large models measured on 2 cores (peak RSS less the ~400 MiB of the
+# imports, per element, forward and gradients, the sixteenth session): torchvision's
+# ResNet-18 at 224x224 (19.6 M elements) 118 B, a one-layer GPT-2 small shape with 2,000
+# words (20.5 M) 126 B, with its 50,257 (63.8 M) 256 B.  Small models cost more an element
+# (the README block, 468 K elements: 816 B with gradients in an earlier session), but
+# they fit anywhere.  An estimate, so that a run that cannot fit is refused at once
+# instead of failing after hours, never refusing one that fits.
+MODEL_BYTES_PER_ELEMENT = {"forward": 128, "gradient": 128, "tangent": 64}
 # A model run holds each input element many times over (the rounded samples, every node's
 # value in the emulated and the exact run, the exact run's mpmath numbers at about 100 bytes
 # for binary64's 8): the arrays of --inputs may take at most this share of the memory.

@@ -64,22 +64,24 @@ def test_sizes_read_in_binary_units():
 
 
 def test_a_model_run_is_estimated_by_route_and_worker(monkeypatch):
-    # 8 GiB available; 4 Mi elements a sample at 512 bytes each (forward + gradient) is
-    # 2 GiB a sample on top of the worker's 400 MiB: 3 samples fit in 95% of 8 GiB
-    # (0.95 * 8 GiB - 400 MiB = 7,741,007,462 bytes; / 2 GiB = 3.6), 4 do not.
+    # 8 GiB available; 4 Mi elements a sample at 256 bytes each (forward + gradient) is
+    # 1 GiB a sample on top of the worker's 400 MiB: 7 samples (7.39 GiB) fit, 8 (8.39 GiB)
+    # do not; the line's count is of 95% of 8 GiB: 0.95 * 8 GiB - 400 MiB =
+    # 7,741,007,462 bytes, 7.2 samples.
     monkeypatch.setattr(budget, "available_memory", lambda: 8 << 30)
     fg = ("forward", "gradient")
-    budget.check_model(4 << 20, 3, "x", fg)
+    budget.check_model(4 << 20, 7, "x", fg)
     with pytest.raises(budget.BudgetError) as info:
-        budget.check_model(4 << 20, 4, "input x [2048, 2048]", fg)
+        budget.check_model(4 << 20, 8, "input x [2048, 2048]", fg)
     assert re.search(r"hold 4194304 elements a sample \(largest: input x \[2048, 2048\]\), "
-                     r"and a model run of forward\+gradient holds about 512 bytes per "
-                     r"element.+4 samples need about 8\.39 GiB on 1 worker, more than the "
-                     r"8 GiB available; at most 3 samples fit", str(info.value)), info.value
-    # forward alone is half as much: 7 samples fit; two workers each hold a configuration.
-    budget.check_model(4 << 20, 7, "x", ("forward",))
-    with pytest.raises(budget.BudgetError, match="on 2 workers.+at most 1 sample fits"):
-        budget.check_model(4 << 20, 2, "x", fg, workers=2)
+                     r"and a model run of forward\+gradient holds about 256 bytes per "
+                     r"element.+8 samples need about 8\.39 GiB on 1 worker, more than the "
+                     r"8 GiB available; at most 7 samples fit", str(info.value)), info.value
+    # forward alone is half as much: 15 samples fit; two workers each hold a configuration
+    # (2 x (400 MiB + 4 GiB) > 8 GiB; 0.95 * 4 GiB - 400 MiB is 3.4 samples).
+    budget.check_model(4 << 20, 15, "x", ("forward",))
+    with pytest.raises(budget.BudgetError, match="on 2 workers.+at most 3 samples fit"):
+        budget.check_model(4 << 20, 4, "x", fg, workers=2)
     # Work on a remote cluster: only the binary64 bound, which never refuses what fits.
     budget.check_model(4 << 20, 4, "x", fg, workers=0)
     with pytest.raises(budget.BudgetError, match="in binary64 alone"):
