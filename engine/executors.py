@@ -124,7 +124,12 @@ def local(fn, units, jobs: int, *, serial: bool = False, inline=None, initialize
         try:
             while True:
                 for batch in itertools.islice(items, 2 * workers - len(pending)):
-                    pending[pool.submit(_run_batch, fn, batch, track)] = batch
+                    try:
+                        pending[pool.submit(_run_batch, fn, batch, track)] = batch
+                    except BrokenProcessPool:
+                        # A worker died after the last results came in: the pool refuses
+                        # new work before any future says so.
+                        raise WorkerDied(_death(pool, track, pending, batch, name)) from None
                 if not pending:
                     break
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)

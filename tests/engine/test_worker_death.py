@@ -185,3 +185,31 @@ def test_a_target_that_kills_every_dask_worker_ends_the_measurement_with_one_lin
                     "0..99) died in it (KilledWorker); the units finished before are kept in "
                     "the checkpoint: rerun with --resume")
     assert not (tmp_path / "m.json").exists()
+
+
+def test_a_pool_broken_before_any_result_says_so_is_a_worker_death(monkeypatch):
+    # A worker dies just after the last results came in: the pool's next submit raises
+    # BrokenProcessPool before any future does.  That is the death of a worker too (one
+    # line, the units finished before kept), not an internal error.
+    from concurrent.futures.process import BrokenProcessPool
+
+    from roundoff_coverage.engine import executors
+
+    class Breaking(executors.ProcessPoolExecutor):
+        calls = 0
+
+        def submit(self, *args, **kwargs):
+            Breaking.calls += 1
+            if Breaking.calls > 4:                   # the first two per worker went out
+                raise BrokenProcessPool("a child process terminated abruptly")
+            return super().submit(*args, **kwargs)
+    monkeypatch.setattr(executors, "ProcessPoolExecutor", Breaking)
+    got = []
+    with pytest.raises(executors.WorkerDied) as info:
+        for key, value in executors.local(abs, [(k, (-k,)) for k in range(8)], 2,
+                                          name=lambda k: f"unit {k}"):
+            got.append((key, value))
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("a worker process") and \
+        message.endswith("rerun with --resume"), message
+    assert got and all(value == key for key, value in got)      # what finished is kept
