@@ -118,7 +118,7 @@ import numpy as np
 
 from roundoff_coverage import formats, numerics
 from roundoff_coverage.numerics.resolve import Compact, agree, compact
-from roundoff_coverage.routes.graph import GraphRule, Ref
+from roundoff_coverage.routes.graph import GraphRule
 
 from . import attribution as shares_of
 from . import implementations as registry
@@ -127,14 +127,14 @@ from . import rows as row_fields
 from . import storage
 from . import tensor_measures
 from .executors import one_line
+from .keep import summarize
 from .lazy_exact import flat_exact, joined_exact
 from .measuring import measure_port
 from .model_recipe import RecipeRun
-from .keep import summarize
 from .model_scaled import Scaled
 from .samples import ModelError, is_float_port, prepared
 from .sites import (LOCAL, PROPAGATED, ROUTES, Config, compact_of, compacts_of,
-                    exact_numbers, rounder_of, sites, value_at, whole_name)
+                    exact_numbers, node_reads, rounder_of, sites, value_at, whole_name)
 
 # The exact run settles by the reference policy (engine/reference.py: format precision + 64
 # bits, then double-double or twice that, at most two steps more); rows whose values still
@@ -144,7 +144,7 @@ NAN_IN_BOTH = "nan_in_both"
 # The local errors are measured a run of nodes at a time (_chunks), each run's arguments and
 # outputs (over the samples and routes) at most this many elements: what the nodes alone
 # read (binary64), compute (the format's values in binary64) and their exact values
-# (double-double and its compact copy) cost about 60 bytes an element, so about 0.5 GB.
+# (double-double) cost some 40-60 bytes an element, so at most about 0.5 GB.
 LOCAL_ELEMENTS = 1 << 23
 
 
@@ -206,8 +206,8 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     found = {site: _rows(g, config, fmt, site, exact, emulated, prec, moved[site], scaled,
                          recipe, pieces) for site in every}
     phases["measurement"] = time.perf_counter() - t0
-    # The local errors a chunk of nodes at a time (_chunks): what the nodes read, their
-    # emulated and exact results alone, then their rows; the next chunk's replace them.
+    # The local errors a run of nodes at a time (_chunks): what the nodes read, their
+    # emulated and exact results alone, then their rows; the next run's replace them.
     for chunk in _chunks(g, len(xs), routes):
         t0 = time.perf_counter()
         reads = [_rounded(g, fmt, tr, want_grad, want_tan, p, chunk) if scaled is None else
@@ -381,25 +381,12 @@ def _compact_once(a, made):
 
 
 def _rounded(g, fmt, tr, want_grad, want_tan, pieces=None, only=None) -> list:
-    """Per node, what it reads in ``tr`` rounded to nearest into fmt: (arguments, gradient
-    flags, output cotangents, argument tangents); from the compact copies ``pieces``
-    (sites.compacts_of) where they hold a value; ``only``: the nodes to read for (None for
-    the others; all by default)."""
+    """Per node, what it reads in ``tr`` rounded to nearest into fmt (sites.node_reads);
+    from the compact copies ``pieces`` (sites.compacts_of) where they hold a value;
+    ``only``: the nodes to read for."""
     rnd = rounder_of(fmt)
-    out = []
-    for k, node in enumerate(g.nodes):
-        if only is not None and k not in only:
-            out.append(None)
-            continue
-        op = node.op
-        flags = tuple(want_grad and p.differentiable and (k, i) in tr.contributions
-                      for i, p in enumerate(op.inputs))
-        cts = [rnd(tr.cotangents.get(Ref(k, j)), pieces) for j in range(len(op.outputs))] \
-            if any(flags) else None
-        ts = [rnd(tr.tangents.get(r), pieces) if p.differentiable else None
-              for r, p in zip(node.args, op.inputs)] if want_tan else None
-        out.append(([rnd(tr.values[r], pieces) for r in node.args], flags, cts, ts))
-    return out
+    return node_reads(g, tr, want_grad, want_tan, lambda r, v, kind: rnd(v, pieces),
+                      lambda ref: rnd(tr.cotangents.get(ref), pieces), only)
 
 
 def _local_exact(g, reads, fmt, prec, log=_quiet, only=None) -> tuple[list, list]:

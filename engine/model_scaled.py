@@ -15,7 +15,7 @@ from roundoff_coverage.routes.graph import CONSTANT, INPUT, Ref
 from .quantize import BlockCounts, axis_text, element_scales, quantize_port, scale_axis
 from .measuring import measure_scaled_port, scaled_errors
 from .samples import ModelError, is_float_port, tangent_directions
-from .sites import B64, EXACT_SUM_PREC, PROPAGATED, rounder_of
+from .sites import B64, EXACT_SUM_PREC, PROPAGATED, node_reads, rounder_of
 from .task import compute_format, quantized_port
 
 
@@ -155,7 +155,7 @@ class Scaled:
 
     def reads(self, g, tr, cots, want_grad, want_tan, only=None) -> list:
         """What each node reads in the exact trace ``tr`` as the emulated run stores it
-        (_rounded's tuples; the module docstring): ``cots`` the outputs' cotangents;
+        (sites.node_reads; the module docstring): ``cots`` the outputs' cotangents;
         ``only``: the nodes to read for (None for the others; all by default)."""
         rnd, memo = rounder_of(self.compute), {}
 
@@ -165,20 +165,8 @@ class Scaled:
             if (kind, r) not in memo:
                 memo[(kind, r)] = self._exact(v, self.fwd)
             return memo[(kind, r)]
-        out = []
-        for k, node in enumerate(g.nodes):
-            if only is not None and k not in only:
-                out.append(None)
-                continue
-            op = node.op
-            flags = tuple(want_grad and p.differentiable and (k, i) in tr.contributions
-                          for i, p in enumerate(op.inputs))
-            cts = [self._cotangent(g, tr, Ref(k, j), cots) for j in range(len(op.outputs))] \
-                if any(flags) else None
-            ts = [stored(r, tr.tangents.get(r), "tangent") if p.differentiable else None
-                  for r, p in zip(node.args, op.inputs)] if want_tan else None
-            out.append(([stored(r, tr.values[r], "value") for r in node.args], flags, cts, ts))
-        return out
+        return node_reads(g, tr, want_grad, want_tan, stored,
+                          lambda ref: self._cotangent(g, tr, ref, cots), only)
 
     def _cotangent(self, g, tr, ref, cots):
         """The cotangent of ``ref`` as the reverse sweep holds it, from exact values: each

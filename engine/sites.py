@@ -86,6 +86,27 @@ def sites(graph, routes) -> list:
     return out
 
 
+def node_reads(g, tr, want_grad, want_tan, value, cotangent, only=None) -> list:
+    """Per node, what it reads in the trace ``tr`` as GraphRule.alone takes it (arguments,
+    gradient flags, output cotangents, argument tangents): each argument and tangent as
+    ``value(ref, v, kind)`` gives it (kind "value" or "tangent"), each output's cotangent as
+    ``cotangent(ref)``; ``only``: the nodes to read for (None for the others; all by
+    default)."""
+    out = []
+    for k, node in enumerate(g.nodes):
+        if only is not None and k not in only:
+            out.append(None)
+            continue
+        op = node.op
+        flags = tuple(want_grad and p.differentiable and (k, i) in tr.contributions
+                      for i, p in enumerate(op.inputs))
+        cts = [cotangent(Ref(k, j)) for j in range(len(op.outputs))] if any(flags) else None
+        ts = [value(r, tr.tangents.get(r), "tangent") if p.differentiable else None
+              for r, p in zip(node.args, op.inputs)] if want_tan else None
+        out.append(([value(r, tr.values[r], "value") for r in node.args], flags, cts, ts))
+    return out
+
+
 def value_at(trace, site):
     """The values of ``site`` in ``trace`` (None where the trace has none)."""
     return getattr(trace, site.where).get(site.ref)
