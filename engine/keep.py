@@ -12,7 +12,6 @@ values: a summary figure, not a measurement); ranked by the change of that ``nor
 Every node and module is tried in a graph of at most KEEP_ALL of them; a larger one tries
 the KEEP_NODES nodes with the largest local errors and the modules holding them
 (_keep_groups), and ``keep_note`` says so.
-
 """
 
 from __future__ import annotations

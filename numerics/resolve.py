@@ -281,9 +281,9 @@ def compact(a):
     arr = np.asarray(a)
     if arr.dtype == DD:       # double-double: its pieces, or its values beside a NaN or inf
         if np.isfinite(arr["hi"]).all():
-            # Views of the pieces, not copies: a model's exact trace is made of such
-            # arrays, never written again, and its Compacts replace them (16 bytes an
-            # element held once, not twice).
+            # Views of the pieces, not copies: the arrays compacted are a backend's
+            # results, never written again, so a caller that keeps the Compact in their
+            # place holds 16 bytes an element once, not twice.
             return Compact(arr["hi"], arr["lo"])
         return exact_values(arr)
     if arr.size == 0 or (arr.dtype != object and arr.dtype.kind != "f"):
