@@ -529,8 +529,9 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
                                                  fmt, scaled is None, _subset(y, mpfs, normed))
     kept = keep.copy()
     kept[normed] = ~cancelled
-    ulp = measure_port(row, _picked(comp, kept), _picked(ex, kept), fmt, None,
-                       stand=_subset(y, mpfs, kept)) if scaled is None else \
+    picked = _picked(ex, kept)
+    ulp = measure_port(row, _picked(comp, kept), picked, fmt, None,
+                       stand=_subset(y, mpfs, kept, picked)) if scaled is None else \
         scaled.measure(g, row, site, attribution, comp, ex,
                        [value_at(exact[s], site) for s in where], where, keep)
     row.update(tensor)
@@ -556,9 +557,10 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
     return row
 
 
-def _subset(y, mpfs, mask) -> tuple:
-    """The stand-ins (tensor_measures.stand_ins) of the elements of ``mask``."""
-    return (y, mpfs) if mask.all() else (y[mask], mpfs.subset(mask))
+def _subset(y, mpfs, mask, flat=None) -> tuple:
+    """The stand-ins (tensor_measures.stand_ins) of the elements of ``mask``; ``flat``: the
+    exact values of those elements, picked already."""
+    return (y, mpfs) if mask.all() else (y[mask], mpfs.subset(mask, flat))
 
 
 def _picked(a, mask):

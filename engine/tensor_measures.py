@@ -74,8 +74,10 @@ class Raws:
     def __getitem__(self, i):
         return getattr(self.flat[i], "_mpf_", None)
 
-    def subset(self, mask) -> "Raws":
-        return Raws(self.flat[mask], self.lo[mask])
+    def subset(self, mask, flat=None) -> "Raws":
+        """The entries of ``mask``; ``flat``: their exact values, where the caller has
+        picked them already (no second copy)."""
+        return Raws(self.flat[mask] if flat is None else flat, self.lo[mask])
 
 
 def stand_ins(exact, nearest=None, lo=None) -> tuple[np.ndarray, Raws]:

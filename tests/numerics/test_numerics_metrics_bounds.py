@@ -114,6 +114,33 @@ def test_object_and_float64_paths_agree_on_float64_exact_values():
     np.testing.assert_allclose(a.rel, b.rel, rtol=2 ** -52, atol=0)
 
 
+def test_long_pairs_are_measured_in_blocks_with_the_definition_s_errors(monkeypatch):
+    # Blocks of 7 elements cut through random values (the Fraction oracle of the test above)
+    # and, three times over, the special cases of the IEEE convention test below.
+    monkeypatch.setattr(metrics, "MEASURE_BLOCK", 7)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(40) * 2.0 ** rng.integers(-12, 5, 40)
+    c = np.clip(formats.round_to(x * (1 + rng.uniform(-0.05, 0.05, x.size)), "binary16"),
+                -65504.0, 65504.0)
+    nan, inf = np.nan, np.inf
+    special_c = [nan, nan, inf, -inf, inf, inf, 65504.0, inf, 65504.0, 1.0, 65504.0]
+    special_x = [nan, 1.0, inf, -inf, 65520.0, 65505.0, 65505.0, 1e9, 1e9, nan, inf]
+    special_ulp = [0.0, nan, 0.0, 0.0, 0.5, 31 / 32, -1 / 32, 0.0, -1.0, nan, nan]
+    special_codes = ["ok", "nan_from_finite", "ok", "ok", "overflow_to_inf",
+                     "overflow_to_inf", "overflow_to_max", "overflow_to_inf",
+                     "overflow_to_max", "missed_nan", "overflow_to_max"]
+    computed = np.concatenate([c, np.tile(special_c, 3)])
+    exact = np.concatenate([x, np.tile(special_x, 3)])
+    m = metrics.measure(computed, exact, "binary16")
+    want = [float((Fraction(ci) - Fraction(xi)) / _ulp(abs(Fraction(xi)), "binary16"))
+            for ci, xi in zip(c, x)]
+    np.testing.assert_array_equal(m.ulp, want + special_ulp * 3)
+    assert m.abs[:40].tolist() == [float(Fraction(ci) - Fraction(xi)) for ci, xi in zip(c, x)]
+    assert [CLASSES[k] for k in m.codes[40:]] == special_codes * 3
+    assert m.rel.shape == m.bits.shape == (73,)
+    assert metrics.measure(computed, exact, "binary16", absolute=False).abs is None
+
+
 def test_signed_and_broadcast_arguments():
     err = metrics.ulp_error(np.array([[-1.0], [1.0]]), np.array([-1.0 - 2.0 ** -9, 1.0]),
                             "bfloat16")
