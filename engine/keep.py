@@ -40,13 +40,14 @@ LOCAL_FIELDS = ("node", "module", "op", "port", "norm_rel", "bits", "sqnr_db", "
 
 
 def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
-              scaled=None, recipe=None, log=None, pieces=None) -> dict:
+              scaled=None, recipe=None, log=None, pieces=None, release=None) -> dict:
     """The nodes with the largest local errors per route, and the effect of keeping each node
     (and each module) in binary32 on the whole model's errors; for a scaled format
     (``scaled``), what quantizing the inputs did, and keeping a node means leaving its
     outputs unquantized; under a recipe (``recipe``), keeping a product means leaving its
     operands unquantized too.  ``pieces``: the exact traces' compact copies
-    (exact_traces); ``log``: as engine/model.py measure's, or None."""
+    (exact_traces); ``log``: as engine/model.py measure's, or None; ``release``: called
+    after each keep experiment (engine/spill.py Spill.release), or None."""
     top, ranked = {}, {}
     for route in routes:
         local = [r for r in measured if r["attribution"] == LOCAL and r["route"] == route
@@ -78,7 +79,7 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
     if note:
         summary["keep_note"] = "; ".join(n for n in (summary.get("keep_note"), note) if n)
     summary["keep_binary32"] = _keep(g, config, xs, dirs, exact, emulated, routes, emu,
-                                     groups, scaled, recipe, log, pieces)
+                                     groups, scaled, recipe, log, pieces, release)
     return summary
 
 
@@ -169,7 +170,7 @@ def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
 
 
 def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None,
-          recipe=None, log=None, pieces=None) -> list:
+          recipe=None, log=None, pieces=None, release=None) -> list:
     """The keep-in-binary32 entries (module docstring) of the nodes and modules ``groups``
     (_keep_groups), per route, the largest reduction of the route's normwise error first."""
     fmt = emu.fmt
@@ -212,6 +213,8 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
         except Exception:                                   # noqa: BLE001
             continue
         after = _errors(g, fmt, traces, exact64, whole, scaled)
+        if release is not None:
+            release()
         for route, errors in after.items():
             out.append({"keep": label, "module": module, "nodes": len(ks), "route": route}
                        | _keep_fields(before.get(route, (None, None, np.zeros(0))), errors))

@@ -29,9 +29,13 @@ One unit of work is a configuration (format, mode, policy) over every sample.  P
   parameters, rows with node ``output:<name>`` / ``input:<name>``, attribution propagated.
 
 Memory: the exact and the emulated traces of every sample are held whole (the propagated
-errors, the attribution and the summary read them); the local errors are measured a run of
-consecutive nodes at a time (``_chunks``, at most LOCAL_ELEMENTS elements of what the run's
-nodes read and make), so what the nodes alone read and compute is held for one run only.
+errors, the attribution and the summary read them): in memory, or, where they take more
+than 1/spill.SPILL_SHARE of the memory available when the configuration starts, in a
+temporary file read back through maps (engine/spill.py: the same bits; the pages read are
+given back after each site's rows, each run of local errors, the attribution and each
+keep experiment).  The local errors are measured a run of consecutive nodes at a time
+(``_chunks``, at most LOCAL_ELEMENTS elements of what the run's nodes read and make), so
+what the nodes alone read and compute is held for one run only.
 A graph within the limit is one run; the rows are the same either way, but under
 stochastic rounding a graph of several runs draws its local runs' bits in another order
 (one run's nodes for every sample, then the next run's).
@@ -121,8 +125,10 @@ from roundoff_coverage.numerics.resolve import Compact, agree, compact
 from roundoff_coverage.routes.graph import GraphRule
 
 from . import attribution as shares_of
+from . import budget
 from . import implementations as registry
 from . import reference
+from . import spill
 from . import rows as row_fields
 from . import storage
 from . import tensor_measures
@@ -133,8 +139,9 @@ from .measuring import measure_port
 from .model_recipe import RecipeRun
 from .model_scaled import Scaled
 from .samples import ModelError, is_float_port, prepared
-from .sites import (LOCAL, PROPAGATED, ROUTES, Config, compact_of, compacts_of,
-                    exact_numbers, node_reads, rounder_of, sites, value_at, whole_name)
+from .sites import (LOCAL, PROPAGATED, ROUTES, TRACE_KINDS, Config, compact_of,
+                    compacts_of, exact_numbers, node_reads, rounder_of, sites, value_at,
+                    whole_name)
 
 # The exact run settles by the reference policy (engine/reference.py: format precision + 64
 # bits, then double-double or twice that, at most two steps more); rows whose values still
@@ -181,9 +188,14 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
         g, xs, dirs = prepared(graph, fmt, samples, seed)
     want_grad, want_tan = "gradient" in routes, "tangent" in routes
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
-    phases = {}
+    phases, room = {}, budget.available_memory() // spill.SPILL_SHARE
     t0 = time.perf_counter()
     exact, precs, moving, pieces = exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log)
+    # Traces that take more than their share of the memory go to a file (engine/spill.py).
+    held = spill.nbytes(a for p in pieces for _, c in p.values() for a in (c.hi, c.lo))
+    out_of_memory = spill.Spill() if held > room else None
+    if out_of_memory is not None:
+        _spill_exact(out_of_memory, pieces)
     phases["reference"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     log("emulated run")
@@ -197,14 +209,24 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
                                     for a, p in zip(x, g.inputs)],
                                    c if want_grad else None, t if want_tan else None,
                                    override, post=post, pre=pre))
+    if out_of_memory is None and \
+            held + spill.nbytes(a for tr in emulated for a in _arrays(tr)) > room:
+        out_of_memory = spill.Spill()
+    if out_of_memory is not None:
+        for tr in emulated:
+            _spill_trace(out_of_memory, tr)
+    release = out_of_memory.release if out_of_memory is not None else _quiet
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     log("errors of every node")
     prec, every = max(precs), sites(g, routes)
     moved = {site: sorted(s for s, sites_ in moving.items() if site in sites_)
              for site in every}
-    found = {site: _rows(g, config, fmt, site, exact, emulated, prec, moved[site], scaled,
-                         recipe, pieces) for site in every}
+    found = {}
+    for site in every:
+        found[site] = _rows(g, config, fmt, site, exact, emulated, prec, moved[site], scaled,
+                            recipe, pieces)
+        release()
     phases["measurement"] = time.perf_counter() - t0
     # The local errors a run of nodes at a time (_chunks): what the nodes read, their
     # emulated and exact results alone, then their rows; the next run's replace them.
@@ -228,6 +250,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
                 found[site] += _rows(g, config, fmt, site, local_exact, local, prec,
                                      moved[site], scaled, recipe, local_pieces, LOCAL)
         del local, local_exact, local_pieces
+        release()
         phases["measurement"] += time.perf_counter() - t0
     t0 = time.perf_counter()
     out = [row for site in every for row in found[site]]
@@ -241,10 +264,11 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
         t0 = time.perf_counter()
         log("attribution")
         ranked = _attribute(g, config, out, xs, dirs, exact, emulated, max(precs), attributed)
+        release()
         phases["attribution"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled,
-                        recipe, log, pieces)
+                        recipe, log, pieces, release)
     if ranked is not None:
         summary["largest_share"] = ranked
     phases["summary"] = time.perf_counter() - t0
@@ -370,6 +394,30 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
         traces.append(tr)
         pieces.append(copies | compacts_of(tr, what, last[s]))
     return traces, settled.precs, moving, pieces
+
+
+def _spill_exact(out_of_memory, pieces) -> None:
+    """The exact traces' compact copies (exact_traces' ``pieces``) written to the spill
+    file and read back from it: each LazyExact of the traces takes the spilled Compact, so
+    the double-double arrays they were views of are let go."""
+    for p in pieces:
+        pairs = list(p.values())
+        new = out_of_memory.put([c.hi for _, c in pairs] + [c.lo for _, c in pairs])
+        for (lazy, _), hi, lo in zip(pairs, new, new[len(pairs):]):
+            lazy.compact = Compact(hi, lo)
+            p[id(lazy)] = (lazy, lazy.compact)
+
+
+def _arrays(tr) -> list:
+    """Every value of trace ``tr`` (its four kinds)."""
+    return [a for kind in TRACE_KINDS for a in getattr(tr, kind).values()]
+
+
+def _spill_trace(out_of_memory, tr) -> None:
+    """The arrays of trace ``tr`` written to the spill file and read back from it."""
+    keys = [(getattr(tr, kind), key) for kind in TRACE_KINDS for key in getattr(tr, kind)]
+    for (part, key), a in zip(keys, out_of_memory.put([part[key] for part, key in keys])):
+        part[key] = a
 
 
 def _compact_once(a, made):

@@ -23,6 +23,8 @@ from .lazy_exact import LazyExact
 
 ROUTES = ("forward", "tangent", "gradient")
 LOCAL, PROPAGATED = "local", "propagated"
+# The four kinds of values of a trace (routes.graph.Trace).
+TRACE_KINDS = ("values", "cotangents", "contributions", "tangents")
 
 
 # ----- what is measured ------------------------------------------------------------------------
@@ -132,7 +134,7 @@ def exact_numbers(tr, known=None) -> tuple:
     once.  ``known``: {id(array): its Compact} made already (numerics.resolve.compact),
     taken instead of a second copy."""
     copies, done, known = {}, {}, known or {}
-    for kind in ("values", "cotangents", "contributions", "tangents"):
+    for kind in TRACE_KINDS:
         part = getattr(tr, kind)
         for key, a in part.items():
             if not (isinstance(a, np.ndarray) and a.dtype == DD):

@@ -21,6 +21,7 @@ import pytest
 from roundoff_coverage import formats, routes
 from roundoff_coverage.engine import keep
 from roundoff_coverage.engine import model as M
+from roundoff_coverage.engine import spill
 from roundoff_coverage.engine.samples import sample_inputs
 from roundoff_coverage.routes.ports import value
 
@@ -35,9 +36,26 @@ def _row(rows, node, route, port, attribution):
                 and r["port"] == port and r["attribution"] == attribution)
 
 
-@pytest.mark.parametrize("chunk", [None, 1], ids=["one-run", "node-by-node"])
+def _spill_everything(monkeypatch) -> list:
+    """Every model run spills its traces (engine/spill.py: any share of the memory, arrays
+    of any size); the list receives each Spill's bytes written as it spills."""
+    monkeypatch.setattr(spill, "SPILL_SHARE", 1 << 62)
+    monkeypatch.setattr(spill, "SPILL_MIN", 1)
+    written, put = [], spill.Spill.put
+
+    def counted(self, arrays):
+        out = put(self, arrays)
+        written.append(self.written)
+        return out
+    monkeypatch.setattr(spill.Spill, "put", counted)
+    return written
+
+
+@pytest.mark.parametrize("chunk", [None, 1, "spilled"],
+                         ids=["one-run", "node-by-node", "spilled"])
 def test_local_and_propagated_errors_of_a_chain_match_exact_rationals(chunk, monkeypatch):
-    if chunk is not None:                 # the local errors measured one node at a time
+    written = _spill_everything(monkeypatch) if chunk == "spilled" else None
+    if chunk == 1:                        # the local errors measured one node at a time
         monkeypatch.setattr(M, "LOCAL_ELEMENTS", chunk)
     g = chain_graph()
     rng = np.random.default_rng(3)
@@ -64,6 +82,8 @@ def test_local_and_propagated_errors_of_a_chain_match_exact_rationals(chunk, mon
     assert _row(rows, "scale", "forward", "out", "local")["max_ulp"] == pytest.approx(loc, 1e-9)
     whole = _row(rows, "output:out0", "forward", "out0", "propagated")
     assert whole["max_ulp"] == pytest.approx(prop, 1e-9) and whole["node_index"] is None
+    if written is not None:               # the exact traces, then the emulated ones
+        assert len(written) == 2 and 0 < written[0] < written[1]
 
 
 def test_the_local_errors_are_measured_in_runs_of_nodes_within_the_element_limit():
@@ -97,7 +117,10 @@ def test_local_errors_of_correctly_rounded_nodes_are_within_half_an_ulp():
     assert max(r["max_ulp"] for r in rows if r["attribution"] == "propagated") > 0.5
 
 
-def test_keeping_a_bfloat16_sum_in_binary32_removes_its_error():
+@pytest.mark.parametrize("spilled", [False, True], ids=["in-memory", "spilled"])
+def test_keeping_a_bfloat16_sum_in_binary32_removes_its_error(spilled, monkeypatch):
+    if spilled:
+        _spill_everything(monkeypatch)
     # A 2048-term sum accumulated in bfloat16 (strict) stagnates: once the partial sum
     # passes 256, adding a term near 1 moves it by half an ulp at most, so it loses many
     # ulps; the same node in binary32, rounded once into bfloat16, is within an ulp.

@@ -1,0 +1,91 @@
+"""Arrays moved out of a model run's memory into a file (issue: "Models at scale": spill to
+disk when a graph's values do not fit).
+
+Policy (engine/model.py measure): once the exact traces are settled, and again once the
+emulated traces are made, a run whose traces hold more than ``1 / SPILL_SHARE`` of the
+memory available when it started writes every array of at least ``SPILL_MIN`` bytes of
+those traces to one temporary file and reads them back through read-only memory maps.  The
+values are the same bits (the results do not depend on whether a run spilled); what the
+later phases read comes back from the page cache or the disk instead of anonymous memory.
+After each site's rows and each keep experiment the run drops the pages it has mapped
+(``release``: madvise MADV_DONTNEED), so the process holds what one phase step reads, not
+every trace; the kernel keeps or evicts the file's pages as memory allows.
+
+The file is made in the system's temporary folder (TMPDIR) and unlinked at once: it takes
+disk only while the run holds its maps, and nothing is left behind by a run that is killed.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+
+import numpy as np
+
+# Spill when the traces hold more than this share of the memory available at the start.
+SPILL_SHARE = 4
+# Arrays smaller than this stay in memory (a map and a write each are not worth it).
+SPILL_MIN = 1 << 20
+
+
+def nbytes(arrays) -> int:
+    """The bytes of the distinct numeric arrays among ``arrays``."""
+    seen = {}
+    for a in arrays:
+        if isinstance(a, np.ndarray) and a.dtype != object:
+            seen[id(a)] = a.nbytes
+    return sum(seen.values())
+
+
+class Spill:
+    """One unlinked temporary file that arrays are written to (``put``) and read back from
+    through read-only maps."""
+
+    def __init__(self, folder=None):
+        fd, path = tempfile.mkstemp(prefix="roundoff-spill-", dir=folder)
+        os.unlink(path)
+        self._file = os.fdopen(fd, "w+b")
+        self._maps = []
+        self.written = 0
+
+    def put(self, arrays) -> list:
+        """Each array of ``arrays`` of at least SPILL_MIN bytes written to the file and read
+        back as a read-only array of the same dtype, shape and bits (an array given twice
+        is written once); the others as they are."""
+        big = {id(a): a for a in arrays if isinstance(a, np.ndarray) and a.dtype != object
+               and a.nbytes >= SPILL_MIN}
+        if not big:
+            return list(arrays)
+        start = self._file.seek(0, os.SEEK_END)
+        where = {}
+        for key, a in big.items():
+            # Each array at a page boundary, so a release drops whole pages of it.
+            at = -(-self._file.tell() // mmap.PAGESIZE) * mmap.PAGESIZE
+            self._file.seek(at)
+            self._file.write(np.ascontiguousarray(a).data)
+            where[key] = at - start
+        self._file.flush()
+        # One map of what this call wrote (an offset must be a multiple of the
+        # allocation granularity: the start of the file's last page at most).
+        base = start - start % mmap.ALLOCATIONGRANULARITY
+        size = self._file.tell() - base
+        m = mmap.mmap(self._file.fileno(), size, access=mmap.ACCESS_READ, offset=base)
+        self._maps.append(m)
+        self.written += size
+        out, made = [], {}
+        for a in arrays:
+            key = id(a)
+            if key not in big:
+                out.append(a)
+                continue
+            if key not in made:
+                made[key] = np.frombuffer(m, dtype=a.dtype, count=a.size,
+                                          offset=start - base + where[key]).reshape(a.shape)
+            out.append(made[key])
+        return out
+
+    def release(self) -> None:
+        """Drop this process's pages of the file (they are read again when next used)."""
+        for m in self._maps:
+            m.madvise(mmap.MADV_DONTNEED)
