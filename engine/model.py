@@ -134,7 +134,7 @@ from . import storage
 from . import tensor_measures
 from .executors import one_line
 from .keep import summarize
-from .lazy_exact import flat_exact, joined_exact
+from .lazy_exact import LazyExact, flat_exact, joined_exact
 from .measuring import measure_port
 from .model_recipe import RecipeRun
 from .model_scaled import Scaled
@@ -188,14 +188,14 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
         g, xs, dirs = prepared(graph, fmt, samples, seed)
     want_grad, want_tan = "gradient" in routes, "tangent" in routes
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
-    phases, room = {}, budget.available_memory() // spill.SPILL_SHARE
+    phases = {}
+    # Traces that take more than their share of the memory go to a file (engine/spill.py).
+    over = spill.Over(budget.available_memory() // spill.SPILL_SHARE)
     t0 = time.perf_counter()
     exact, precs, moving, pieces = exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log)
-    # Traces that take more than their share of the memory go to a file (engine/spill.py).
     held = spill.nbytes(a for p in pieces for _, c in p.values() for a in (c.hi, c.lo))
-    out_of_memory = spill.Spill() if held > room else None
-    if out_of_memory is not None:
-        _spill_exact(out_of_memory, pieces)
+    if over.need(held) is not None:
+        _spill_exact(over.file, pieces)
     phases["reference"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     log("emulated run")
@@ -209,13 +209,10 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
                                     for a, p in zip(x, g.inputs)],
                                    c if want_grad else None, t if want_tan else None,
                                    override, post=post, pre=pre))
-    if out_of_memory is None and \
-            held + spill.nbytes(a for tr in emulated for a in _arrays(tr)) > room:
-        out_of_memory = spill.Spill()
-    if out_of_memory is not None:
+    if over.need(held + spill.nbytes(a for tr in emulated for a in _arrays(tr))) is not None:
         for tr in emulated:
-            _spill_trace(out_of_memory, tr)
-    release = out_of_memory.release if out_of_memory is not None else _quiet
+            _spill_trace(over.file, tr)
+    release = over.release
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     log("errors of every node")
@@ -399,13 +396,16 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
 def _spill_exact(out_of_memory, pieces) -> None:
     """The exact traces' compact copies (exact_traces' ``pieces``) written to the spill
     file and read back from it: each LazyExact of the traces takes the spilled Compact, so
-    the double-double arrays they were views of are let go."""
+    the double-double arrays they were views of are let go (an exact array of binary64
+    numbers, an exact zero gradient, stays as it is)."""
     for p in pieces:
         pairs = list(p.values())
         new = out_of_memory.put([c.hi for _, c in pairs] + [c.lo for _, c in pairs])
-        for (lazy, _), hi, lo in zip(pairs, new, new[len(pairs):]):
-            lazy.compact = Compact(hi, lo)
-            p[id(lazy)] = (lazy, lazy.compact)
+        for (a, _), hi, lo in zip(pairs, new, new[len(pairs):]):
+            c = Compact(hi, lo)
+            if isinstance(a, LazyExact):
+                a.compact = c
+            p[id(a)] = (a, c)
 
 
 def _arrays(tr) -> list:

@@ -1,10 +1,11 @@
 """Arrays moved out of a model run's memory into a file (issue: "Models at scale": spill to
 disk when a graph's values do not fit).
 
-Policy (engine/model.py measure): once the exact traces are settled, and again once the
-emulated traces are made, a run whose traces hold more than ``1 / SPILL_SHARE`` of the
-memory available when it started writes every array of at least ``SPILL_MIN`` bytes of
-those traces to one temporary file and reads them back through read-only memory maps.  The
+Policy (engine/model.py measure, class ``Over``): once the exact traces are settled, and
+again once the emulated traces are made, a run whose traces hold more than ``1 /
+SPILL_SHARE`` of the memory available when it started writes every array of at least
+``SPILL_MIN`` bytes of those traces to one temporary file and reads them back through
+read-only memory maps.  The
 values are the same bits (the results do not depend on whether a run spilled); what the
 later phases read comes back from the page cache or the disk instead of anonymous memory.
 After each site's rows and each keep experiment the run drops the pages it has mapped
@@ -38,6 +39,24 @@ def nbytes(arrays) -> int:
     return sum(seen.values())
 
 
+class Over:
+    """The policy for one configuration: ``need(held)`` is the Spill to write to once the
+    arrays held pass ``room`` bytes (and from then on), else None; ``release`` gives back
+    the pages read of what was spilled."""
+
+    def __init__(self, room: int):
+        self.room, self.file = room, None
+
+    def need(self, held: int):
+        if self.file is None and held > self.room:
+            self.file = Spill()
+        return self.file
+
+    def release(self) -> None:
+        if self.file is not None:
+            self.file.release()
+
+
 class Spill:
     """One unlinked temporary file that arrays are written to (``put``) and read back from
     through read-only maps."""
@@ -54,7 +73,7 @@ class Spill:
         back as a read-only array of the same dtype, shape and bits (an array given twice
         is written once); the others as they are."""
         big = {id(a): a for a in arrays if isinstance(a, np.ndarray) and a.dtype != object
-               and a.nbytes >= SPILL_MIN}
+               and a.nbytes >= SPILL_MIN and not self._holds(a)}
         if not big:
             return list(arrays)
         start = self._file.seek(0, os.SEEK_END)
@@ -84,6 +103,13 @@ class Spill:
                                           offset=start - base + where[key]).reshape(a.shape)
             out.append(made[key])
         return out
+
+    def _holds(self, a) -> bool:
+        """Whether ``a`` is read from this file already (a view of one of its maps)."""
+        while isinstance(a, np.ndarray):
+            a = a.base
+        a = a.obj if isinstance(a, memoryview) else a           # np.frombuffer's base
+        return any(a is m for m in self._maps)
 
     def release(self) -> None:
         """Drop this process's pages of the file (they are read again when next used)."""

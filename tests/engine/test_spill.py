@@ -79,3 +79,18 @@ def test_release_gives_the_read_pages_back(tmp_path):
 def test_nbytes_counts_each_numeric_array_once():
     a = np.zeros(100)
     assert spill.nbytes([a, a, np.zeros(3, np.int8), np.array([None]), 3.0]) == 803
+
+
+def test_the_policy_spills_past_its_room_and_an_array_of_the_file_is_not_written_again():
+    over = spill.Over(room=10 << 20)
+    over.release()                                             # nothing spilled: nothing to do
+    assert over.need(10 << 20) is None and over.file is None
+    file = over.need((10 << 20) + 1)
+    assert file is not None and over.need(0) is file           # from then on
+    (a,) = file.put([np.arange(1 << 18, dtype=np.float64)])
+    written = file.written
+    view = a.reshape(512, 512)[::2]
+    (b,) = file.put([view])
+    assert b is view and file.written == written
+    over.release()
+    assert float(b[-1, -1]) == (1 << 18) - 512 - 1
