@@ -5,7 +5,8 @@ peak memory (the command's process and its workers, getrusage of the children), 
 ratio to torch's own float32 forward + backward of the same model measured in the same run.
 
     python benchmarks/bench_model_scale.py [--model resnet18] [--image 32] [--layers 12]
-                                           [--vocab 50257] [--jobs 1] [--out F]
+                                           [--vocab 50257] [--jobs 1] [--spill-share N]
+                                           [--out F]
 
 Models (the tests' zoo builders, tests/zoo_models.py, at the size given): ``resnet18``
 (torchvision, 10 classes), ``resnet10t`` (timm), ``mobilenet_v3_small`` (torchvision),
@@ -15,7 +16,10 @@ by default; ``--vocab`` a smaller vocabulary, whose output embedding is most of 
 one-layer model's elements).  ``--image`` sets the side of the one square
 image of the vision models (the issue's target is ResNet-18 at 224).  The factory the
 command captures is ``factory`` below; it reads the model and size from the environment
-(BENCH_MODEL, BENCH_IMAGE, BENCH_LAYERS, BENCH_VOCAB) that this script sets."""
+(BENCH_MODEL, BENCH_IMAGE, BENCH_LAYERS, BENCH_VOCAB) that this script sets.
+``--spill-share N``: the run spills its traces past 1/N of the available memory
+(engine/spill.py SPILL_SHARE, 4) -- a large N measures here what a machine with less
+memory would do (one process: ``--jobs 1``)."""
 
 from __future__ import annotations
 
@@ -77,16 +81,26 @@ def main():
     ap.add_argument("--vocab", type=int, default=50257, help="gpt2-small's vocabulary")
     ap.add_argument("--routes", default="forward,gradient")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--spill-share", type=int, help="spill the traces past 1/N of the "
+                    "available memory (default: the engine's, 4)")
     ap.add_argument("--out", help="keep the results file here (default: a temporary one)")
     args = ap.parse_args()
     if args.layers < 1 or args.image < 1 or args.vocab < 2:
         ap.error(f"--layers and --image must be >= 1, --vocab >= 2 (got {args.layers}, "
                  f"{args.image}, {args.vocab})")
+    if args.spill_share is not None and (args.spill_share < 1 or args.jobs != 1):
+        ap.error(f"--spill-share must be >= 1 and with --jobs 1 (got {args.spill_share}, "
+                 f"--jobs {args.jobs})")
     env = dict(os.environ, BENCH_MODEL=args.model, BENCH_IMAGE=str(args.image),
                BENCH_LAYERS=str(args.layers), BENCH_VOCAB=str(args.vocab))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.abspath(args.out) if args.out else os.path.join(tmp, "model.json")
-        cmd = [sys.executable, "-m", "roundoff_coverage", "model",
+        # The command as `python -m roundoff_coverage`, with the spill share set first.
+        start = ["-m", "roundoff_coverage"] if args.spill_share is None else [
+            "-c", f"import sys; import roundoff_coverage.engine.spill as s; "
+                  f"s.SPILL_SHARE = {args.spill_share}; "
+                  f"from roundoff_coverage.reports.cli import main; sys.exit(main())"]
+        cmd = [sys.executable, *start, "model",
                f"{os.path.abspath(__file__)}:factory", "--formats", "bfloat16",
                "--policies", "fp32_accumulate", "--routes", args.routes, "--samples", "1",
                "--jobs", str(args.jobs), "--out", out]
@@ -102,7 +116,8 @@ def main():
             doc = json.load(fh)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2 ** 20    # KiB -> GiB
     print(f"{args.model} at {args.image}: {len(doc['rows'])} rows, {wall:.1f} s wall, peak "
-          f"{peak:.2f} GiB (largest process); command: {' '.join(cmd[2:])}")
+          f"{peak:.2f} GiB (largest process); command: roundoff-coverage "
+          f"{' '.join(cmd[1 + len(start):])}")
     whole = [r for r in doc["rows"] if (r["node"] or "").startswith(("output:", "input:"))
              and r["status"] == "ok" and r["bits"] is not None]
     for r in whole:
