@@ -27,6 +27,7 @@ from roundoff_coverage.routes.graph import GraphRule
 from . import assignment as assigned
 from . import storage
 from . import tensor_measures
+from .lazy_exact import joined, picked
 from .samples import is_float_port
 from .sites import LOCAL, nearest64, sites, value_at, whole_name
 
@@ -153,16 +154,17 @@ def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
                 continue
             shape = np.shape(c)
             c = np.asarray(c, dtype=np.float64).reshape(-1)
-            both = np.isnan(c) & np.isnan(e)
+            other = ~(np.isnan(c) & np.isnan(e))
             ulp = np.abs(c - e) / formats.ulp(e, fmt) if scaled is None else \
                 np.abs(scaled.ulps64(c, e, shape, site.route))
-            comps.append((c[~both], e[~both], ulp[~both]))
+            # No copies where nothing is NaN in both and there is one sample: the whole
+            # model's tensors here can hold tens of millions of elements.
+            comps.append((picked(c, other), picked(e, other), picked(ulp, other)))
         if not comps:
             continue
-        c, e, ulp = (np.concatenate(parts) for parts in zip(*comps))
+        c, e, ulp = (joined(parts) for parts in zip(*comps))
         measured, cancelled = tensor_measures.measures(c, e, fmt, scaled is None)
-        ulp = ulp[~cancelled]
-        acc.setdefault(site.route, []).append(ulp[np.isfinite(ulp)])
+        acc.setdefault(site.route, []).append(ulp[~cancelled & np.isfinite(ulp)])
         if measured["norm_rel"] is not None and \
                 measured["norm_rel"] >= rel.get(site.route, (-1.0, None))[0]:
             rel[site.route] = (measured["norm_rel"], whole_name(site))

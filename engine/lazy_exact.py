@@ -3,7 +3,9 @@ two binary64 numbers a value) and gives its exact values as Python floats (lo 0)
 (double_double.exact_sums) one at a time; a model run's rows read the stand-ins and only a
 few exact values (the worst element, zero errors to confirm), so a trace's mpf objects (~1
 us each, a million in a small transformer block) are never made.  ``flat_exact`` and
-``joined_exact`` are the row builder's flattening and joining, lazy where they can be."""
+``joined_exact`` are the row builder's flattening and joining, lazy where they can be;
+``picked`` and ``joined`` select and join flat arrays (binary64 or LazyExact) without a
+copy where nothing is left out or there is one part."""
 
 from __future__ import annotations
 
@@ -78,3 +80,14 @@ def joined_exact(parts):
     if parts and all(isinstance(p, LazyExact) for p in parts):
         return LazyExact.concatenate(parts)
     return np.concatenate([np.asarray(p, dtype=object) for p in parts])
+
+
+def picked(a, mask):
+    """``a[mask]``, ``a`` itself where the mask keeps every element (a row's arrays are
+    read, never written: no copy of a tensor of 38 M elements for nothing)."""
+    return a if mask.all() else a[mask]
+
+
+def joined(parts):
+    """Flat arrays joined; the one array itself where there is one (a sample)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)

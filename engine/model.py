@@ -134,7 +134,7 @@ from . import storage
 from . import tensor_measures
 from .executors import one_line
 from .keep import summarize
-from .lazy_exact import LazyExact, flat_exact, joined_exact
+from .lazy_exact import LazyExact, flat_exact, joined, joined_exact, picked
 from .measuring import measure_port
 from .model_recipe import RecipeRun
 from .model_scaled import Scaled
@@ -544,11 +544,11 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
         where.append(s)
     if not comps:
         return None
-    comp, ex = _joined(comps), joined_exact(exacts)
+    comp, ex = joined(comps), joined_exact(exacts)
     # The exact values' nearest binary64 numbers (NaN where NaN; the compact copies' where
     # the exact run kept them) and their raw mpfs, which the NaN tests, the tensor measures
     # and the ulps read.
-    y, mpfs = tensor_measures.stand_ins(ex, *(_joined(part) for part in zip(*stands)))
+    y, mpfs = tensor_measures.stand_ins(ex, *(joined(part) for part in zip(*stands)))
     computed_nan, exact_nan = np.isnan(comp), np.isnan(y)
     missed = exact_nan & ~computed_nan
     if missed.any():
@@ -573,13 +573,13 @@ def _row(g, config, fmt, site, attribution, traces, exact, prec, moving=(),
     for i in np.flatnonzero(matched):        # a finite exact value beyond binary64's range
         matched[i] = bool(ex[i] == comp[i])
     normed = keep & ~matched
-    tensor, cancelled = tensor_measures.measures(_picked(comp, normed), _picked(ex, normed),
+    tensor, cancelled = tensor_measures.measures(picked(comp, normed), picked(ex, normed),
                                                  fmt, scaled is None, _subset(y, mpfs, normed))
     kept = keep.copy()
     kept[normed] = ~cancelled
-    picked = _picked(ex, kept)
-    ulp = measure_port(row, _picked(comp, kept), picked, fmt, None,
-                       stand=_subset(y, mpfs, kept, picked)) if scaled is None else \
+    exk = picked(ex, kept)
+    ulp = measure_port(row, picked(comp, kept), exk, fmt, None,
+                       stand=_subset(y, mpfs, kept, exk)) if scaled is None else \
         scaled.measure(g, row, site, attribution, comp, ex,
                        [value_at(exact[s], site) for s in where], where, keep)
     row.update(tensor)
@@ -609,17 +609,6 @@ def _subset(y, mpfs, mask, flat=None) -> tuple:
     """The stand-ins (tensor_measures.stand_ins) of the elements of ``mask``; ``flat``: the
     exact values of those elements, picked already."""
     return (y, mpfs) if mask.all() else (y[mask], mpfs.subset(mask, flat))
-
-
-def _picked(a, mask):
-    """``a[mask]``, ``a`` itself where the mask keeps every element (a row's arrays are
-    read, never written: no copy of a tensor of 38 M elements for nothing)."""
-    return a if mask.all() else a[mask]
-
-
-def _joined(parts):
-    """Flat arrays joined; the one array itself where there is one (a sample)."""
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _unmeasured_nan(row, count) -> None:
