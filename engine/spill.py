@@ -5,15 +5,17 @@ Policy (engine/model.py measure, class ``Over``): once the exact traces are sett
 again once the emulated traces are made, a run whose traces hold more than ``1 /
 SPILL_SHARE`` of the memory available when it started writes every array of at least
 ``SPILL_MIN`` bytes of those traces to one temporary file and reads them back through
-read-only memory maps.  The
-values are the same bits (the results do not depend on whether a run spilled); what the
-later phases read comes back from the page cache or the disk instead of anonymous memory.
-After each site's rows and each keep experiment the run drops the pages it has mapped
-(``release``: madvise MADV_DONTNEED), so the process holds what one phase step reads, not
-every trace; the kernel keeps or evicts the file's pages as memory allows.
+read-only memory maps.  The values are the same bits (the results do not depend on whether
+a run spilled); what the later phases read comes back from the page cache or the disk
+instead of anonymous memory.  After each site's rows, each run of local errors, the
+attribution and each keep experiment the run drops the pages it has mapped (``release``:
+madvise MADV_DONTNEED), so the process holds what one step reads, not every trace; the
+kernel keeps or evicts the file's pages as memory allows.
 
 The file is made in the system's temporary folder (TMPDIR) and unlinked at once: it takes
 disk only while the run holds its maps, and nothing is left behind by a run that is killed.
+Arrays that cannot be written there (a full disk) stay in memory: the run goes on as if it
+had not spilled them.
 """
 
 from __future__ import annotations
@@ -78,18 +80,22 @@ class Spill:
             return list(arrays)
         start = self._file.seek(0, os.SEEK_END)
         where = {}
-        for key, a in big.items():
-            # Each array at a page boundary, so a release drops whole pages of it.
-            at = -(-self._file.tell() // mmap.PAGESIZE) * mmap.PAGESIZE
-            self._file.seek(at)
-            self._file.write(np.ascontiguousarray(a).data)
-            where[key] = at - start
-        self._file.flush()
-        # One map of what this call wrote (an offset must be a multiple of the
-        # allocation granularity: the start of the file's last page at most).
-        base = start - start % mmap.ALLOCATIONGRANULARITY
-        size = self._file.tell() - base
-        m = mmap.mmap(self._file.fileno(), size, access=mmap.ACCESS_READ, offset=base)
+        try:
+            for key, a in big.items():
+                # Each array at a page boundary, so a release drops whole pages of it.
+                at = -(-self._file.tell() // mmap.PAGESIZE) * mmap.PAGESIZE
+                self._file.seek(at)
+                self._file.write(np.ascontiguousarray(a).data)
+                where[key] = at - start
+            self._file.flush()
+            # One map of what this call wrote (an offset must be a multiple of the
+            # allocation granularity: the start of the file's last page at most).
+            base = start - start % mmap.ALLOCATIONGRANULARITY
+            size = self._file.tell() - base
+            m = mmap.mmap(self._file.fileno(), size, access=mmap.ACCESS_READ, offset=base)
+        except OSError:                          # no room on the disk: kept in memory
+            self._file.truncate(start)
+            return list(arrays)
         self._maps.append(m)
         self.written += size
         out, made = [], {}
@@ -112,6 +118,8 @@ class Spill:
         return any(a is m for m in self._maps)
 
     def release(self) -> None:
-        """Drop this process's pages of the file (they are read again when next used)."""
-        for m in self._maps:
-            m.madvise(mmap.MADV_DONTNEED)
+        """Drop this process's pages of the file (they are read again when next used;
+        where the system has no madvise, the kernel alone decides)."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            for m in self._maps:
+                m.madvise(mmap.MADV_DONTNEED)

@@ -94,3 +94,28 @@ def test_the_policy_spills_past_its_room_and_an_array_of_the_file_is_not_written
     assert b is view and file.written == written
     over.release()
     assert float(b[-1, -1]) == (1 << 18) - 512 - 1
+
+
+class _Full:
+    """A spill file on a disk with no room: writes fail as ENOSPC does."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def __getattr__(self, name):
+        return getattr(self.file, name)
+
+    def write(self, data):
+        raise OSError(28, "No space left on device")
+
+
+def test_arrays_that_cannot_be_written_stay_in_memory(tmp_path):
+    s = spill.Spill(tmp_path)
+    (kept,) = s.put([np.ones(1 << 18)])
+    s._file = _Full(s._file)
+    a = np.arange(1 << 18, dtype=np.float64)
+    out = s.put([a, kept])
+    assert out[0] is a and out[1] is kept and a.flags.writeable
+    assert s._file.seek(0, os.SEEK_END) == 1 << 21                 # nothing half-written
+    s.release()
+    assert float(kept.sum()) == 1 << 18
