@@ -393,14 +393,14 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
     return traces, settled.precs, moving, pieces
 
 
-def _spill_exact(out_of_memory, pieces) -> None:
+def _spill_exact(file, pieces) -> None:
     """The exact traces' compact copies (exact_traces' ``pieces``) written to the spill
     file and read back from it: each LazyExact of the traces takes the spilled Compact, so
     the double-double arrays they were views of are let go (an exact array of binary64
     numbers, an exact zero gradient, stays as it is)."""
     for p in pieces:
         pairs = list(p.values())
-        new = out_of_memory.put([c.hi for _, c in pairs] + [c.lo for _, c in pairs])
+        new = file.put([c.hi for _, c in pairs] + [c.lo for _, c in pairs])
         for (a, _), hi, lo in zip(pairs, new, new[len(pairs):]):
             c = Compact(hi, lo)
             if isinstance(a, LazyExact):
@@ -413,10 +413,10 @@ def _arrays(tr) -> list:
     return [a for kind in TRACE_KINDS for a in getattr(tr, kind).values()]
 
 
-def _spill_trace(out_of_memory, tr) -> None:
+def _spill_trace(file, tr) -> None:
     """The arrays of trace ``tr`` written to the spill file and read back from it."""
     keys = [(getattr(tr, kind), key) for kind in TRACE_KINDS for key in getattr(tr, kind)]
-    for (part, key), a in zip(keys, out_of_memory.put([part[key] for part, key in keys])):
+    for (part, key), a in zip(keys, file.put([part[key] for part, key in keys])):
         part[key] = a
 
 
