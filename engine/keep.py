@@ -25,6 +25,7 @@ from roundoff_coverage import formats, numerics
 from roundoff_coverage.routes.graph import GraphRule
 
 from . import assignment as assigned
+from . import spill
 from . import storage
 from . import tensor_measures
 from .lazy_exact import joined, picked
@@ -41,14 +42,17 @@ LOCAL_FIELDS = ("node", "module", "op", "port", "norm_rel", "bits", "sqnr_db", "
 
 
 def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
-              scaled=None, recipe=None, log=None, pieces=None, release=None) -> dict:
+              scaled=None, recipe=None, log=None, pieces=None, release=None,
+              stream=None) -> dict:
     """The nodes with the largest local errors per route, and the effect of keeping each node
     (and each module) in binary32 on the whole model's errors; for a scaled format
     (``scaled``), what quantizing the inputs did, and keeping a node means leaving its
     outputs unquantized; under a recipe (``recipe``), keeping a product means leaving its
     operands unquantized too.  ``pieces``: the exact traces' compact copies
     (exact_traces); ``log``: as engine/model.py measure's, or None; ``release``: called
-    after each keep experiment (engine/spill.py Spill.release), or None."""
+    after each keep experiment (engine/spill.py Spill.release), or None; ``stream``: the
+    run's spill.Spill where its sweeps were stored as they were made (the keep experiments'
+    tapes are stored there, each experiment's values in a file of its own), or None."""
     top, ranked = {}, {}
     for route in routes:
         local = [r for r in measured if r["attribution"] == LOCAL and r["route"] == route
@@ -80,7 +84,7 @@ def summarize(g, config, fmt, xs, dirs, exact, emulated, measured, routes, emu,
     if note:
         summary["keep_note"] = "; ".join(n for n in (summary.get("keep_note"), note) if n)
     summary["keep_binary32"] = _keep(g, config, xs, dirs, exact, emulated, routes, emu,
-                                     groups, scaled, recipe, log, pieces, release)
+                                     groups, scaled, recipe, log, pieces, release, stream)
     return summary
 
 
@@ -172,9 +176,10 @@ def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
 
 
 def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None,
-          recipe=None, log=None, pieces=None, release=None) -> list:
+          recipe=None, log=None, pieces=None, release=None, stream=None) -> list:
     """The keep-in-binary32 entries (module docstring) of the nodes and modules ``groups``
-    (_keep_groups), per route, the largest reduction of the route's normwise error first."""
+    (_keep_groups), per route, the largest reduction of the route's normwise error first;
+    ``stream`` as in ``summarize``."""
     fmt = emu.fmt
     whole = _whole(g, routes)
     if not whole:
@@ -191,21 +196,25 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
     # An element format rounding deterministically: each experiment evaluates again only
     # the kept nodes and those reading what they changed (GraphRule.rerun), from one tape
     # per sample; its results are those of a whole run.
+    # Where the run's sweeps were stored as they were made, so are the tapes, and each
+    # experiment's values go to a file of its own, let go (and its disk with it) once the
+    # experiment is measured.
     tapes = None
     if store is storage.ELEMENT and config.mode != "stochastic":
         needs = tuple(want_grad and p.differentiable for p in g.inputs)
         tapes = [rule.taped([emu.asarray(a) if is_float_port(p) else a
-                             for a, p in zip(x, g.inputs)], needs) for x in xs]
+                             for a, p in zip(x, g.inputs)], needs, stream) for x in xs]
     for i, (label, module, ks) in enumerate(groups):
         if log is not None:
             log("keep in binary32", float(i), float(len(groups)),
                 f"{i + 1}/{len(groups)} {label}")
         try:
-            traces = []
+            traces, own = [], spill.Spill() if tapes is not None and stream else None
             for s, (x, (c, _)) in enumerate(zip(xs, dirs)):
                 if tapes is not None:
                     traces.append(rule.rerun(tapes[s], dict.fromkeys(ks, wide),
-                                             c if want_grad else None))
+                                             c if want_grad else None, every=False,
+                                             store=own))
                     continue
                 override, pre, post = store.hooks(g, "emulated", s, ks, wide, record=False)
                 traces.append(rule.trace([emu.asarray(a) if is_float_port(p) else a
@@ -215,6 +224,7 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
         except Exception:                                   # noqa: BLE001
             continue
         after = _errors(g, fmt, traces, exact64, whole, scaled)
+        del traces, own                    # this experiment's values, and their file
         if release is not None:
             release()
         for route, errors in after.items():

@@ -31,9 +31,15 @@ One unit of work is a configuration (format, mode, policy) over every sample.  P
 Memory: the exact and the emulated traces of every sample are held whole (the propagated
 errors, the attribution and the summary read them): in memory, or, where they take more
 than 1/spill.SPILL_SHARE of the memory available when the configuration starts, in a
-temporary file read back through maps (engine/spill.py: the same bits; the pages read are
-given back after each site's rows, each run of local errors, the attribution and each
-keep experiment).  The local errors are measured a run of consecutive nodes at a time
+temporary file read back through maps (engine/spill.py: the same bits).  Where two exact
+traces in double-double would take more than that share (``_trace_bytes``), every sweep --
+the exact ones, the emulated one, the keep experiments' tapes and reruns -- stores its
+arrays in the file as it makes them (GraphRule.trace's ``store``: each node's values,
+what its pullback keeps, each cotangent once complete, each contribution), so a sweep
+holds about one node's work; else the exact traces' compact copies go there once settled
+and the emulated traces once made.  The pages read are given back after each node's step
+of a stored sweep, each site's comparison by settle, each site's rows, each run of local
+errors, the attribution and each keep experiment.  The local errors are measured a run of consecutive nodes at a time
 (``_chunks``, at most LOCAL_ELEMENTS elements of what the run's nodes read and make), so
 what the nodes alone read and compute is held for one run only.
 A graph within the limit is one run; the rows are the same either way, but under
@@ -189,10 +195,13 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     want_grad, want_tan = "gradient" in routes, "tangent" in routes
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
     phases = {}
-    # Traces that take more than their share of the memory go to a file (engine/spill.py).
+    # Traces that take more than their share of the memory go to a file (engine/spill.py):
+    # the exact sweeps' as they are made where two of them would, else once settled.
     over = spill.Over(budget.available_memory() // spill.SPILL_SHARE)
     t0 = time.perf_counter()
-    exact, precs, moving, pieces = exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log)
+    stream = over.need(2 * _trace_bytes(g, len(xs), want_grad, want_tan))
+    exact, precs, moving, pieces = exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log,
+                                                stream)
     held = spill.nbytes(a for p in pieces for _, c in p.values() for a in (c.hi, c.lo))
     if over.need(held) is not None:
         _spill_exact(over.file, pieces)
@@ -203,12 +212,13 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     store = scaled or recipe or (storage.Assigned(g, assignment, config.mode, config.policy,
                                                   seed) if assignment else storage.ELEMENT)
     emulated = []
+    # The emulated sweeps stored as they are made too where the exact ones were.
     for s, (x, (c, t)) in enumerate(zip(xs, dirs)):
         override, pre, post = store.hooks(g, "emulated", s)
         emulated.append(rule.trace([emu.asarray(a) if is_float_port(p) else a
                                     for a, p in zip(x, g.inputs)],
                                    c if want_grad else None, t if want_tan else None,
-                                   override, post=post, pre=pre))
+                                   override, post=post, pre=pre, store=stream))
     if over.need(held + spill.nbytes(a for tr in emulated for a in _arrays(tr))) is not None:
         for tr in emulated:
             _spill_trace(over.file, tr)
@@ -265,7 +275,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
         phases["attribution"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     summary = summarize(g, config, fmt, xs, dirs, exact, emulated, out, routes, emu, scaled,
-                        recipe, log, pieces, release)
+                        recipe, log, pieces, release, stream)
     if ranked is not None:
         summary["largest_share"] = ranked
     phases["summary"] = time.perf_counter() - t0
@@ -334,14 +344,25 @@ def _node_log(g, log, phase, alone=False):
     return pre
 
 
-def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
+def _trace_bytes(g, samples, want_grad, want_tan) -> int:
+    """The bytes of one exact trace of ``g`` per ``samples`` in double-double (16 bytes an
+    element): its values, and for gradients a cotangent and a contribution, for tangents a
+    tangent, of each value element (an estimate: not every value receives them)."""
+    elements = sum(math.prod(p.array_shape) for p in (*g.inputs, *g.constant_ports)) + \
+        sum(math.prod(p.array_shape) for node in g.nodes for p in node.op.outputs)
+    return 16 * elements * samples * (1 + 2 * bool(want_grad) + bool(want_tan))
+
+
+def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet, stream=None):
     """(traces, precisions, {sample: the sites whose values still moved at the last
     doubling}, the compact copies of each trace's sites (sites.compacts_of)) of every sample
     by numerics.settle over the samples.  Only the last trace of a sample is kept; settle
     compares the precisions on compact copies of its sites' values (numerics.resolve.compact:
     two binary64 pieces a value), so a model's exact run holds one trace and the pieces of
     the one before, not two traces of mpf values; the last copies are the stand-ins the
-    rows and the rounded reads take."""
+    rows and the rounded reads take.  ``stream``: a spill.Spill the sweeps store their
+    arrays in as they are made (GraphRule.trace's ``store``), each site's pages given back
+    once settle has compared it."""
     kept, before, last = {}, {}, {}
     what = sites(g, ROUTES if want_grad and want_tan else
                  tuple(r for r in ROUTES if r == "forward" or
@@ -360,7 +381,8 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
                 return GraphRule(g, bk).trace([bk.asarray(a) if is_float_port(p) else a
                                                for a, p in zip(xs[s], g.inputs)],
                                               cots if want_grad else None,
-                                              tans if want_tan else None, pre=hook)
+                                              tans if want_tan else None, pre=hook,
+                                              store=stream)
             tr = None
             if fast is not None:
                 try:
@@ -376,11 +398,21 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet):
             # consumer's contribution, an input's gradient): settle compares each once.
             made = {}
             last[s] = tuple(_compact_once(value_at(tr, site), made) for site in what)
+            if stream is not None:
+                stream.release()              # the pages compact read (its finiteness test)
             out.append(last[s])
         return out
-    settled = reference.settle(fn, len(xs), fmt, graph=True)
-    moving = {s: {site for site, a, b in zip(what, before[s], last[s])
-                  if not agree(a, b, fmt, floor=reference.floor(fmt))}
+
+    def same(a, b) -> bool:
+        """Whether two evaluations of a site agree (settle's test), the pages of a stored
+        sweep given back after each."""
+        ok = agree(a, b, fmt, floor=reference.floor(fmt))
+        if stream is not None:
+            stream.done(x for c in (a, b) if isinstance(c, Compact) for x in (c.hi, c.lo))
+        return ok
+    settled = reference.settle(fn, len(xs), fmt, graph=True,
+                               agree=lambda a, b: all(same(x, y) for x, y in zip(a, b)))
+    moving = {s: {site for site, a, b in zip(what, before[s], last[s]) if not same(a, b)}
               for s, ok in enumerate(settled.settled) if not ok and s in before}
     traces, pieces = [], []
     for s in range(len(xs)):

@@ -73,15 +73,16 @@ def start(fmt) -> int:
     return fmt.precision + EXTRA
 
 
-def settle(fn, n, fmt, *, first=None, graph=False):
+def settle(fn, n, fmt, *, first=None, graph=False, agree=None):
     """``numerics.settle(fn, n, fmt, ...)`` under this policy: from ``start(fmt)`` bits, up
     to MAX_PREC (an operator) or MODEL_DOUBLINGS doublings (``graph``: a whole graph's
-    sweeps, compared at no less than ``floor(fmt)`` of each tensor's scale).  ``first``: the
-    values at the start precision, when the caller has them."""
+    sweeps, compared at no less than ``floor(fmt)`` of each tensor's scale, or by
+    ``agree(a, b)`` when given, which must apply that test).  ``first``: the values at the
+    start precision, when the caller has them."""
     lo = start(fmt)
     if graph:
         return numerics.settle(fn, n, fmt, lo, lo << MODEL_DOUBLINGS, first=first,
-                               floor=floor(fmt), ladder=ladder(fmt))
+                               floor=floor(fmt), ladder=ladder(fmt), agree=agree)
     return numerics.settle(fn, n, fmt, lo, MAX_PREC, first=first)
 
 

@@ -1,15 +1,18 @@
 """Arrays moved out of a model run's memory into a file (issue: "Models at scale": spill to
 disk when a graph's values do not fit).
 
-Policy (engine/model.py measure, class ``Over``): once the exact traces are settled, and
-again once the emulated traces are made, a run whose traces hold more than ``1 /
-SPILL_SHARE`` of the memory available when it started writes every array of at least
-``SPILL_MIN`` bytes of those traces to one temporary file and reads them back through
-read-only memory maps.  The values are the same bits (the results do not depend on whether
-a run spilled); what the later phases read comes back from the page cache or the disk
-instead of anonymous memory.  After each site's rows, each run of local errors, the
-attribution and each keep experiment the run drops the pages it has mapped (``release``:
-madvise MADV_DONTNEED), so the process holds what one step reads, not every trace; the
+Policy (engine/model.py measure, class ``Over``): a run whose two exact traces in
+double-double would hold more than ``1 / SPILL_SHARE`` of the memory available when it
+started stores every array of at least ``SPILL_MIN`` bytes of its sweeps in one temporary
+file as the sweeps make them (routes.graph.GraphRule.trace's ``store``: ``put`` and
+``done``), and reads them back through read-only memory maps; a smaller run whose settled
+exact traces, and then with the emulated ones, still pass that share writes them there
+once made.  The values are the same bits (the results do not depend on whether a run
+spilled); what the later phases read comes back from the page cache or the disk instead
+of anonymous memory.  After each node's step of a stored sweep (``done``: the maps of the
+arrays it read) and after each site's rows, each run of local errors, the attribution and
+each keep experiment (``release``: every map) the run drops the pages it has mapped
+(madvise MADV_DONTNEED), so the process holds what one step reads, not every trace; the
 kernel keeps or evicts the file's pages as memory allows.
 
 The file is made in the system's temporary folder (TMPDIR) and unlinked at once: it takes
@@ -67,7 +70,7 @@ class Spill:
         fd, path = tempfile.mkstemp(prefix="roundoff-spill-", dir=folder)
         os.unlink(path)
         self._file = os.fdopen(fd, "w+b")
-        self._maps = []
+        self._maps, self._ids = [], set()
         self.written = 0
 
     def put(self, arrays) -> list:
@@ -97,6 +100,7 @@ class Spill:
             self._file.truncate(start)
             return list(arrays)
         self._maps.append(m)
+        self._ids.add(id(m))
         self.written += size
         out, made = [], {}
         for a in arrays:
@@ -112,14 +116,33 @@ class Spill:
 
     def _holds(self, a) -> bool:
         """Whether ``a`` is read from this file already (a view of one of its maps)."""
-        while isinstance(a, np.ndarray):
-            a = a.base
-        a = a.obj if isinstance(a, memoryview) else a           # np.frombuffer's base
-        return any(a is m for m in self._maps)
+        m = _map_of(a)
+        return m is not None and id(m) in self._ids
+
+    def done(self, arrays) -> None:
+        """Drop this process's pages of the maps that hold ``arrays`` (those read from this
+        file; others are let be): a node's step that read them is over
+        (routes.graph.GraphRule.trace's ``store``)."""
+        if not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        seen = set()
+        for a in arrays:
+            m = _map_of(a)
+            if m is not None and id(m) in self._ids and id(m) not in seen:
+                seen.add(id(m))
+                m.madvise(mmap.MADV_DONTNEED)
 
     def release(self) -> None:
-        """Drop this process's pages of the file (they are read again when next used;
+        """Drop this process's pages of the whole file (they are read again when next used;
         where the system has no madvise, the kernel alone decides)."""
         if hasattr(mmap, "MADV_DONTNEED"):
             for m in self._maps:
                 m.madvise(mmap.MADV_DONTNEED)
+
+
+def _map_of(a):
+    """The memory map array ``a`` is a view of (np.frombuffer's base), or None."""
+    while isinstance(a, np.ndarray):
+        a = a.base
+    a = a.obj if isinstance(a, memoryview) else a
+    return a if isinstance(a, mmap.mmap) else None

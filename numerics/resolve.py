@@ -146,7 +146,7 @@ SETTLE_ULPS = 2.0 ** -32
 
 
 def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None,
-           floor=None, ladder=None):
+           floor=None, ladder=None, agree=None):
     """The exact values of ``n`` items to within ``tol`` ulps of ``fmt``, by resolve's loop:
     ``fn(prec, items)`` evaluates the items (a list of indices) at ``prec`` bits and returns
     one value per item (nested tuples / lists of arrays: mpf or float values, integers,
@@ -177,6 +177,9 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None,
     copies); other values ignore it.
     ``ladder``: the precisions after ``start_prec`` to evaluate at, in order (increasing),
     instead of doubling up to ``max_prec`` (a model run's sweeps).
+    ``agree(a, b)``: the test of two evaluations of an item instead of the one above, for a
+    caller that compares its items part by part (the same test: ``agree`` of this module
+    with ``tol`` and ``floor``), letting each part's memory go before the next.
     """
     fmt = formats.get(fmt)
     if not 2 <= start_prec <= max_prec:
@@ -205,7 +208,7 @@ def settle(fn, n, fmt, start_prec, max_prec=2048, tol=SETTLE_ULPS, first=None,
         again = fn(prec, todo)
         moving = []
         for k, v in zip(todo, again):
-            if _agree(values[k], v, fmt, tol, floor):
+            if _agree(values[k], v, fmt, tol, floor) if agree is None else agree(values[k], v):
                 settled[k] = True
             else:
                 moving.append(k)

@@ -46,7 +46,7 @@ from . import artifact
 from .errors import RouteError
 from .invoke import checked_rule, invoke_maps, invoke_prepared, rule_for
 from .ports import Port, boolean, frozen
-from .rules import each_route
+from .rules import Outputs, each_route
 
 
 INPUT, CONSTANT = -1, -2         # Ref.node of a graph input, of a graph constant
@@ -315,11 +315,13 @@ class GraphRule:
             return exc              # an operator instance (``one_node``): its own message
         return RouteError(f"graph node {k} ({self.graph.nodes[k].op.name}): {exc}")
 
-    def _sweep(self, inputs, needs_grad, override=None, post=None, pre=None, checks=True):
+    def _sweep(self, inputs, needs_grad, override=None, post=None, pre=None, checks=True,
+               store=None):
         """Forward sweep recording the tape: values, needs-grad flags and pullbacks.
         ``override``: {node index: backend} nodes evaluated under another backend, their
         outputs read back into this one (``asarray``: rounded once into its format);
-        ``post``, ``pre``: as in ``trace``; ``checks`` False: no staged checks (``routes``)."""
+        ``post``, ``pre``, ``store``: as in ``trace``; ``checks`` False: no staged checks
+        (``routes``)."""
         g = self.graph
         vals = {Ref(-1, i): x for i, x in enumerate(self._inputs(inputs))}
         active = {Ref(-1, i): bool(f) and p.differentiable
@@ -327,27 +329,38 @@ class GraphRule:
         consts = self._constants()
         vals.update(consts)
         active.update((r, False) for r in consts)
+        if store is not None:
+            vals = dict(zip(vals, store.put(list(vals.values()))))
         tape = []
         for k, node in enumerate(g.nodes):
             flags = tuple(active[r] and p.differentiable for r, p in zip(node.args, node.op.inputs))
-            outs, entry = self._evaluate(k, [vals[r] for r in node.args], flags,
-                                         (override or {}).get(k, self.xp), pre, post, checks)
+            args = [vals[r] for r in node.args]
+            outs, entry = self._evaluate(k, args, flags, (override or {}).get(k, self.xp),
+                                         pre, post, checks, store)
+            if store is not None:
+                store.done(args)
             for j, (y, p) in enumerate(zip(outs, node.op.outputs)):
                 vals[Ref(k, j)] = y
                 active[Ref(k, j)] = any(flags) and p.differentiable
             tape.append(entry)
         return vals, active, tape
 
-    def _evaluate(self, k, args, flags, xp, pre=None, post=None, checks=True) -> tuple:
+    def _evaluate(self, k, args, flags, xp, pre=None, post=None, checks=True,
+                  store=None) -> tuple:
         """(outputs, tape entry: (flags, pullback, rule, pushforward)) of node ``k`` on
-        ``args`` under backend ``xp``, as ``_sweep`` evaluates it."""
+        ``args`` under backend ``xp``, as ``_sweep`` evaluates it; ``store`` as in
+        ``trace``: the outputs stored, and what the pullback holds (its read arguments,
+        the outputs and intermediates), its pages given back after each call."""
         node = self.graph.nodes[k]
         if pre is not None:
             args = list(_posted(pre, "argument", k, args))
+        held = []
+        keep = None if store is None else _keeper(store, held)
         try:
             # The values are this backend's numbers already: read once, where made.
-            outs, pull, push = invoke_maps(node.op, args, xp, flags, xp is not self.xp) \
-                if checks else rule_for(node.op, xp).maps(args, flags, xp is not self.xp)
+            outs, pull, push = invoke_maps(node.op, args, xp, flags, xp is not self.xp,
+                                           keep) if checks else \
+                rule_for(node.op, xp).maps(args, flags, xp is not self.xp, keep)
             rule = rule_for(node.op, self.xp)      # the order and alias of this sweep
         except RouteError as exc:
             raise self._node_error(k, exc) from None
@@ -360,6 +373,9 @@ class GraphRule:
         if post is not None:
             outs = _posted(post, "value", k, outs)
             pull = _posted_pull(post, k, pull)
+        if store is not None:
+            outs = tuple(store.put(list(outs)))          # as posted (held once already)
+            pull = _releasing(store, pull, held)
         # push: the node's pushforward at these values (GraphRule.routes; without the
         # hooks, which routes never passes).
         return outs, (flags, pull, rule, push)
@@ -434,61 +450,92 @@ class GraphRule:
         return tuple((tans[r] if r in tans else xp.zeros_like(vals[r])) if p.differentiable
                      else None for r, p in zip(g._outputs, g.outputs))
 
-    def _reverse(self, active, tape, cotangents, contributions=None) -> dict:
+    def _reverse(self, active, tape, cotangents, contributions=None, store=None,
+                 drop=False) -> dict:
         """The reverse sweep: {Ref: accumulated cotangent}; ``contributions``, when a dict,
-        receives {(node, argument index): the node's pullback output for that argument}."""
+        receives {(node, argument index): the node's pullback output for that argument};
+        ``store`` as in ``trace``; ``drop``: each node's output cotangents let go once its
+        pullback has read them (those of the inputs and constants are returned)."""
         g, xp = self.graph, self.xp
         cots = {}
         for ref, c, p in zip(g._outputs, tuple(cotangents), g.outputs):
             if c is not None and p.differentiable and active[ref]:
                 cots[ref] = self.alias(cots.get(ref), xp.asarray(c))
-        return self._pull_through(tape, cots, len(g.nodes) - 1, contributions)
+        cots = self._pull_through(tape, cots, len(g.nodes) - 1, contributions, store, drop)
+        if store is not None:           # the cotangents of the inputs and constants
+            cots = dict(zip(cots, store.put(list(cots.values()))))
+        return cots
 
-    def _pull_through(self, tape, cots, last, contributions=None) -> dict:
+    def _pull_through(self, tape, cots, last, contributions=None, store=None,
+                      drop=False) -> dict:
         """``cots`` ({Ref: cotangent}) carried back through nodes ``last``, ..., 0 of
-        ``tape``: each node's pullback, its contributions joined by the rule's alias."""
+        ``tape``: each node's pullback, its contributions joined by the rule's alias;
+        ``store`` as in ``trace``: a node's output cotangents once its consumers have all
+        added theirs, and its contributions, are stored as they are made; ``drop``: a
+        node's output cotangents let go once its pullback has read them."""
         g = self.graph
         for k in range(last, -1, -1):
             flags, pull, rule, _ = tape[k]
-            outs = [cots.get(Ref(k, j)) for j in range(len(g.nodes[k].op.outputs))]
+            refs = [Ref(k, j) for j in range(len(g.nodes[k].op.outputs))]
+            outs = [cots.pop(r, None) if drop else cots.get(r) for r in refs]
             if not any(flags) or all(c is None for c in outs):
                 continue
+            if store is not None:
+                outs = store.put(outs)
+                if not drop:
+                    cots.update((r, c) for r, c in zip(refs, outs) if c is not None)
             grads, args = pull(outs), g.nodes[k].args
+            if store is not None:
+                grads = store.put(list(grads))
             for i in rule.order:                 # the rule's order and alias rule
                 if flags[i]:
                     if contributions is not None:
                         contributions[(k, i)] = grads[i]
-                    cots[args[i]] = rule.alias(cots.get(args[i]), grads[i])
+                    held = cots.get(args[i])
+                    cots[args[i]] = rule.alias(held, grads[i])
+                    if store is not None and held is not None:
+                        store.done([held])
+            if store is not None:
+                store.done(outs + list(grads))
         return cots
 
-    def taped(self, inputs, needs=None) -> "Tape":
+    def taped(self, inputs, needs=None, store=None) -> "Tape":
         """The forward sweep with every value input carrying a gradient (or those of
         ``needs``, one flag per input), kept for the sweeps that start inside the graph
-        (``reverse_from``, ``perturbed``, ``rerun``)."""
+        (``reverse_from``, ``perturbed``, ``rerun``); ``store`` as in ``trace``."""
         if needs is None:
             needs = tuple(p.differentiable for p in self.graph.inputs)
-        return Tape(*self._sweep(inputs, needs))
+        return Tape(*self._sweep(inputs, needs, store=store))
 
-    def rerun(self, tape, override, cotangents=None) -> "Trace":
+    def rerun(self, tape, override, cotangents=None, every=True, store=None) -> "Trace":
         """What ``trace(inputs, cotangents, None, override)`` gives, from ``tape`` (``taped``
         on those inputs) where every backend's results depend on their operands alone (no
         stochastic rounding, whose draws follow the call sequence): the nodes of
         ``override`` ({node index: backend}) and every node that reads a value they changed
         are evaluated again, the others keep the tape's values and pullbacks; then the
-        reverse sweep from ``cotangents`` (one per output) when given."""
+        reverse sweep from ``cotangents`` (one per output) when given.  ``every`` False:
+        the reverse sweep keeps only the cotangents of the graph's inputs and constants
+        (no contributions; a node's output cotangents are let go once its pullback has read
+        them), so that it holds the cotangents still to be used, not the graph's.
+        ``store`` as in ``trace``: the values evaluated again stored as they are made."""
         g = self.graph
         vals, entries, changed = dict(tape.values), list(tape.entries), set()
         for k, node in enumerate(g.nodes):
             if k not in override and not any(r in changed for r in node.args):
                 continue
-            outs, entries[k] = self._evaluate(k, [vals[r] for r in node.args], entries[k][0],
-                                              override.get(k, self.xp))
+            args = [vals[r] for r in node.args]
+            outs, entries[k] = self._evaluate(k, args, entries[k][0],
+                                              override.get(k, self.xp), store=store)
+            if store is not None:
+                store.done(args)
             for j, y in enumerate(outs):
                 vals[Ref(k, j)] = y
                 changed.add(Ref(k, j))
         out = Trace(values=vals)
         if cotangents is not None:
-            out.cotangents = self._reverse(tape.active, entries, cotangents, out.contributions)
+            out.cotangents = self._reverse(tape.active, entries, cotangents,
+                                           out.contributions if every else None,
+                                           store if every else None, drop=not every)
         return out
 
     def reverse(self, tape, cotangents) -> dict:
@@ -533,7 +580,7 @@ class GraphRule:
         return lambda cotangents: self._read_back(ports, pull(cotangents))
 
     def trace(self, inputs, cotangents=None, tangents=None, override=None,
-              post=None, pre=None) -> "Trace":
+              post=None, pre=None, store=None) -> "Trace":
         """Every value of the sweeps, for measuring a graph node by node: the forward sweep
         (with the reverse sweep from ``cotangents``, one per output or None, when given) and
         the forward-mode sweep from ``tangents`` (one per input or None) when given.
@@ -552,16 +599,25 @@ class GraphRule:
         sweeps; what its pullback keeps), ``"argument_tangent"`` the tangent of argument
         ``index``, ``"cotangent"`` the cotangent of its output ``index`` as its pullback
         receives it -- a quantization in front of one operator (a scaled-format recipe
-        quantizing the operands of products)."""
+        quantizing the operands of products).
+
+        ``store``, when given, holds the sweeps' arrays elsewhere (a file, say), so that
+        memory holds about one node's work rather than the graph's: ``store.put(arrays)``
+        returns arrays of the same bits to keep in their place -- each value, contribution
+        and tangent as it is made, each cotangent once complete, and what each node's
+        pullback keeps (its arguments as read, its outputs and intermediates) --, and
+        ``store.done(arrays)`` is told of the stored arrays a node's step has read (its
+        pages may go)."""
         g = self.graph
         needs = tuple(p.differentiable for p in g.inputs) if cotangents is not None else \
             (False,) * len(g.inputs)
-        vals, active, tape = self._sweep(inputs, needs, override, post, pre)
+        vals, active, tape = self._sweep(inputs, needs, override, post, pre, store=store)
         out = Trace(values=vals)
         if cotangents is not None:
-            out.cotangents = self._reverse(active, tape, cotangents, out.contributions)
+            out.cotangents = self._reverse(active, tape, cotangents, out.contributions, store)
+        del tape
         if tangents is not None:
-            out.tangents = self._tangents(inputs, tangents, override, post, pre)[2]
+            out.tangents = self._tangents(inputs, tangents, override, post, pre, store)[2]
         return out
 
     def alone(self, reads, override=None, post=None, pre=None, fallback=None,
@@ -682,15 +738,18 @@ class GraphRule:
         return outs, tuple((tans[r] if r in tans else xp.zeros_like(vals[r]))
                            if p.differentiable else None for r, p in zip(g._outputs, g.outputs))
 
-    def _tangents(self, inputs, tangents, override=None, post=None, pre=None):
-        """The forward-mode sweep: (values, None, {Ref: tangent}); ``post`` and ``pre`` as
-        in ``trace``."""
+    def _tangents(self, inputs, tangents, override=None, post=None, pre=None, store=None):
+        """The forward-mode sweep: (values, None, {Ref: tangent}); ``post``, ``pre`` and
+        ``store`` as in ``trace`` (the values and tangents stored as they are made)."""
         g, xp = self.graph, self.xp
         xs = self._inputs(inputs)
         vals = {Ref(-1, i): x for i, x in enumerate(xs)}
         vals.update(self._constants())
         tans = {Ref(-1, i): xp.asarray(t) for i, (t, p) in enumerate(zip(tangents, g.inputs))
                 if t is not None and p.differentiable}
+        if store is not None:
+            vals = dict(zip(vals, store.put(list(vals.values()))))
+            tans = dict(zip(tans, store.put(list(tans.values()))))
         for k, node in enumerate(g.nodes):
             args = [vals[r] for r in node.args]
             ts = [tans.get(r) if p.differentiable else None for r, p in zip(node.args,
@@ -712,6 +771,9 @@ class GraphRule:
                 touts = self._read_back(node.op.outputs, touts)
             if post is not None:
                 outs, touts = _posted(post, "value", k, outs), _posted(post, "tangent", k, touts)
+            if store is not None:
+                outs, touts = store.put(list(outs)), store.put(list(touts))
+                store.done(args + ts)
             for j, (y, t) in enumerate(zip(outs, touts)):
                 vals[Ref(k, j)] = y
                 if t is not None:
@@ -730,6 +792,30 @@ def _posted(post, kind, k, values) -> tuple:
 def _posted_pull(post, k, pull):
     """Node ``k``'s pullback whose outputs go through ``post`` as contributions."""
     return lambda cotangents: _posted(post, "contribution", k, pull(cotangents))
+
+
+def _keeper(store, held):
+    """Rule.maps's ``keep`` for a stored sweep: what the maps hold (the read arguments, the
+    outputs and their intermediates) through ``store.put``, the stored arrays appended to
+    ``held``."""
+    def keep(xs, ys):
+        saved = getattr(ys, "saved", {})
+        put = store.put([*xs, *ys, *saved.values()])
+        held.extend(put)
+        out = Outputs(put[len(xs):len(xs) + len(ys)])
+        out.saved = dict(zip(saved, put[len(xs) + len(ys):]))
+        return tuple(put[:len(xs)]), out
+    return keep
+
+
+def _releasing(store, pull, held):
+    """A pullback that tells ``store`` it has read ``held`` (trace's ``store``) after each
+    call."""
+    def released(cotangents):
+        grads = pull(cotangents)
+        store.done(held)
+        return grads
+    return released
 
 
 def _pre_pull(pre, k, pull):

@@ -53,11 +53,11 @@ def checked_rule(op, inputs, backend):
     return rule
 
 
-def invoke_maps(op, inputs, backend, needs_grad=None, read=True):
+def invoke_maps(op, inputs, backend, needs_grad=None, read=True, keep=None):
     """(outputs, pullback, pushforward) after the staged checks (Rule.maps); ``needs_grad``
     one flag per input (default all off), a flag on a non-value port is refused; ``read``
     False: the inputs are ``backend``'s numbers already (a graph's values), read no
-    second time."""
+    second time; ``keep`` as in Rule.maps."""
     op.check()
     inputs = check_inputs(op, inputs, read)
     flags = (False,) * len(inputs) if needs_grad is None else tuple(needs_grad)
@@ -70,7 +70,7 @@ def invoke_maps(op, inputs, backend, needs_grad=None, read=True):
                              f"no gradient (needs_grad must be false there)")
     rule = rule_for(op, backend)
     rule.validate(inputs, read)
-    return rule.maps(inputs, flags, read)
+    return rule.maps(inputs, flags, read, keep)
 
 
 def invoke_prepared(op, inputs, backend, needs_grad=None):

@@ -198,13 +198,15 @@ class Rule:
         forward values and intermediates."""
         return self.maps(inputs, needs_grad)[:2]
 
-    def maps(self, inputs, needs_grad, read=True):
+    def maps(self, inputs, needs_grad, read=True, keep=None):
         """(outputs, pullback, pushforward) from one forward evaluation: ``pullback`` as
         ``prepare``'s, ``pushforward(tangents)`` the output tangents (as ``jvp``'s), both
         at the forward values and intermediates.  ``read`` False: the inputs, and the
         cotangents and tangents the maps are given, are this backend's numbers already (a
         graph's values), so nothing is read twice -- a stochastic rounding backend draws
-        bits for each value once."""
+        bits for each value once.  ``keep(xs, ys) -> (xs, ys)``, when given, returns the
+        read inputs and the outputs with their intermediates (``saving``) as the maps are to
+        hold them: copies of the same bits kept elsewhere (a graph's stored sweep)."""
         xs = self._read(inputs) if read else \
             tuple(x if p.scalar else np.asarray(x) for x, p in zip(self._fit(inputs), self._ins))
         flags = tuple(needs_grad)
@@ -213,6 +215,8 @@ class Rule:
                              f"{len(xs)} inputs")
         needs = tuple(bool(f) and p.differentiable for f, p in zip(flags, self._ins))
         ys = self._forward(xs)
+        if keep is not None:
+            xs, ys = keep(xs, ys)
 
         def pullback(cotangents):
             return self._pull(xs, ys, cotangents, needs, read)

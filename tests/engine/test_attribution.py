@@ -149,8 +149,8 @@ def _worse_by(target, k, fmt):
     reference) are moved up by k ulps of the format: a broken implementation."""
     real = graph_module.invoke_maps
 
-    def invoke(op, args, xp, flags=None, read=True):
-        outs, pull, push = real(op, args, xp, flags, read)
+    def invoke(op, args, xp, flags=None, read=True, keep=None):
+        outs, pull, push = real(op, args, xp, flags, read, keep)
         if op is not target or xp.name.startswith("reference"):
             return outs, pull, push
         moved = tuple(formats.round_to(np.asarray(y, dtype=np.float64) +
@@ -194,8 +194,8 @@ def _pullback_worse_by(target, k, fmt):
     contributions up by k ulps of the format: a broken gradient implementation."""
     real = graph_module.invoke_maps
 
-    def invoke(op, args, xp, flags=None, read=True):
-        outs, pull, push = real(op, args, xp, flags, read)
+    def invoke(op, args, xp, flags=None, read=True, keep=None):
+        outs, pull, push = real(op, args, xp, flags, read, keep)
         if op is not target or xp.name.startswith("reference") or pull is None:
             return outs, pull, push
 

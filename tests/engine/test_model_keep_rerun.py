@@ -46,6 +46,11 @@ def test_a_rerun_from_the_tape_is_the_whole_run_with_the_nodes_kept(key):
             for r in a:
                 if a[r] is not None or b[r] is not None:
                     assert _same(a[r], b[r]), (ks, part, r)
+        # every=False (the keep experiments): the inputs' gradients alone, the same bits
+        lean = rule.rerun(tape, override, cots, every=False)
+        assert not lean.contributions and lean.cotangents.keys() == \
+            {r for r in whole.cotangents if r.node < 0}
+        assert all(_same(lean.cotangents[r], whole.cotangents[r]) for r in lean.cotangents)
     # Keeping nodes changes values (the comparisons above can fail).
     base = rule.trace(inputs, cots, None, None)
     kept = rule.rerun(tape, dict.fromkeys(range(n), wide), cots)

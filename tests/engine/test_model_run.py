@@ -82,8 +82,8 @@ def test_local_and_propagated_errors_of_a_chain_match_exact_rationals(chunk, mon
     assert _row(rows, "scale", "forward", "out", "local")["max_ulp"] == pytest.approx(loc, 1e-9)
     whole = _row(rows, "output:out0", "forward", "out0", "propagated")
     assert whole["max_ulp"] == pytest.approx(prop, 1e-9) and whole["node_index"] is None
-    if written is not None:               # the exact traces, then the emulated ones
-        assert len(written) == 2 and 0 < written[0] < written[1]
+    if written is not None:     # the sweeps stored node by node as they were made
+        assert len(written) > 2 * len(g.nodes) and min(written) > 0
 
 
 def test_the_local_errors_are_measured_in_runs_of_nodes_within_the_element_limit():

@@ -60,20 +60,31 @@ def test_a_spilled_array_leaves_the_process_s_allocations(tmp_path):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm")
+def _resident() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def test_release_gives_the_read_pages_back(tmp_path):
-    page = os.sysconf("SC_PAGE_SIZE")
-
-    def resident() -> int:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * page
-
     s = spill.Spill(tmp_path)
     (b,) = s.put([np.ones(1 << 23)])                         # 64 MiB
     assert float(b.sum()) == 1 << 23                          # every page read
-    read = resident()
+    read = _resident()
     s.release()
-    assert read - resident() > 48 << 20
+    assert read - _resident() > 48 << 20
     assert float(b.sum()) == 1 << 23                          # read again from the file
+
+
+def test_done_gives_back_the_pages_of_the_arrays_named_only(tmp_path):
+    s = spill.Spill(tmp_path)
+    (a,) = s.put([np.ones(1 << 23)])                         # 64 MiB, one map
+    (b,) = s.put([np.full(1 << 23, 2.0)])                    # another
+    assert float(a.sum()) == 1 << 23 and float(b.sum()) == 1 << 24
+    read = _resident()
+    s.done([a[::2], np.ones(3), None])                     # a view of a's map
+    dropped = read - _resident()
+    assert 48 << 20 < dropped < 80 << 20                      # a's pages, not b's
+    assert float(a.sum()) == 1 << 23 and float(b.sum()) == 1 << 24
 
 
 def test_nbytes_counts_each_numeric_array_once():

@@ -255,3 +255,73 @@ def test_a_sweep_reads_each_input_and_cotangent_once():
     xp.reads = 0
     rule.routes(INPUTS, ["forward", "gradient"], TANGENTS, COTANGENTS)
     assert xp.reads == 6 + 2
+
+
+class _Held:
+    """A trace's store (GraphRule.trace): keeps a read-only copy of each array it is given
+    and answers with it, then writes NaN over the array it was given where it can (a sweep
+    that went on reading an array it stored would compute with NaN), except the caller's
+    ``inputs`` (the forward-mode sweep reads them again); records what each step said it
+    had read."""
+
+    def __init__(self, inputs=()):
+        self.held, self.read = {}, []
+        self.inputs = {id(a) for a in inputs}
+
+    def put(self, arrays):
+        out = []
+        for a in arrays:
+            if isinstance(a, np.ndarray) and id(a) not in self.held:
+                a = a.copy()
+                a.flags.writeable = False
+                self.held[id(a)] = a
+            out.append(a)
+        for a in arrays:
+            if isinstance(a, np.ndarray) and a.flags.writeable and \
+                    id(a) not in self.held and id(a) not in self.inputs:
+                if a.dtype.names:
+                    a["hi"], a["lo"] = np.nan, np.nan
+                elif a.dtype.kind == "f":
+                    a[...] = np.nan
+        return out
+
+    def done(self, arrays):
+        self.read.extend(id(a) for a in arrays if a is not None)
+
+
+def _parts(tr):
+    return [(kind, key, np.asarray(v)) for kind in ("values", "cotangents", "contributions",
+                                                    "tangents")
+            for key, v in getattr(tr, kind).items()]
+
+
+@pytest.mark.parametrize("backend", ["bfloat16", "double_double"])
+def test_a_stored_trace_holds_the_stored_arrays_and_the_same_numbers(backend):
+    # Every array of the trace is one the store returned, with the bits of a trace made
+    # without a store, though the store wrote NaN over what it was given: the pullbacks
+    # read the stored copies of their arguments, results and intermediates.
+    xp = numerics.emulated(backend) if backend == "bfloat16" else numerics.double_double()
+    rule = routes.graph.GraphRule(network(), xp)
+    xs = [xp.asarray(x) for x in INPUTS[:4]] + INPUTS[4:]
+    plain = rule.trace(xs, COTANGENTS, TANGENTS)
+    store = _Held(xs)
+    stored = rule.trace(xs, COTANGENTS, TANGENTS, store=store)
+    want, got = _parts(plain), _parts(stored)
+    assert [(k, key) for k, key, _ in got] == [(k, key) for k, key, _ in want]
+    assert all(a.dtype == b.dtype and a.tobytes() == b.tobytes()
+               for (_, _, a), (_, _, b) in zip(got, want))
+    arrays = [v for kind in ("values", "cotangents", "contributions", "tangents")
+              for v in getattr(stored, kind).values() if isinstance(v, np.ndarray)]
+    assert arrays and all(store.held.get(id(a)) is a for a in arrays)
+    # each node's step said which stored arrays it read: the arguments of the 7 nodes
+    assert {id(stored.values[r]) for n in network().nodes for r in n.args} <= set(store.read)
+
+
+def test_a_stored_reverse_sweep_matches_central_differences():
+    xp = numerics.reference(256)
+    rule = routes.graph.GraphRule(network(), xp)
+    tr = rule.trace(INPUTS, COTANGENTS, store=_Held())
+    grads = [tr.cotangents.get(routes.graph.Ref(-1, i)) for i in range(4)] + [None, None]
+    grads = [np.zeros(S) if g is None else g for g in grads[:4]] + [None, None]
+    lhs, _ = pairing(COTANGENTS, central_difference(rule, xp, INPUTS, TANGENTS))
+    assert abs(lhs - pairing(TANGENTS, grads)[0]) <= CTX.ldexp(1, -100) * (1 + abs(lhs))
