@@ -204,14 +204,18 @@ def error_bits(m, fmt):
 def buckets(ulp) -> list:
     """Counts of samples by |error| (rows.BUCKET_LABELS): exactly 0, then in (0, 0.5],
     (0.5, 1], (1, 2], (2, 4], (4, 16], (16, 256], above 256 ulp, and NaN errors last."""
-    a = np.abs(np.asarray(ulp, dtype=np.float64).reshape(-1))
-    nan = np.isnan(a)
-    a = a[~nan]
+    flat = np.asarray(ulp, dtype=np.float64).reshape(-1)
     upper = np.array(rows.BUCKET_EDGES[1:])
-    # searchsorted "left": edges[i-1] < a <= edges[i]; past the last edge: "> 256".
-    inner = np.bincount(np.searchsorted(upper, a[a > 0], side="left"),
-                        minlength=upper.size + 1)
-    return [int((a == 0).sum())] + [int(n) for n in inner] + [int(nan.sum())]
+    inner, zeros, nans = np.zeros(upper.size + 1, dtype=np.int64), 0, 0
+    for i in range(0, flat.size, metrics.MEASURE_BLOCK):      # a block's temporaries
+        a = np.abs(flat[i:i + metrics.MEASURE_BLOCK])
+        nan = np.isnan(a)
+        a = a[~nan]
+        # searchsorted "left": edges[i-1] < a <= edges[i]; past the last edge: "> 256".
+        inner += np.bincount(np.searchsorted(upper, a[a > 0], side="left"),
+                             minlength=upper.size + 1)
+        zeros, nans = zeros + int((a == 0).sum()), nans + int(nan.sum())
+    return [zeros] + [int(n) for n in inner] + [nans]
 
 
 def statistics(ulp, bits, codes, summary=None) -> dict:
@@ -357,18 +361,21 @@ def by_magnitude(ulp, exact, fmt) -> list:
     subnormals, beyond the range); exact zeros and non-finite values are left out.  The
     error against input magnitude for elementwise operators, against the result's for
     the others."""
-    e = _binades(exact, np.iinfo(np.int64).min)
-    a = np.abs(np.asarray(ulp).reshape(-1))
-    keep = (e != np.iinfo(np.int64).min) & ~np.isnan(a)
-    if not keep.any():
-        return []
-    e = np.clip(e[keep], fmt.qmin - 1, fmt.emax + 1)
-    a = a[keep]
-    out = []
-    for b in np.unique(e):
-        sel = a[e == b]
-        out.append([int(b), int(sel.size), float(sel.max())])
-    return out
+    ulp, exact = np.asarray(ulp).reshape(-1), np.asarray(exact).reshape(-1)
+    found = {}                                    # binade: [count, max |ulp error|]
+    for i in range(0, ulp.size, metrics.MEASURE_BLOCK):       # a block's temporaries
+        e = _binades(exact[i:i + metrics.MEASURE_BLOCK], np.iinfo(np.int64).min)
+        a = np.abs(ulp[i:i + metrics.MEASURE_BLOCK])
+        keep = (e != np.iinfo(np.int64).min) & ~np.isnan(a)
+        if not keep.any():
+            continue
+        e = np.clip(e[keep], fmt.qmin - 1, fmt.emax + 1)
+        a = a[keep]
+        for b in np.unique(e).tolist():
+            sel = a[e == b]
+            count, top = found.get(b, (0, -math.inf))
+            found[b] = (count + int(sel.size), max(top, float(sel.max())))
+    return [[int(b), n, top] for b, (n, top) in sorted(found.items())]
 
 
 def _exact_values(comp, exact, fmt):

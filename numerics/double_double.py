@@ -67,6 +67,9 @@ POW_MAX = 8             # pow's integral exponents computed here (module docstri
 # limbs and the double-double additions take about 100 bytes an entry while they are made,
 # so a language model's output-embedding gradient (50,257 x 768 entries) would hold 4 GB.
 PIECE = 1 << 20
+# Elementwise primitives on larger operands are computed this many elements at a time: a
+# double-double addition makes about four temporaries of its result's size, exp a dozen.
+BLOCK = 1 << 20
 _BIG, _SMALL = 2.0 ** 900, 2.0 ** -900
 
 
@@ -317,6 +320,21 @@ class DoubleDoubleBackend(Backend):
 
     # -- arithmetic --
     def _apply(self, name, *arrays):
+        """An elementwise primitive; on operands of one shape larger than BLOCK, a block
+        of BLOCK elements at a time (each result depends on its own operands alone), so its
+        temporaries take a block's memory, not the operands' several times over."""
+        if name in _IEEE:
+            xs = [self.asarray(a) for a in arrays]
+            if xs[0].size > BLOCK and all(x.shape == xs[0].shape for x in xs):
+                out = np.empty(xs[0].shape, dtype=DD)
+                flat, parts = out.reshape(-1), [x.reshape(-1) for x in xs]
+                for i in range(0, flat.size, BLOCK):
+                    flat[i:i + BLOCK] = self._apply_whole(name, *(p[i:i + BLOCK]
+                                                                  for p in parts))
+                return out
+        return self._apply_whole(name, *arrays)
+
+    def _apply_whole(self, name, *arrays):
         if name == "pow":
             out = self._integral_pow(*arrays)
             if out is not None:

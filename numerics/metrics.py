@@ -457,17 +457,24 @@ def summary(errors, unit: str = "ulp") -> dict:
     "counts": ...} where bin i counts |error| in [edges[i], edges[i+1]) and the last bin
     [edges[-1], inf].  Statistics of no errors are None.  Plain Python floats and ints.
     """
+    # Few temporaries of the errors' length (a model's gradient can have tens of millions):
+    # no copy without NaN, the histogram a block at a time, the percentile in place.
     e = np.asarray(errors, dtype=np.float64).reshape(-1)
     nan = np.isnan(e)
-    e = e[~nan]
+    nans = int(nan.sum())
+    e = e[~nan] if nans else e
+    del nan
     a = np.abs(e)
-    bins = np.searchsorted(np.array(HIST_EDGES), a, side="right") - 1
-    counts = np.bincount(bins, minlength=len(HIST_EDGES))
-    out = {"unit": unit, "count": int(e.size), "nan_count": int(nan.sum()),
-           "zero_count": int((a == 0).sum())}
+    edges, counts = np.array(HIST_EDGES), np.zeros(len(HIST_EDGES), dtype=np.int64)
+    for i in range(0, a.size, MEASURE_BLOCK):
+        bins = np.searchsorted(edges, a[i:i + MEASURE_BLOCK], side="right") - 1
+        counts += np.bincount(bins, minlength=len(HIST_EDGES))
+    out = {"unit": unit, "count": int(e.size), "nan_count": nans,
+           "zero_count": int(a.size - np.count_nonzero(a))}
     if e.size:
-        out.update(max=float(a.max()), mean=float(a.mean()), p99=_p99(a),
-                   max_signed=float(e.max()), min_signed=float(e.min()))
+        top, mean = float(a.max()), float(a.mean())
+        out.update(max=top, mean=mean, p99=_p99(a), max_signed=float(e.max()),
+                   min_signed=float(e.min()))
     else:
         out.update(max=None, mean=None, p99=None, max_signed=None, min_signed=None)
     out["histogram"] = {"edges": list(HIST_EDGES), "counts": [int(n) for n in counts]}
@@ -476,10 +483,11 @@ def summary(errors, unit: str = "ulp") -> dict:
 
 def _p99(a) -> float:
     """numpy's linear-interpolation 99th percentile, also where it meets inf (numpy gives NaN
-    there: inf - inf inside its interpolation)."""
+    there: inf - inf inside its interpolation); ``a`` is reordered in place (no copy)."""
     if np.isfinite(a).all():
-        return float(np.percentile(a, 99))
-    s = np.sort(a)
+        return float(np.percentile(a, 99, overwrite_input=True))
+    s = a
+    s.sort()
     h = 0.99 * (s.size - 1)
     lo = int(math.floor(h))
     v_lo, v_hi = s[lo], s[min(lo + 1, s.size - 1)]

@@ -22,6 +22,7 @@ from roundoff_coverage import formats
 from roundoff_coverage import numerics
 from roundoff_coverage import routes
 from roundoff_coverage.engine import evaluate, runner
+from roundoff_coverage.engine.measuring import buckets
 from roundoff_coverage.reports.cli import main
 from roundoff_coverage.routes.ports import value
 from roundoff_coverage.routes.registry import define, withdraw
@@ -384,10 +385,14 @@ def test_config_run_writes_json_csv_and_prints_the_summary(capsys, tmp_path):
                              ("gradient", "not_differentiable")}
 
 
-def test_errors_by_magnitude_bin_by_the_exact_values_binade():
+@pytest.mark.parametrize("block", [None, 2], ids=["one-block", "blocks-of-2"])
+def test_errors_by_magnitude_bin_by_the_exact_values_binade(block, monkeypatch):
     # bfloat16 (p = 8): ulp(x) = 2**(floor(log2 x) - 7).  Computed values one ulp above
     # 1.5 and 3.0 (binades 0 and 1), half an ulp below 0.75 (binade -1); an exact zero and a
-    # NaN are left out; 2**-200 lies below the subnormals (binade qmin - 1 = -134).
+    # NaN are left out; 2**-200 lies below the subnormals (binade qmin - 1 = -134).  Long
+    # errors are counted a block at a time (the same counts and maxima).
+    if block:
+        monkeypatch.setattr(numerics.metrics, "MEASURE_BLOCK", block)
     fmt = formats.get("bfloat16")
     exact = np.array([1.5, 3.0, 0.75, 0.0, np.nan, 2.0 ** -200, 1.25])
     comp = np.array([1.5 + 2**-7, 3.0 + 2**-6, 0.75 - 2**-9, 0.0, np.nan, 0.0, 1.25])
@@ -395,3 +400,7 @@ def test_errors_by_magnitude_bin_by_the_exact_values_binade():
     got = evaluate.by_magnitude(ulp, exact, fmt)
     assert got == [[-134, 1, float(2.0 ** -200 / 2.0 ** -133)], [-1, 1, 0.5], [0, 2, 1.0],
                    [1, 1, 1.0]]
+    # buckets: exactly 0 three (0, 1.25, and NaN computed where NaN is exact), (0, 0.5] two
+    # (0.75 half an ulp off, 2**-200 as 0: 2**-67 ulp), (0.5, 1] two (1.5 and 3.0), then
+    # nothing up to "above 256", one error that is NaN added
+    assert buckets(np.append(ulp, np.nan)) == [3, 2, 2, 0, 0, 0, 0, 0, 1]

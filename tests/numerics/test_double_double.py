@@ -71,6 +71,34 @@ def test_each_native_primitive_is_within_2_to_the_minus_100_of_its_exact_result(
     assert (np.abs(out["lo"]) <= np.abs(np.spacing(out["hi"])) / 2).all()   # normalised
 
 
+@pytest.mark.parametrize("name", sorted(EXACT) + ["exp", "tanh", "maximum"])
+def test_large_operands_are_computed_a_block_at_a_time_with_the_same_results(name,
+                                                                           monkeypatch):
+    # Blocks of 7 of a 40 x 100 array: the blocks' results joined are the whole
+    # computation's, bit for bit, and the exact results within 2**-100 where EXACT has them.
+    rng = np.random.default_rng(len(name) + 1)
+    arity = 2 if name in ("add", "subtract", "multiply", "divide", "maximum") else 1
+    xs = [_numbers(rng, 4000, span=4 if name in ("exp", "tanh") else 40).reshape(40, 100)
+          for _ in range(arity)]
+    if name in ("sqrt", "rsqrt"):
+        xs = [DDB.abs(xs[0])]
+    whole = getattr(DDB, name)(*xs)
+    monkeypatch.setattr(dd_module, "BLOCK", 7)
+    blocked = getattr(DDB, name)(*xs)
+    assert blocked.shape == (40, 100) and blocked.tobytes() == whole.tobytes()
+    if name in EXACT:
+        want = [EXACT[name](*v) for v in zip(*[_exact(x.reshape(-1)) for x in xs])]
+        assert _worst(blocked.reshape(-1), want) <= 2.0 ** -100
+    # NaN, infinities, division by zero, in blocks of 5 of 63 entries
+    x = np.tile(np.array([1.0, -2.0, 0.0, np.inf, -np.inf, np.nan, 3.0, np.inf, 0.0]), 7)
+    y = np.tile(np.array([0.0, 0.0, 0.0, 1.0, np.inf, 1.0, np.inf, -np.inf, np.inf]), 7)
+    args = (x, y)[:arity]
+    monkeypatch.setattr(dd_module, "BLOCK", 5)
+    got = getattr(DDB, name)(*args)
+    monkeypatch.setattr(dd_module, "BLOCK", 1 << 20)
+    assert got.tobytes() == getattr(DDB, name)(*args).tobytes()
+
+
 def test_exact_primitives_are_exact():
     rng = np.random.default_rng(5)
     x, y = _numbers(rng, 500), _numbers(rng, 500)

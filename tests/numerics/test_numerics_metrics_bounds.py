@@ -271,8 +271,13 @@ def test_summary_matches_numpy_and_is_json_ready():
     assert all(type(v) in (int, float, str, dict) for v in s.values())
 
 
-def test_histogram_bins_are_fixed_and_merge():
-    s = metrics.summary([0.0, 2.0 ** -11, 2.0 ** -10, 0.5, -0.5, 0.75, 1.0, 2.0 ** 20, np.inf])
+@pytest.mark.parametrize("block", [None, 3], ids=["one-block", "blocks-of-3"])
+def test_histogram_bins_are_fixed_and_merge(block, monkeypatch):
+    if block:                  # the histogram counted a block at a time
+        monkeypatch.setattr(metrics, "MEASURE_BLOCK", block)
+    errors = np.array([0.0, 2.0 ** -11, 2.0 ** -10, 0.5, -0.5, 0.75, 1.0, 2.0 ** 20, np.inf])
+    s = metrics.summary(errors)
+    assert errors[3] == 0.5 and errors[4] == -0.5            # the caller's array unchanged
     edges, counts = s["histogram"]["edges"], s["histogram"]["counts"]
     assert edges == list(metrics.HIST_EDGES) and edges[0] == 0.0 and edges[-1] == 2.0 ** 20
     assert len(counts) == len(edges)
