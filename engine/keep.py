@@ -209,7 +209,7 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
             log("keep in binary32", float(i), float(len(groups)),
                 f"{i + 1}/{len(groups)} {label}")
         try:
-            traces, own = [], spill.Spill() if tapes is not None and stream else None
+            traces, own = [], None if stream is None else spill.Spill()
             for s, (x, (c, _)) in enumerate(zip(xs, dirs)):
                 if tapes is not None:
                     traces.append(rule.rerun(tapes[s], dict.fromkeys(ks, wide),
@@ -220,7 +220,7 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
                 traces.append(rule.trace([emu.asarray(a) if is_float_port(p) else a
                                           for a, p in zip(x, g.inputs)],
                                          c if want_grad else None, None, override,
-                                         post=post, pre=pre))
+                                         post=post, pre=pre, store=own))
         except Exception:                                   # noqa: BLE001
             continue
         after = _errors(g, fmt, traces, exact64, whole, scaled)
