@@ -345,9 +345,10 @@ def _node_log(g, log, phase, alone=False):
 
 
 def _trace_bytes(g, samples, want_grad, want_tan) -> int:
-    """The bytes of one exact trace of ``g`` per ``samples`` in double-double (16 bytes an
-    element): its values, and for gradients a cotangent and a contribution, for tangents a
-    tangent, of each value element (an estimate: not every value receives them)."""
+    """The bytes of the exact traces of ``g`` for ``samples`` samples in double-double (16
+    bytes an element): the values, and for gradients a cotangent and a contribution, for
+    tangents a tangent, of each value element (an estimate: not every value receives
+    them)."""
     elements = sum(math.prod(p.array_shape) for p in (*g.inputs, *g.constant_ports)) + \
         sum(math.prod(p.array_shape) for node in g.nodes for p in node.op.outputs)
     return 16 * elements * samples * (1 + 2 * bool(want_grad) + bool(want_tan))
@@ -397,9 +398,7 @@ def exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log=_quiet, stream=None)
             # One copy of an array several sites hold (a cotangent that is its only
             # consumer's contribution, an input's gradient): settle compares each once.
             made = {}
-            last[s] = tuple(_compact_once(value_at(tr, site), made) for site in what)
-            if stream is not None:
-                stream.release()              # the pages compact read (its finiteness test)
+            last[s] = tuple(_compact_once(value_at(tr, site), made, stream) for site in what)
             out.append(last[s])
         return out
 
@@ -452,11 +451,14 @@ def _spill_trace(file, tr) -> None:
         part[key] = a
 
 
-def _compact_once(a, made):
+def _compact_once(a, made, stream=None):
     """numerics.resolve.compact of ``a``, made once per array in ``made`` ({id: (array,
-    Compact)})."""
+    Compact)}); ``stream``: the spill.Spill ``a`` may be stored in, told that the pages
+    compact read (its finiteness test) may go."""
     if id(a) not in made:
         made[id(a)] = (a, compact(a))
+        if stream is not None and a is not None:
+            stream.done([a])
     return made[id(a)][1]
 
 
