@@ -143,7 +143,8 @@ def _whole(g, routes):
 
 
 def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
-    """{route: (largest norm_rel, its tensor, ulp errors)} of the whole model's values in
+    """{route: (largest norm_rel, its tensor, (max, sum, count) of the ulp errors)} of the
+    whole model's values in
     ``traces`` against binary64 roundings of the exact values: the largest normwise relative
     error over the route's tensors (each output, each input gradient, joined over the samples:
     tensor_measures; tensors with no relative error -- an exact 0 computed nonzero -- left
@@ -168,11 +169,21 @@ def _errors(g, fmt, traces, exact64, whole, scaled=None) -> dict:
             continue
         c, e, ulp = (joined(parts) for parts in zip(*comps))
         measured, cancelled = tensor_measures.measures(c, e, fmt, scaled is None)
-        acc.setdefault(site.route, []).append(ulp[~cancelled & np.isfinite(ulp)])
+        del c, e, comps
+        # The max, sum and count of the route's ulps, not the ulps themselves: a GPT-2's
+        # parameter gradients are 124 M of them.
+        kept = ulp[~cancelled & np.isfinite(ulp)]
+        most, total, count = acc.get(site.route, (0.0, 0.0, 0))
+        if kept.size:
+            acc[site.route] = (max(most, float(np.max(kept))), total + math.fsum(
+                np.add.reduceat(kept, np.arange(0, kept.size, 1 << 16))), count + kept.size)
+        else:
+            acc[site.route] = (most, total, count)
+        del ulp, kept, cancelled              # before the next site's arrays are made
         if measured["norm_rel"] is not None and \
                 measured["norm_rel"] >= rel.get(site.route, (-1.0, None))[0]:
             rel[site.route] = (measured["norm_rel"], whole_name(site))
-    return {r: rel.get(r, (None, None)) + (np.concatenate(v),) for r, v in acc.items()}
+    return {r: rel.get(r, (None, None)) + (v,) for r, v in acc.items()}
 
 
 def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None,
@@ -189,6 +200,8 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
                 if value_at(tr, s) is not None}
                for tr, p in zip(exact, pieces or [None] * len(exact))]
     before = _errors(g, fmt, emulated, exact64, whole, scaled)
+    if release is not None:
+        release()                          # the pages of the traces read so far
     wide = numerics.emulated(KEEP_FORMAT, config.mode, config.policy, seed=emu.seed)
     want_grad = "gradient" in routes
     out = []
@@ -204,6 +217,8 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
         needs = tuple(want_grad and p.differentiable for p in g.inputs)
         tapes = [rule.taped([emu.asarray(a) if is_float_port(p) else a
                              for a, p in zip(x, g.inputs)], needs, stream) for x in xs]
+        if release is not None:
+            release()
     for i, (label, module, ks) in enumerate(groups):
         if log is not None:
             log("keep in binary32", float(i), float(len(groups)),
@@ -229,7 +244,7 @@ def _keep(g, config, xs, dirs, exact, emulated, routes, emu, groups, scaled=None
             release()
         for route, errors in after.items():
             out.append({"keep": label, "module": module, "nodes": len(ks), "route": route}
-                       | _keep_fields(before.get(route, (None, None, np.zeros(0))), errors))
+                       | _keep_fields(before.get(route, (None, None, (0.0, 0.0, 0))), errors))
     out.sort(key=lambda e: (e["route"], _gain(e), e["mean_ulp_after"] - e["mean_ulp_before"]))
     return out
 
@@ -244,8 +259,9 @@ def _keep_fields(before, after) -> dict:
         out[f"tensor_{when}"] = name
         out[f"bits_{when}"] = None if rel is None else \
             (float("inf") if rel == 0 else -float(np.log2(rel)))
-        out[f"max_ulp_{when}"] = float(np.max(ulp)) if ulp.size else 0.0
-        out[f"mean_ulp_{when}"] = float(np.mean(ulp)) if ulp.size else 0.0
+        most, total, count = ulp
+        out[f"max_ulp_{when}"] = most if count else 0.0
+        out[f"mean_ulp_{when}"] = total / count if count else 0.0
     return out
 
 

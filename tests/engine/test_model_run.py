@@ -135,6 +135,37 @@ def test_keeping_a_bfloat16_sum_in_binary32_removes_its_error(spilled, monkeypat
     assert summary["largest_local"]["forward"][0]["node"] == "total"
 
 
+def test_the_keep_entries_ulps_before_are_the_outputs_ulp_errors_by_mpmath():
+    # One exp node in binary16 (correctly rounded): the whole model's output is exp(x), x
+    # its input in binary16, rounded to 11 bits; its |error| in ulps of binary16 at the exact value (rounded to
+    # binary64), over both samples, by mpmath -- the max and the mean the keep entries give
+    # before any node is kept.
+    import mpmath
+    n = 300
+    g = routes.Graph(x=value((n,)))
+    g.output(g.apply(routes.op("exp", shape=(n,)), g.input("x"), name="exp"))
+    g.example_inputs = [np.linspace(-3, 3, n)]
+    xs = sample_inputs(g, 2, 0)
+    _, summary, _ = M.measure(g, M.Config("binary16", "nearest_even", "strict"), xs, 0,
+                              ("forward",))
+    ulps = []
+    with mpmath.workprec(200):
+        for (x,) in xs:
+            # The model reads its inputs rounded to binary16 (numpy's conversion rounds
+            # to nearest, ties to even).
+            for v in np.asarray(x, dtype=np.float64).astype(np.float16):
+                exact = mpmath.exp(mpmath.mpf(float(v)))
+                e = float(exact)
+                with mpmath.workprec(11):               # binary16's 11 bits, ties to even
+                    c = float(+exact)
+                ulp = 2.0 ** (math.floor(math.log2(e)) - 10)
+                ulps.append(abs(c - e) / ulp)
+    entry = next(e for e in summary["keep_binary32"] if e["keep"] == "exp")
+    assert entry["max_ulp_before"] == pytest.approx(max(ulps), rel=1e-12)
+    assert entry["mean_ulp_before"] == pytest.approx(sum(ulps) / len(ulps), rel=1e-12)
+    assert max(ulps) <= 0.5
+
+
 def test_a_large_graph_tries_the_nodes_adding_the_most_error_in_binary32():
     # 60 exact multiplications by 1 around the same stagnating bfloat16 sum: more nodes
     # than the summary runs whole keep experiments for (keep.KEEP_ALL), so it tries the
