@@ -187,11 +187,11 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
         scaled = _scaled(fmt, config, seed)
         fmt = scaled.compute
     if scaled is not None:
-        g, xs, dirs = scaled.prepare(graph, samples)
+        g, xs, dirs = scaled.prepare(graph, samples, "tangent" in routes)
     else:
         if recipe is None:
             check(config, fmt)
-        g, xs, dirs = prepared(graph, fmt, samples, seed)
+        g, xs, dirs = prepared(graph, fmt, samples, seed, "tangent" in routes)
     want_grad, want_tan = "gradient" in routes, "tangent" in routes
     emu = numerics.emulated(fmt, config.mode, config.policy, seed=seed)
     phases = {}
@@ -200,11 +200,14 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
     over = spill.Over(budget.available_memory() // spill.SPILL_SHARE)
     t0 = time.perf_counter()
     stream = over.need(2 * _trace_bytes(g, len(xs), want_grad, want_tan))
+    if stream is not None:                 # the rounded inputs too (a model's parameters)
+        xs = [stream.put(x) for x in xs]
     exact, precs, moving, pieces = exact_traces(g, fmt, xs, dirs, want_grad, want_tan, log,
                                                 stream)
     held = spill.nbytes(a for p in pieces for _, c in p.values() for a in (c.hi, c.lo))
     if over.need(held) is not None:
         _spill_exact(over.file, pieces)
+    over.release()                         # the pages the settling read
     phases["reference"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     log("emulated run")
@@ -223,6 +226,7 @@ def measure(graph, config: Config, samples: list, seed: int, routes=ROUTES,
         for tr in emulated:
             _spill_trace(over.file, tr)
     release = over.release
+    release()
     phases["emulation"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     log("errors of every node")

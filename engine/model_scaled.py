@@ -75,9 +75,10 @@ class Scaled:
                 return scale_axis(node.op, node.op.input_names[a], node.op.inputs[a])
         return -1 if len(port.shape) else None
 
-    def prepare(self, graph, samples):
+    def prepare(self, graph, samples, tangents=True):
         """(the graph with its constants, the samples' inputs, and per sample (cotangents,
-        tangents) as the module docstring has them)."""
+        tangents) as the module docstring has them; ``tangents`` False: no tangents, as
+        samples.prepared)."""
         import copy
         g = copy.copy(graph)
         for m, node in enumerate(graph.nodes):
@@ -103,7 +104,7 @@ class Scaled:
               for s, sample in enumerate(samples)]
         dirs = []
         for s, x in enumerate(xs):
-            cots, tans = tangent_directions(g, c32, x, self.seed, s)
+            cots, tans = tangent_directions(g, c32, x, self.seed, s, tangents)
             cots = [None if c is None else self._quantize(c, self.grad, -1,
                                                           ("cotangent", s, j))[0]
                     for j, c in enumerate(cots)]

@@ -114,18 +114,23 @@ def in_format(graph, fmt):
     return g
 
 
-def prepared(graph, fmt, samples, seed) -> tuple:
+def prepared(graph, fmt, samples, seed, tangents=True) -> tuple:
     """(graph, inputs, directions) of a run in ``fmt``: ``graph`` with its float constants
     rounded into fmt (in_format), each sample's float inputs rounded into fmt, and each
-    sample's (cotangents, tangents) (tangent_directions)."""
+    sample's (cotangents, tangents) (tangent_directions; ``tangents`` False: None for
+    each input, for a run without the tangent route)."""
     g = in_format(graph, fmt)
     xs = [[formats.round_to(x, fmt) if is_float_port(p) else x for x, p in zip(s, g.inputs)]
           for s in samples]
-    return g, xs, [tangent_directions(g, fmt, x, seed, s) for s, x in enumerate(xs)]
+    return g, xs, [tangent_directions(g, fmt, x, seed, s, tangents)
+                   for s, x in enumerate(xs)]
 
 
-def tangent_directions(graph, fmt, xs, seed, s):
-    """(cotangents per output, tangents per input) of sample ``s``, rounded into fmt."""
+def tangent_directions(graph, fmt, xs, seed, s, tangents=True):
+    """(cotangents per output, tangents per input) of sample ``s``, rounded into fmt; the
+    tangents None with ``tangents`` False (a run without the tangent route: a tangent is
+    as large as its input, a model's parameters included).  The cotangents are drawn
+    first, so they do not depend on it."""
     rng = np.random.default_rng([seed, s, 0x636F74])
     cots = []
     for port in graph.outputs:
@@ -135,8 +140,8 @@ def tangent_directions(graph, fmt, xs, seed, s):
             cots.append(np.float64(1.0))
         else:
             cots.append(formats.round_to(rng.standard_normal(port.shape), fmt))
-    tans = [formats.round_to(rng.standard_normal(np.shape(x)), fmt) if p.kind == "value"
-            else None for x, p in zip(xs, graph.inputs)]
+    tans = [formats.round_to(rng.standard_normal(np.shape(x)), fmt)
+            if p.kind == "value" and tangents else None for x, p in zip(xs, graph.inputs)]
     return cots, tans
 
 

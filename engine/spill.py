@@ -31,8 +31,11 @@ import numpy as np
 
 # Spill when the traces hold more than this share of the memory available at the start.
 SPILL_SHARE = 4
-# Arrays smaller than this stay in memory (a map and a write each are not worth it).
-SPILL_MIN = 1 << 20
+# Arrays smaller than this stay in memory (a map and a write each are not worth it).  64 KiB:
+# a GPT-2 small's activations of 128 x 768 are 768 KiB in binary64, and a layer has dozens
+# of them with their cotangents; at 1 MiB a two-layer, 2,000-word GPT-2 small held 1.94
+# GiB at its peak, at 64 KiB 1.67 GiB, rows the same (benchmarks/bench_model_scale.py).
+SPILL_MIN = 1 << 16
 
 
 def nbytes(arrays) -> int:

@@ -611,6 +611,10 @@ class GraphRule:
         g = self.graph
         needs = tuple(p.differentiable for p in g.inputs) if cotangents is not None else \
             (False,) * len(g.inputs)
+        if store is not None:
+            # The stored inputs in their place (the forward-mode sweep reads them again):
+            # a model's parameters are most of its inputs.
+            inputs = store.put(list(inputs))
         vals, active, tape = self._sweep(inputs, needs, override, post, pre, store=store)
         out = Trace(values=vals)
         if cotangents is not None:

@@ -23,7 +23,7 @@ def test_spilled_arrays_keep_their_bits_shape_and_dtype_and_are_read_only(tmp_pa
     big = rng.standard_normal((300, 700))                     # 1.6 MiB
     arrays = [big, big.T,                                     # a view, not contiguous
               rng.integers(-5, 5, (1 << 18,), dtype=np.int64),
-              (rng.standard_normal(1 << 19) > 0),             # bool, 512 KiB: kept
+              (rng.standard_normal(1 << 15) > 0),             # bool, 32 KiB: kept
               rng.standard_normal(10).astype(np.float32),     # small: kept as it is
               np.array([1, "a"], dtype=object), big]          # object: kept; big again
     want = [(_digest(a), a.shape, a.dtype) for a in arrays]
