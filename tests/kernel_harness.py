@@ -19,6 +19,7 @@ whether the case was compared bit for bit.
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -142,9 +143,26 @@ def table_cases() -> tuple:
 
 def table_results(folder_factory) -> dict:
     """{case id: result} of every table case from the simulator (one subprocess per CPU, at
-    most 4), run once per pytest process (``folder_factory``: pytest's tmp_path_factory)."""
-    if "results" not in _MEMO:
-        _MEMO["results"] = simulate(table_cases(), folder_factory.mktemp("kernels"), _batches())
+    most 4), run once per pytest session (``folder_factory``: pytest's tmp_path_factory).
+    Under pytest-xdist the workers share one run: the first to take the lock on a file
+    beside their temporary folders runs it and writes the results there, the others read
+    them (each would otherwise simulate every case again on the same cores)."""
+    if "results" in _MEMO:
+        return _MEMO["results"]
+    base = folder_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    done = shared / "kernel-results.json"
+    with open(shared / "kernel-results.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file is closed
+        if done.exists():
+            with open(done) as fh:
+                _MEMO["results"] = json.load(fh)
+        else:
+            _MEMO["results"] = simulate(table_cases(), folder_factory.mktemp("kernels"),
+                                        _batches())
+            with open(f"{done}.part", "w") as fh:
+                json.dump(_MEMO["results"], fh)
+            os.replace(f"{done}.part", done)
     return _MEMO["results"]
 
 
