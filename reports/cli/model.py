@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 
-from roundoff_coverage import formats, routes
+from roundoff_coverage import formats
 
 from ...engine import assignment, implementations, model_run
 from ...engine.attribution import CHOICES as ATTRIBUTION, GRADIENT_POLICY_WORK, POLICY_WORK
@@ -199,11 +199,12 @@ def cmd_model(args) -> int:
                 len(sample_inputs(graph, sel.samples, sel.seed, given))
             model_run.check_memory(graph, count, sel.routes, workers)
         graph, sel.artifact = model_run.load_target(args.target, artifact, fits)
-        sel.artifact_hash = routes.graph_hash(sel.artifact)
+        sel.artifact_hash = model_run.artifact_hash(sel.artifact)
         if args.assignment:
             _assign(sel, args.assignment, graph)
-        # The units read the graph from its artifact (model_run.graph_of): a captured graph
-        # is not held beside that copy while they run (a language model's weights).
+        # The units read the graph through model_run.graph_of (the captured graph itself in
+        # this process, the artifact in a worker): no second copy here while they run (a
+        # language model's weights).
         nodes = len(graph.nodes)
         del graph
         outcome = model_run.run(sel, out, jobs=args.jobs, resume=args.resume,
