@@ -19,6 +19,9 @@ rounded up:
 from __future__ import annotations
 
 import os
+import tempfile
+
+from . import spill
 
 RUN_BYTES_PER_ELEMENT = 2048
 WORKER_BASE = 400 << 20
@@ -37,6 +40,25 @@ CHECKPOINT_BYTES_PER_CHUNK = 16 << 10
 # they fit anywhere.  An estimate, so that a run that cannot fit is refused at once
 # instead of failing after hours, never refusing one that fits.
 MODEL_BYTES_PER_ELEMENT = {"forward": 128, "gradient": 128, "tangent": 64}
+# A run whose exact traces would pass its share of the memory stores its sweeps in a file as
+# they are made (engine/spill.py): its peak is about one node's work on its largest value
+# (the exact products' digit slices, a row's stand-ins, errors and classes), so it holds
+# about STREAM_BASE (torch, the captured model, the compilations), STREAM_BYTES_PER_ELEMENT
+# per value element and sample (arrays under spill.SPILL_MIN, the keep experiments'
+# binary64 copies of the whole model's values) and STREAM_NODE_BYTES per element of its
+# largest value; its file about SPILL_BYTES_PER_ELEMENT per value element and
+# SPILL_NODE_BYTES per element of the largest (what the largest node's pullback keeps).
+# Measured on 2 cores with GPT-2 small shapes, forward and gradients, one sample (the
+# nineteenth session; elements, largest value, peak RSS, disk): two layers with 2,000
+# words 38.0 M, 2.36 M, 1.51 GB, 4.24 GB; one layer with its 50,257 words 63.8 M, 38.6 M,
+# 6.66 GB, 10.4 GB; twelve layers 256 M, 38.6 M, 6.4 GB (sampled), 31.2 GB.  The memory
+# fitted to the first two and rounded up (the third estimated at 7.5 GB), the disk to
+# the last two (the first estimated at 4.3 GB).
+STREAM_BASE = 1 << 30
+STREAM_BYTES_PER_ELEMENT = 4
+STREAM_NODE_BYTES = 140
+SPILL_BYTES_PER_ELEMENT = 112
+SPILL_NODE_BYTES = 96
 # A model run holds each input element many times over (the rounded samples, every node's
 # value in the emulated and the exact run, the exact run's mpmath numbers at about 100 bytes
 # for binary64's 8): the arrays of --inputs may take at most this share of the memory.
@@ -138,14 +160,16 @@ def check_model_inputs(declared: int, path, largest: str) -> None:
 
 
 def check_model(elements: int, samples: int, largest: str, routes=("forward",),
-                workers: int = 1) -> None:
+                workers: int = 1, largest_elements: int = 0) -> None:
     """BudgetError when ``samples`` samples of a model whose values (inputs, constants,
-    node outputs) hold ``elements`` elements each (``largest``: the largest, named) cannot
-    fit the available memory: first as one binary64 copy (a bound no run goes below; an
-    artifact declaring huge shapes fails here instead of in the middle of the run), then
-    by the estimate of MODEL_BYTES_PER_ELEMENT for ``routes`` on ``workers`` processes, each
-    measuring one configuration; ``workers`` 0: the work runs elsewhere (a Dask cluster),
-    only the first test."""
+    node outputs) hold ``elements`` elements each (``largest``: the largest, named, of
+    ``largest_elements``) cannot fit the available memory: first as one binary64 copy (a
+    bound no run goes below; an artifact declaring huge shapes fails here instead of in
+    the middle of the run), then by the estimate for ``routes`` on ``workers`` processes,
+    each measuring one configuration: MODEL_BYTES_PER_ELEMENT, or for a run that stores
+    its sweeps as it makes them (``stores``) STREAM_BYTES_PER_ELEMENT and
+    STREAM_NODE_BYTES, with its file's disk in the temporary folder; ``workers`` 0: the
+    work runs elsewhere (a Dask cluster), only the first test."""
     need, available = 8 * elements * samples, available_memory()
     some = f"{samples} sample{'s need' if samples != 1 else ' needs'}"
     if need > available:
@@ -154,19 +178,64 @@ def check_model(elements: int, samples: int, largest: str, routes=("forward",),
                           f"alone, more than the "
                           f"{size_text(available)} available; give fewer --samples or a "
                           f"smaller model")
+    if not workers:
+        return
+    if stores(elements, samples, routes, available):
+        _check_stored(elements, samples, largest, largest_elements, workers, available, some)
+        return
     per = sum(MODEL_BYTES_PER_ELEMENT[r] for r in set(routes))
     need = workers * (WORKER_BASE + per * elements * samples)
-    if not workers or need <= available:
+    if need <= available:
         return
     # 5% below the limit: the available memory moves while the machine works.
     most = int(0.95 * available / workers - WORKER_BASE) // max(per * elements, 1)
-    fits = f"at most {most} sample{'s fit' if most != 1 else ' fits'}" if most > 0 else \
-        "not one sample fits"
     raise BudgetError(f"the model's values hold {elements} elements a sample (largest: "
                       f"{largest}), and a model run of {'+'.join(sorted(set(routes)))} "
                       f"holds about {per} bytes per element and sample (the exact values, "
                       f"the emulated run, each node alone): {some} about "
-                      f"{size_text(need)} on {workers} worker{'s' if workers != 1 else ''}, "
-                      f"more than the {size_text(available)} available; {fits} (give fewer "
-                      f"--samples or "
-                      f"--jobs, fewer --routes, or a smaller model or input)")
+                      f"{size_text(need)} on {_workers(workers)}, more than the "
+                      f"{size_text(available)} available; {_fits(most)} (give fewer "
+                      f"--samples or --jobs, fewer --routes, or a smaller model or input)")
+
+
+def stores(elements: int, samples: int, routes, available: int) -> bool:
+    """Whether a model run stores its sweeps in a file as it makes them: its two exact
+    traces in double-double (16 bytes an element of every value, and for gradients of a
+    cotangent and a contribution, for tangents of a tangent) pass 1/SPILL_SHARE of the
+    available memory (engine/model.py measure's test, with the graph's value count)."""
+    kinds = 1 + 2 * ("gradient" in routes) + ("tangent" in routes)
+    return 2 * 16 * elements * samples * kinds > available // spill.SPILL_SHARE
+
+
+def _check_stored(elements, samples, largest, largest_elements, workers, available, some):
+    each = STREAM_BYTES_PER_ELEMENT * elements + STREAM_NODE_BYTES * largest_elements
+    need = workers * (STREAM_BASE + each * samples)
+    folder = tempfile.gettempdir()
+    file = SPILL_BYTES_PER_ELEMENT * elements + SPILL_NODE_BYTES * largest_elements
+    disk, free = workers * file * samples, free_disk(os.path.join(folder, "x"))
+    what = (f"the model's values hold {elements} elements a sample (largest: {largest}), "
+            f"more than fit in memory: the run stores its sweeps in a file as it makes them "
+            f"(in {folder}, TMPDIR)")
+    if need > available:
+        most = int(0.95 * available / workers - STREAM_BASE) // max(each, 1)
+        raise BudgetError(f"{what} and holds about {size_text(STREAM_BASE)}, "
+                          f"{STREAM_BYTES_PER_ELEMENT} bytes per element and "
+                          f"{STREAM_NODE_BYTES} per element of the largest: "
+                          f"{some} about {size_text(need)} on {_workers(workers)}, more than "
+                          f"the {size_text(available)} available; {_fits(most)} (give "
+                          f"fewer --samples or --jobs, or a smaller model or input)")
+    if disk > free:
+        most = int(0.95 * free / workers) // max(file, 1)
+        raise BudgetError(f"{what}: {some} about {size_text(disk)} of disk there on "
+                          f"{_workers(workers)}, and {size_text(free)} is free; "
+                          f"{_fits(most)} (set TMPDIR to a folder with more room, or give "
+                          f"fewer --samples or --jobs)")
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker{'s' if n != 1 else ''}"
+
+
+def _fits(most: int) -> str:
+    return f"at most {most} sample{'s fit' if most != 1 else ' fits'}" if most > 0 else \
+        "not one sample fits"

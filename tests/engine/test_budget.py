@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from roundoff_coverage.engine import budget, runner
+from roundoff_coverage.engine import budget, spill, runner
 from roundoff_coverage.reports.cli import main
 from conftest import one_error
 
@@ -69,6 +69,8 @@ def test_a_model_run_is_estimated_by_route_and_worker(monkeypatch):
     # do not; the line's count is of 95% of 8 GiB: 0.95 * 8 GiB - 400 MiB =
     # 7,741,007,462 bytes, 7.2 samples.
     monkeypatch.setattr(budget, "available_memory", lambda: 8 << 30)
+    # (runs whose traces fit all the memory keep them there: spill.SPILL_SHARE 1)
+    monkeypatch.setattr(spill, "SPILL_SHARE", 1)
     fg = ("forward", "gradient")
     budget.check_model(4 << 20, 7, "x", fg)
     with pytest.raises(budget.BudgetError) as info:
@@ -103,3 +105,42 @@ def test_a_model_too_large_is_refused_before_its_artifact_is_written(tmp_path, c
                      "not one sample fits")
     assert "largest: input weight [2048, 2048]" in line, line
     assert not out.exists() and not (tmp_path / "m.json.graph.json").exists()
+
+
+def test_a_run_that_stores_its_sweeps_is_estimated_by_its_largest_value_and_its_disk(
+        monkeypatch):
+    # 8 GiB available, spill.SPILL_SHARE 4: two exact traces of 4 Mi elements with
+    # gradients (value, cotangent, contribution) in double-double are 384 MiB a sample, so
+    # 5 samples (1.875 GiB) are kept in memory and 6 (2.25 GiB) stored as made.  Stored,
+    # a sample holds 4 Mi x 32 + 1 Mi x 128 bytes (its largest value 1 Mi elements) = 256
+    # MiB over a base of 400: 30 samples (7.89 GiB) fit, 31 (8.14 GiB) do not, and the
+    # line's count is of 95% of 8 GiB: (7782.4 - 400) / 256 = 28.8.
+    monkeypatch.setattr(budget, "available_memory", lambda: 8 << 30)
+    monkeypatch.setattr(budget, "free_disk", lambda path: 1 << 50)
+    monkeypatch.setattr(spill, "SPILL_SHARE", 4)
+    monkeypatch.setattr(budget, "STREAM_BASE", 400 << 20)
+    monkeypatch.setattr(budget, "STREAM_BYTES_PER_ELEMENT", 32)
+    monkeypatch.setattr(budget, "STREAM_NODE_BYTES", 128)
+    monkeypatch.setattr(budget, "SPILL_BYTES_PER_ELEMENT", 75)
+    monkeypatch.setattr(budget, "SPILL_NODE_BYTES", 100)
+    fg = ("forward", "gradient")
+    assert not budget.stores(4 << 20, 5, fg, 8 << 30)
+    assert budget.stores(4 << 20, 6, fg, 8 << 30)
+    budget.check_model(4 << 20, 30, "x", fg, largest_elements=1 << 20)
+    with pytest.raises(budget.BudgetError) as info:
+        budget.check_model(4 << 20, 31, "input x [1024, 1024]", fg, largest_elements=1 << 20)
+    assert re.search(r"4194304 elements a sample \(largest: input x \[1024, 1024\]\), more "
+                     r"than fit in memory: the run stores its sweeps in a file as it makes "
+                     r"them \(in .+, TMPDIR\) and holds about 400 MiB, 32 bytes per element "
+                     r"and 128 per element of the largest: 31 samples need about 8.14 GiB on 1 "
+                     r"worker, more than the 8 GiB available; at most 28 samples fit",
+                     str(info.value)), info.value
+    # Its file: 75 bytes an element and 100 an element of the largest, 400 MiB a sample
+    # (4 Mi x 75 + 1 Mi x 100 bytes); with 10 GiB free, 25
+    # samples fit (0.95 * 10 GiB / 400 MiB = 24.3 is the line's count), 26 do not.
+    monkeypatch.setattr(budget, "free_disk", lambda path: 10 << 30)
+    budget.check_model(4 << 20, 25, "x", fg, largest_elements=1 << 20)
+    with pytest.raises(budget.BudgetError, match=r"26 samples need about 10.2 GiB of disk "
+                       r"there on 1 worker, and 10 GiB is free; at most 24 samples fit "
+                       r"\(set TMPDIR to a folder with more room"):
+        budget.check_model(4 << 20, 26, "x", fg, largest_elements=1 << 20)
